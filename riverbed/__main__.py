@@ -1,0 +1,3 @@
+from riverbed.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Checkpoint stores for window and operator snapshots (issue: checkpoints)."""

@@ -1,0 +1,40 @@
+"""The ``riverbed`` command line."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="riverbed",
+                                     description="IBM Streams window semantics for Python")
+    sub = parser.add_subparsers(dest="command", required=True)
+    trace = sub.add_parser("trace", help="replay window trace cases and print the events they raise")
+    trace.add_argument("--flavor", choices=["java", "cpp"], default="java",
+                       help="which IBM runtime to reproduce (default: java)")
+    trace.add_argument("--host", default="windows", help="where to replay: windows (default)")
+    trace.add_argument("--out", metavar="DIR",
+                       help="write DIR/<case stem>.jsonl per case instead of printing")
+    trace.add_argument("cases", nargs="+", metavar="CASE.json")
+    demo = sub.add_parser("demo", help="run an SPL window over a generated sensor stream")
+    demo.add_argument("--window", default="sliding, count(10), count(5), partitioned, partitionCount(100)",
+                      help="the SPL window clause")
+    demo.add_argument("--sensors", type=int, default=5)
+    demo.add_argument("--readings", type=int, default=60)
+    demo.add_argument("--flavor", choices=["java", "cpp"], default="java")
+    demo.add_argument("--seed", type=int, default=7)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "trace":
+        from .trace import main as trace_main
+
+        return trace_main(args.cases, args.flavor, args.host, args.out)
+    from .demo import main as demo_main
+
+    return demo_main(args.window, args.sensors, args.readings, args.flavor, args.seed)

@@ -1,0 +1,1 @@
+"""The SPL standard toolkit operators (issue: the standard toolkit)."""

@@ -1,0 +1,1 @@
+"""Deploys riverbed graphs as Spark Structured Streaming stages (issue: the Spark bridge)."""

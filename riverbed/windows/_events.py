@@ -1,0 +1,78 @@
+"""Window events and listeners, mirroring IBM's Java window API.
+
+A window raises `StreamWindowEvent`s to its registered listeners, in the
+order and with the contents IBM's runtime does (see the specification in
+``shared/spl/windows-tumbling-sliding.md``). An event's ``tuples`` is a
+read-only view that is valid only during the listener call: copy it (``list``)
+to keep it. This lets the window hand over its own storage instead of
+copying on every event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from ._window import StreamWindow
+
+__all__ = ["EventType", "StreamWindowEvent", "StreamWindowListener"]
+
+T = TypeVar("T")
+
+
+class EventType(Enum):
+    """The kind of a window event (Java ``StreamWindowEvent.Type``).
+
+    ``EMPTY_WINDOW_PUNCT`` exists only in the ``cpp`` flavor: IBM's C++ window
+    raises it instead of a flush when a window mark reaches a ``punct()``
+    window in which no partition holds a tuple.
+    """
+
+    INSERTION = "INSERTION"
+    EVICTION = "EVICTION"
+    TRIGGER = "TRIGGER"
+    INITIAL_FULL = "INITIAL_FULL"
+    FINAL = "FINAL"
+    PARTITION_EVICTION = "PARTITION_EVICTION"
+    EMPTY_WINDOW_PUNCT = "EMPTY_WINDOW_PUNCT"
+
+
+class StreamWindowEvent(Generic[T]):
+    """One window event: its type, the partition it concerns and its tuples.
+
+    ``partition`` is the partition key, or ``None`` for an unpartitioned
+    window. ``tuples`` holds, oldest first: the inserted tuple (INSERTION),
+    the evicted tuples (EVICTION, PARTITION_EVICTION), or the partition's
+    contents (TRIGGER, INITIAL_FULL, FINAL). It is valid during the listener
+    call only.
+    """
+
+    __slots__ = ("partition", "tuples", "type", "window")
+
+    Type = EventType
+
+    def __init__(self, window: StreamWindow[T], type: EventType, partition: Hashable | None,
+                 tuples: Sequence[T]) -> None:
+        self.window = window
+        self.type = type
+        self.partition = partition
+        self.tuples = tuples
+
+    def __repr__(self) -> str:
+        return (f"StreamWindowEvent({self.type.name}, partition={self.partition!r}, "
+                f"tuples={list(self.tuples)!r})")
+
+
+class StreamWindowListener(Protocol):
+    """Receives window events (Java ``StreamWindowListener``).
+
+    Any object with ``handle_event`` works; so does a plain callable taking
+    the event, passed to `StreamWindow.register_listener`.
+    """
+
+    def handle_event(self, event: StreamWindowEvent[Any]) -> None: ...
+
+
+Listener = StreamWindowListener | Callable[[StreamWindowEvent[T]], None]

@@ -1,0 +1,55 @@
+"""Per-partition state of a tumbling or sliding window.
+
+One object per partition holds the tuples and every piece of policy state a
+partition can need; the engine uses the fields its policies call for. Keeping
+it in one slotted object (rather than one object per policy) keeps the insert
+path to a few attribute reads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from typing import Any
+
+from ._timers import Timer
+
+__all__ = ["Partition"]
+
+
+class Partition:
+    __slots__ = (
+        "arrivals",
+        "delta_ref",
+        "evict_timer",
+        "has_delta_ref",
+        "key",
+        "last_tick",
+        "seen_full",
+        "tick_timer",
+        "trigger_count",
+        "tuples",
+        "values",
+    )
+
+    def __init__(self, key: Hashable | None, sliding: bool) -> None:
+        self.key = key
+        # Sliding windows pop from the front; tumbling windows only append and flush.
+        self.tuples: Any = deque() if sliding else []
+        self.values: deque[Any] = deque()  # delta-eviction attribute values, parallel to tuples
+        self.arrivals: deque[int] = deque()  # time-eviction arrival times (ns), parallel to tuples
+        self.trigger_count = 0  # count trigger: arrivals since the last trigger
+        self.seen_full = False  # sliding: INITIAL_FULL already raised
+        self.delta_ref: Any = None  # delta trigger reference (per-partition flavors)
+        self.has_delta_ref = False
+        self.last_tick = 0  # periodic policy: time of the last tumble/trigger (or of the start)
+        self.tick_timer: Timer | None = None
+        self.evict_timer: Timer | None = None
+
+    def cancel_timers(self) -> None:
+        if self.tick_timer is not None:
+            self.tick_timer.cancel()
+            self.tick_timer = None
+        if self.evict_timer is not None:
+            self.evict_timer.cancel()
+            self.evict_timer = None

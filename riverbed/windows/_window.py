@@ -1,0 +1,705 @@
+"""The window engine: one `StreamWindow` for every tumbling and sliding clause.
+
+A host (the asyncio runtime, the Spark bridge, the trace command, a test)
+drives the window with four calls: `insert` a tuple, `punctuate` a window or
+final mark, `advance_time` to a new instant, `evict_partition`. The window
+answers by raising `StreamWindowEvent`s to its listeners, synchronously, in
+IBM's order. It never reads a clock and never blocks.
+
+The engine is generic over the policy axes (spec: eviction x trigger x
+partition eviction) and over the flavor: each insertion runs the same phases
+(delta trigger, pre-insert eviction, insertion, post-insert checks), each
+phase doing what the configured policies ask for. Where the Java and C++
+runtimes differ the engine consults `FlavorRules`.
+
+Time is integer nanoseconds from an arbitrary origin chosen by the host.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from ._delta import bound_for, delta_kind_for_type, make_reader
+from ._errors import WindowStateError, WindowTupleError
+from ._events import EventType, Listener, StreamWindowEvent
+from ._flavor import Flavor, FlavorRules, rules_for
+from ._partition import Partition
+from ._partition_eviction import PartitionEvictor, make_partition_evictor
+from ._policy import Count, Delta, Punct, Time, WindowSpec, WindowType
+from ._timers import Timer, TimerQueue
+
+__all__ = ["StreamWindow"]
+
+T = TypeVar("T")
+
+INSERTION = EventType.INSERTION
+EVICTION = EventType.EVICTION
+TRIGGER = EventType.TRIGGER
+INITIAL_FULL = EventType.INITIAL_FULL
+FINAL = EventType.FINAL
+PARTITION_EVICTION = EventType.PARTITION_EVICTION
+EMPTY_WINDOW_PUNCT = EventType.EMPTY_WINDOW_PUNCT
+
+_NO_TUPLES: tuple[Any, ...] = ()
+
+# Policy kinds, resolved once so the insert path compares small ints.
+_NONE, _COUNT, _TIME, _DELTA, _PUNCT = range(5)
+
+
+def _kind(policy: object) -> int:
+    if policy is None:
+        return _NONE
+    if isinstance(policy, Count):
+        return _COUNT
+    if isinstance(policy, Time):
+        return _TIME
+    if isinstance(policy, Delta):
+        return _DELTA
+    return _PUNCT
+
+
+class StreamWindow(Generic[T]):
+    """A windowed input port's window (IBM Java ``StreamWindow``), pure and synchronous.
+
+    ``spec`` is a `WindowSpec` or SPL clause text. ``partition_by`` is the
+    partition attribute's name or a function of the tuple (Java's
+    ``Partitioner``); a partitioned spec needs one (or a later
+    `register_partitioner`). ``attribute_types`` maps attribute names to SPL
+    types (``int32``, ``float64``, ``timestamp``, ...) for the delta policies;
+    without it, delta values are compared as the Python numbers they are.
+    ``getter`` builds attribute readers (default: ``tuple[name]``).
+    ``default_partition`` is the key the ``cpp`` flavor's window-wide timers use
+    when a tick finds no partition (SPL's default value of the key type).
+
+    Boundaries: time eviction removes a tuple once it has been in the window
+    strictly more than T; delta policies need "more than D". After a final
+    mark (``java``) no timer ever fires again and inserting raises
+    `WindowStateError`.
+    """
+
+    def __init__(
+        self,
+        spec: WindowSpec | str,
+        *,
+        flavor: Flavor | str = Flavor.JAVA,
+        partition_by: str | Callable[[T], Hashable] | None = None,
+        attribute_types: Mapping[str, str] | None = None,
+        getter: Callable[[str], Callable[[T], Any]] = operator.itemgetter,  # type: ignore[assignment]
+        default_partition: Hashable = "",
+        listeners: Iterable[Listener[T]] = (),
+    ) -> None:
+        if isinstance(spec, str):
+            from ._clause import parse_window_clause
+
+            spec = parse_window_clause(spec)
+        self.spec: WindowSpec = spec
+        self.rules: FlavorRules = rules_for(flavor)
+        rules = self.rules
+        self._java = rules.flavor is Flavor.JAVA
+        self._sliding = spec.type is WindowType.SLIDING
+        self._ev = _kind(spec.eviction)
+        self._tr = _kind(spec.trigger)
+        ev, tr = spec.eviction, spec.trigger
+        if self._sliding and self._ev == _COUNT and ev.size == 0 and self._java:  # type: ignore[union-attr]
+            raise WindowStateError(
+                "sliding, count(0): IBM's Java window fails on the first tuple of such a window; "
+                "use flavor='cpp' (trigger-only, keeps no tuple) or a size >= 1")
+        self._ev_n = ev.size if isinstance(ev, Count) else 0
+        self._ev_ns = ev.ns if isinstance(ev, Time) else 0
+        self._tr_n = tr.size if isinstance(tr, Count) else 0
+        self._tr_ns = tr.ns if isinstance(tr, Time) else 0
+        types = dict(attribute_types or {})
+        self._getter = getter
+        self._ev_read, self._ev_bound, self._ev_out = self._delta_parts(ev, types, "eviction")
+        self._tr_read, self._tr_bound, self._tr_out = self._delta_parts(tr, types, "trigger")
+        self._lag = rules.time_eviction_lag_ns
+        self._default_partition = default_partition
+        self._key_of: Callable[[T], Hashable] | None = None
+        self._key_name: str | None = None
+        if partition_by is not None:
+            self.register_partitioner(partition_by)
+        self._listeners: list[Callable[[StreamWindowEvent[T]], None]] = []
+        for listener in listeners:
+            self.register_listener(listener)
+        self._timers = TimerQueue()
+        self._evictor: PartitionEvictor | None = make_partition_evictor(
+            spec.partition_eviction, self._java)
+        self._reset_state()
+
+    # ------------------------------------------------------------------ setup
+
+    def _delta_parts(self, policy: object, types: dict[str, str], role: str
+                     ) -> tuple[Callable[[T], Any] | None, Any, Callable[[Any, Any, Any], bool]]:
+        if not isinstance(policy, Delta):
+            return None, None, self.rules.out_of_delta
+        kind = delta_kind_for_type(types.get(policy.attribute))
+        reader = make_reader(policy, kind, role, self._getter(policy.attribute))
+        out = self.rules.out_of_delta_f32 if kind == "float32" else self.rules.out_of_delta
+        return reader, bound_for(policy, kind), out
+
+    def _reset_state(self) -> None:
+        """The state of a window just built: no partition, nothing armed."""
+        self._timers.cancel_all()
+        self._now = 0
+        self._active = False
+        self._final = False
+        self._parts: dict[Any, Partition] = {}
+        self._lru: OrderedDict[Any, int] = OrderedDict()
+        self._memory: dict[Any, tuple[bool, int, Any, bool]] = {}  # C++: state of dropped partitions
+        self._total = 0
+        self._shared_ref: Any = None  # Java: delta trigger reference shared by all partitions
+        self._shared_has_ref = False
+        self._in_order = True  # C++: delta eviction arrivals still in order (window-wide flag)
+        self._window_last_tick = 0
+        self._window_tick: Timer | None = None
+        self._periodic: list[Any] = []
+        self._single: Partition | None = None
+        if not self.spec.partitioned:
+            self._single = Partition(None, self._sliding)
+            self._parts[None] = self._single
+
+    # ------------------------------------------------------------- Java API
+
+    @property
+    def type(self) -> WindowType:
+        return self.spec.type
+
+    @property
+    def eviction_policy(self) -> Count | Time | Delta | Punct:
+        return self.spec.eviction
+
+    @property
+    def trigger_policy(self) -> Count | Time | Delta | None:
+        return self.spec.trigger
+
+    @property
+    def flavor(self) -> Flavor:
+        return self.rules.flavor
+
+    @property
+    def is_partitioned(self) -> bool:
+        return self.spec.partitioned
+
+    @property
+    def now(self) -> int:
+        """The window's current time in nanoseconds (the last `advance_time`)."""
+        return self._now
+
+    def register_listener(self, listener: Listener[T]) -> None:
+        """Add a listener: an object with ``handle_event(event)`` or a callable."""
+        handle = getattr(listener, "handle_event", None)
+        if handle is None:
+            if not callable(listener):
+                raise TypeError(f"a window listener needs handle_event(event) or must be callable, "
+                                f"got {listener!r}")
+            handle = listener
+        self._listeners.append(handle)
+
+    def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
+        """Set how a tuple's partition key is computed: an attribute name or a function."""
+        if not self.spec.partitioned:
+            raise WindowStateError(
+                f"window '{self.spec.clause()}' is not partitioned; add 'partitioned' to the "
+                "clause to give it a partitioner")
+        if isinstance(partition_by, str):
+            self._key_name = partition_by
+            self._key_of = self._getter(partition_by)
+        elif callable(partition_by):
+            self._key_name = getattr(partition_by, "__name__", "partitioner")
+            self._key_of = partition_by
+        else:
+            raise TypeError(f"partition_by must be an attribute name or a function, got {partition_by!r}")
+
+    def partitions(self) -> list[Hashable]:
+        """Partition keys; least recently inserted first when partition eviction is configured."""
+        self._check_partitioned("partitions()")
+        if self._evictor is not None:
+            return [k for k in self._lru if k in self._parts]
+        return list(self._parts)
+
+    def contents(self, partition: Hashable | None = None) -> list[T]:
+        """A copy of a partition's tuples, oldest first (empty for an unknown key)."""
+        part = self._parts.get(partition)
+        return list(part.tuples) if part is not None else []
+
+    def evict_partition(self, partition: Hashable) -> None:
+        """Evict one partition now: PARTITION_EVICTION with its tuples; unknown keys are ignored."""
+        self._check_partitioned("evict_partition()")
+        if partition in self._parts:
+            self._evict_partition(partition)
+
+    def needs_partition_eviction(self) -> bool:
+        """True while a partitionCount/tupleCount limit is exceeded (False for partitionAge)."""
+        self._check_partitioned("needs_partition_eviction()")
+        return self._evictor is not None and self._evictor.needs_eviction(self)
+
+    def _check_partitioned(self, what: str) -> None:
+        if not self.spec.partitioned:
+            raise WindowStateError(f"{what} needs a partitioned window; '{self.spec.clause()}' is not")
+
+    # --------------------------------------------------------------- events
+
+    def _emit(self, etype: EventType, key: Hashable | None, tuples: Sequence[T]) -> None:
+        event = StreamWindowEvent(self, etype, key, tuples)
+        for handle in self._listeners:
+            handle(event)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def activate(self, now: int | None = None) -> None:
+        """The port is ready: start the window's timers (at ``now``, default the window's time).
+
+        Java flavor, unpartitioned: the single partition starts its periodic
+        timers and a time-evicting window raises its INITIAL_FULL (empty).
+        """
+        if self._active:
+            return
+        if now is not None:
+            self._check_time(now)
+            self._now = now
+        self._active = True
+        if self._evictor is not None:
+            self._evictor.start(self)
+        if self._java:
+            if self._single is not None:
+                self._activate_partition(self._single)
+        elif (self._ev == _TIME and not self._sliding) or self._tr == _TIME:
+            self._window_last_tick = self._now
+            self._arm_window_tick(self._now + (self._ev_ns if self._ev == _TIME and not self._sliding
+                                               else self._tr_ns))
+
+    def _check_time(self, now: int) -> None:
+        if not isinstance(now, int) or isinstance(now, bool):
+            raise WindowStateError(f"time must be integer nanoseconds, got {now!r}")
+        if now < self._now:
+            raise WindowStateError(f"time cannot go backwards: the window is at {self._now} ns, "
+                                   f"asked to move to {now} ns")
+
+    def advance_time(self, now: int) -> None:
+        """Move the window's clock to ``now`` (ns), firing every timer due at or before it.
+
+        Each timer fires at its own due time, in time order (ties: arming order).
+        """
+        self._check_time(now)
+        if not self._active:
+            self.activate()
+        timers = self._timers
+        while (timer := timers.pop_due(now)) is not None:
+            self._now = timer.due
+            timer.action()
+        self._now = now
+
+    def next_deadline(self) -> int | None:
+        """When the next timer is due (ns), so a host knows when to call `advance_time`."""
+        return self._timers.next_due()
+
+    # --------------------------------------------------------------- timers
+
+    def _arm_periodic(self, start: int, period: int, action: Callable[[], None]) -> None:
+        def fire() -> None:
+            self._periodic.append(self._timers.arm(self._now + period, fire))
+            action()
+        self._periodic.append(self._timers.arm(start + period, fire))
+
+    def _arm_tick(self, part: Partition, due: int) -> None:
+        part.tick_timer = self._timers.arm(due, lambda: self._on_tick(part))
+
+    def _on_tick(self, part: Partition) -> None:
+        part.last_tick = self._now
+        self._arm_tick(part, self._now + (self._tr_ns if self._sliding else self._ev_ns))
+        if self._sliding:
+            if self._ev == _TIME:
+                self._evict_expired(part)
+            self._emit_trigger(part)
+        else:
+            self._flush(part)
+
+    def _arm_window_tick(self, due: int) -> None:
+        self._window_tick = self._timers.arm(due, self._on_window_tick)
+
+    def _on_window_tick(self) -> None:
+        """C++: one timer for the whole window (spec R11, R31)."""
+        self._window_last_tick = self._now
+        self._arm_window_tick(self._now + (self._tr_ns if self._sliding else self._ev_ns))
+        evictor = self._evictor
+        if evictor is not None and evictor.checks_before_events:
+            evictor.check(self)
+        if self._single is not None:
+            if self._sliding:
+                self._emit_trigger(self._single)
+            else:
+                self._flush(self._single)
+            return
+        if self._sliding:
+            parts = list(self._parts.values())
+            if not parts:
+                if self._listeners:
+                    self._emit(TRIGGER, self._default_partition, _NO_TUPLES)
+                return
+            for part in parts:
+                self._emit_trigger(part)
+        else:
+            full = [p for p in self._parts.values() if p.tuples]
+            if not full:
+                if self._listeners:
+                    self._emit(EVICTION, self._default_partition, _NO_TUPLES)
+                return
+            for part in full:
+                self._flush(part)
+
+    def _arm_evict(self, part: Partition) -> None:
+        due = part.arrivals[0] + self._ev_ns + self._lag
+        part.evict_timer = self._timers.arm(due, lambda: self._on_evict_timer(part))
+
+    def _on_evict_timer(self, part: Partition) -> None:
+        part.evict_timer = None
+        self._evict_expired(part)
+        if part.arrivals and part.evict_timer is None and part.key in self._parts:
+            self._arm_evict(part)
+
+    # ----------------------------------------------------------- partitions
+
+    def _activate_partition(self, part: Partition) -> None:
+        """Java: a partition starts its own timers when created (spec R11, R31, R36)."""
+        if self._ev == _TIME and self._sliding:
+            part.seen_full = True
+            if self._listeners:
+                self._emit(INITIAL_FULL, part.key, _NO_TUPLES)
+        period = self._tr_ns if self._sliding else (self._ev_ns if self._ev == _TIME else 0)
+        if period:
+            part.last_tick = self._now
+            self._arm_tick(part, self._now + period)
+
+    def _new_partition(self, key: Hashable) -> Partition:
+        part = Partition(key, self._sliding)
+        self._parts[key] = part
+        if self._java:
+            self._activate_partition(part)
+        else:
+            remembered = self._memory.pop(key, None)
+            if remembered is not None:
+                part.seen_full, part.trigger_count, part.delta_ref, part.has_delta_ref = remembered
+        return part
+
+    def _evict_partition(self, key: Hashable) -> None:
+        """Partition eviction: PARTITION_EVICTION with its tuples, then it is gone."""
+        part = self._parts.pop(key, None)
+        self._lru.pop(key, None)
+        self._memory.pop(key, None)
+        if part is None:
+            return
+        part.cancel_timers()
+        self._total -= len(part.tuples)
+        if self._listeners:
+            self._emit(PARTITION_EVICTION, key, part.tuples)
+
+    def _drop_emptied(self, part: Partition) -> None:
+        """C++ drops a partition emptied by a tumble or time eviction, silently (spec R9, R25)."""
+        key = part.key
+        if self._single is not None or self._parts.get(key) is not part:
+            return
+        del self._parts[key]
+        self._lru.pop(key, None)
+        part.cancel_timers()
+        if self._sliding:
+            self._memory[key] = (part.seen_full, part.trigger_count, part.delta_ref, part.has_delta_ref)
+
+    # ------------------------------------------------------------ insertion
+
+    def insert(self, t: T) -> None:
+        """A tuple arrives at the port: raise its events in IBM's order.
+
+        Raises `WindowTupleError` without changing anything when the tuple lacks
+        the partition or delta attribute or holds an invalid delta value.
+        """
+        if self._final:
+            raise WindowStateError("the window received final punctuation; no tuple may follow")
+        if not self._active:
+            self.activate()
+        ev_val = self._ev_read(t) if self._ev_read is not None else None
+        tr_val = self._tr_read(t) if self._tr_read is not None else None
+        rules = self.rules
+        if not self._sliding and self._ev == _COUNT and self._ev_n == 0 and rules.count_zero_keeps_nothing:
+            return
+        single = self._single
+        if single is not None:
+            part = single
+        else:
+            key_of = self._key_of
+            if key_of is None:
+                raise WindowStateError(
+                    f"window '{self.spec.clause()}' is partitioned but has no partitioner; pass "
+                    "partition_by= or call register_partitioner()")
+            try:
+                key = key_of(t)
+            except (KeyError, AttributeError, IndexError, TypeError) as exc:
+                raise WindowTupleError(
+                    f"cannot compute the partition key ({self._key_name}) of tuple {t!r}: "
+                    f"{type(exc).__name__}: {exc}") from None
+            try:
+                hash(key)
+            except TypeError:
+                raise WindowTupleError(f"partition key {key!r} of tuple {t!r} is not hashable") from None
+            evictor = self._evictor
+            if evictor is not None and evictor.checks_before_events:
+                evictor.check(self)
+            found = self._parts.get(key)
+            part = found if found is not None else self._new_partition(key)
+        evictor = self._evictor
+        needed = False
+        if evictor is not None:
+            if evictor.needs_before_insert:
+                needed = evictor.before_insert(self)
+            lru = self._lru
+            if part.key in lru:
+                lru.move_to_end(part.key)
+            lru[part.key] = self._now // 1_000_000_000
+        if self._sliding:
+            self._insert_sliding(part, t, ev_val, tr_val)
+        else:
+            self._insert_tumbling(part, t, ev_val)
+        if evictor is not None and not rules.partition_eviction_after_insertion:
+            evictor.after_insert(self, needed)
+
+    def insert_batch(self, tuples: Iterable[T]) -> None:
+        """Insert many tuples; same events as inserting them one by one."""
+        insert = self.insert
+        for t in tuples:
+            insert(t)
+
+    def _insert_tumbling(self, part: Partition, t: T, ev_val: Any) -> None:
+        ev = self._ev
+        listeners = self._listeners
+        if ev == _DELTA:
+            values = part.values
+            if values and self._ev_out(ev_val, values[0], self._ev_bound):
+                self._flush(part)  # spec R13: EVICTION before the arriving tuple's INSERTION
+                values.clear()
+            if not values:
+                values.append(ev_val)
+        part.tuples.append(t)
+        self._total += 1
+        if listeners:
+            self._emit(INSERTION, part.key, (t,))
+        if self.rules.partition_eviction_after_insertion and self._evictor is not None:
+            self._evictor.after_insert(self, False)
+            if self._parts.get(part.key) is not part:
+                return  # C++ skips the tumble of a partition it just evicted
+        if ev == _COUNT and len(part.tuples) == self._ev_n:
+            self._flush(part)
+
+    def _flush(self, part: Partition) -> None:
+        """Tumble: EVICTION of all the partition's tuples (even none), then it is empty."""
+        tuples = part.tuples
+        part.tuples = []
+        self._total -= len(tuples)
+        if self._listeners:
+            self._emit(EVICTION, part.key, tuples)
+        if not self.rules.keeps_emptied_partitions and self._ev != _DELTA:
+            self._drop_emptied(part)
+
+    def _insert_sliding(self, part: Partition, t: T, ev_val: Any, tr_val: Any) -> None:
+        rules = self.rules
+        listeners = self._listeners
+        ev, tr = self._ev, self._tr
+        tuples = part.tuples
+        # 1. A delta trigger fires before the arriving tuple is processed (spec R32, R34).
+        if tr == _DELTA:
+            self._delta_trigger(part, tr_val)
+        # 2. Eviction made necessary by the arrival.
+        keep = True
+        if ev == _COUNT:
+            n = self._ev_n
+            if n == 0:
+                keep = False  # C++ count(0): nothing is kept, the trigger still counts
+            elif len(tuples) >= n:
+                old = tuples.popleft()
+                self._total -= 1
+                if listeners:
+                    self._emit(EVICTION, part.key, (old,))
+        elif ev == _DELTA:
+            self._delta_evict(part, ev_val)
+        elif not part.seen_full:  # time eviction, C++: INITIAL_FULL before the first insertion
+            part.seen_full = True
+            if listeners:
+                self._emit(INITIAL_FULL, part.key, tuples)
+        # 3. The insertion.
+        if keep:
+            tuples.append(t)
+            self._total += 1
+            if ev == _DELTA:
+                part.values.append(ev_val)
+            elif ev == _TIME:
+                part.arrivals.append(self._now)
+                if part.evict_timer is None:
+                    self._arm_evict(part)
+            if listeners:
+                self._emit(INSERTION, part.key, (t,))
+        if rules.partition_eviction_after_insertion and self._evictor is not None:
+            self._evictor.after_insert(self, False)
+        # 4. A count eviction is initially full when it first holds N tuples.
+        if ev == _COUNT and keep and not part.seen_full and len(tuples) == self._ev_n:
+            part.seen_full = True
+            if listeners:
+                self._emit(INITIAL_FULL, part.key, tuples)
+        # 5. Count trigger.
+        if tr == _COUNT:
+            part.trigger_count += 1
+            if part.trigger_count >= self._tr_n:
+                part.trigger_count = 0
+                if ev == _TIME and self._java:
+                    self._evict_expired(part)
+                self._emit_trigger(part)
+
+    def _emit_trigger(self, part: Partition) -> None:
+        if self._listeners:
+            self._emit(TRIGGER, part.key, part.tuples)
+
+    def _delta_trigger(self, part: Partition, value: Any) -> None:
+        shared = self.rules.shared_delta_trigger
+        has_ref = self._shared_has_ref if shared else part.has_delta_ref
+        if has_ref:
+            ref = self._shared_ref if shared else part.delta_ref
+            if not self._tr_out(value, ref, self._tr_bound):
+                return
+            if self._ev == _TIME and self._java:
+                self._evict_expired(part)
+            self._emit_trigger(part)
+        if shared:
+            self._shared_ref = value
+            self._shared_has_ref = True
+        else:
+            part.delta_ref = value
+            part.has_delta_ref = True
+
+    def _delta_evict(self, part: Partition, value: Any) -> None:
+        """Sliding delta eviction (spec R26, R27)."""
+        values = part.values
+        if not values:
+            return
+        out, bound = self._ev_out, self._ev_bound
+        if self.rules.delta_eviction_tracks_order and value < values[-1]:
+            self._in_order = False
+        if self._in_order or not self.rules.delta_eviction_tracks_order:
+            if not out(value, values[0], bound):
+                return
+            scan_all = False
+        else:
+            if not any(out(value, v, bound) for v in values):
+                return
+            scan_all = True
+        tuples = part.tuples
+        listeners = self._listeners
+        if not part.seen_full:
+            part.seen_full = True
+            if listeners:
+                self._emit(INITIAL_FULL, part.key, tuples)
+        batch = self.rules.batches_sliding_evictions
+        evicted: list[T] = []
+        if not scan_all:
+            while values and out(value, values[0], bound):
+                values.popleft()
+                if batch or not listeners:
+                    evicted.append(tuples.popleft())
+                else:
+                    self._emit(EVICTION, part.key, (tuples[0],))
+                    tuples.popleft()
+                self._total -= 1
+        else:
+            kept_t: list[T] = []
+            kept_v: list[Any] = []
+            for tup, v in zip(tuples, values, strict=True):
+                if out(value, v, bound):
+                    if listeners and not batch:
+                        self._emit(EVICTION, part.key, (tup,))
+                    evicted.append(tup)
+                else:
+                    kept_t.append(tup)
+                    kept_v.append(v)
+            tuples.clear()
+            tuples.extend(kept_t)
+            values.clear()
+            values.extend(kept_v)
+            self._total -= len(evicted)
+        if evicted and listeners and batch:
+            self._emit(EVICTION, part.key, evicted)
+
+    def _evict_expired(self, part: Partition) -> None:
+        """Time eviction: tuples in the window strictly more than T leave (spec R24)."""
+        arrivals = part.arrivals
+        limit = self._now - self._ev_ns
+        if not arrivals or arrivals[0] >= limit:
+            return
+        tuples = part.tuples
+        listeners = self._listeners
+        evicted: list[T] = []
+        batch = self.rules.batches_sliding_evictions
+        while arrivals and arrivals[0] < limit:
+            arrivals.popleft()
+            if listeners and not batch:
+                self._emit(EVICTION, part.key, (tuples[0],))
+                tuples.popleft()
+            else:
+                evicted.append(tuples.popleft())
+            self._total -= 1
+        if evicted and listeners:
+            self._emit(EVICTION, part.key, evicted)
+        if not tuples and not self.rules.keeps_emptied_partitions:
+            self._drop_emptied(part)
+
+    # ---------------------------------------------------------- punctuation
+
+    def punctuate(self, kind: str) -> None:
+        """A punctuation mark reaches the window: ``"window"`` or ``"final"``."""
+        if kind == "window":
+            self.window_mark()
+        elif kind == "final":
+            self.final_mark()
+        else:
+            raise ValueError(f"unknown punctuation {kind!r}; expected 'window' or 'final'")
+
+    def window_mark(self) -> None:
+        """A window mark: tumbles a ``punct()`` window; ignored by every other window (R37)."""
+        if self._final or self._ev != _PUNCT:
+            return
+        if not self._active:
+            self.activate()
+        evictor = self._evictor
+        if evictor is not None and evictor.checks_before_events:
+            evictor.check(self)
+        if self._java:
+            for part in list(self._parts.values()):
+                self._flush(part)
+            return
+        full = [p for p in self._parts.values() if p.tuples]
+        if not full:
+            if self._listeners:
+                self._emit(EMPTY_WINDOW_PUNCT, None, _NO_TUPLES)
+            return
+        for part in full:
+            self._flush(part)
+
+    def final_mark(self) -> None:
+        """Final punctuation (Java, spec R38): drain, stop every timer, FINAL per partition.
+
+        The ``cpp`` flavor ignores it: C++ windows never see final marks.
+        """
+        if self._final or not self.rules.final_events:
+            return
+        if not self._active:
+            self.activate()
+        self.drain()
+        self._timers.cancel_all()
+        self._final = True
+        if self._listeners:
+            for part in list(self._parts.values()):
+                self._emit(FINAL, part.key, part.tuples)
+
+    def drain(self) -> None:
+        """Report evictions that are due but pending (Java's 1 ms re-check lag)."""
+        if self._ev == _TIME and self._sliding:
+            for part in list(self._parts.values()):
+                self._evict_expired(part)
