@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -82,6 +82,9 @@ class _Replay:
     b_convention: bool
     step: int = -1
     cause: str = "activation"
+    checkpoints: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False  # a {"restart": true} step stopped the PE; the next reset restarts it
+    clock: int = 0
 
     def on_event(self, event: StreamWindowEvent[dict[str, Any]]) -> None:
         record: dict[str, Any] = {
@@ -148,6 +151,9 @@ def run_case(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, An
         raise TraceError(f"case {name}: {exc}") from None
     out: list[dict[str, Any]] = []
     replay = _Replay(case, flavor, window, out, b_convention="order" in case)
+    replay.make_window = lambda: StreamWindow(  # type: ignore[attr-defined]
+        spec, flavor=flavor, partition_by=partition_by if spec.partitioned else None,
+        attribute_types=schema, default_partition=_default_key(schema, partition_by))
     window.register_listener(replay.on_event)
     window.activate(0)
     for index, step in enumerate(case.get("steps", [])):
@@ -164,7 +170,33 @@ def run_case(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, An
 
 def _apply(replay: _Replay, step: Mapping[str, Any], schema: Mapping[str, str], where: str) -> None:
     window = replay.window
-    if "tuple" in step:
+    if replay.stopped and "reset" not in step:
+        if "at" in step:
+            replay.clock = _seconds_to_ns(step["at"], where)
+            return
+        raise TraceError(f"{where}: the PE is stopped by a restart step; only 'at' and 'reset' may follow")
+    if "checkpoint" in step:
+        # A JSON round trip proves the snapshot is plain data, as a store would hold it.
+        replay.checkpoints[str(step["checkpoint"])] = json.loads(json.dumps(window.checkpoint()))
+    elif "restart" in step:
+        replay.stopped = True
+        replay.clock = window.now
+    elif "reset" in step:
+        name = step["reset"]
+        if name is not None and str(name) not in replay.checkpoints:
+            raise TraceError(f"{where}: no checkpoint named {name!r} was taken before")
+        if replay.stopped:
+            # A new PE instance: what it raises on its own before the reset is not expected.
+            replay.stopped = False
+            fresh = replay.make_window()
+            fresh.register_listener(replay.on_event)
+            replay.step -= 1
+            fresh.activate(replay.clock)
+            replay.step += 1
+            replay.window = window = fresh
+        replay.cause = "reset"
+        window.reset(None if name is None else replay.checkpoints[str(name)])
+    elif "tuple" in step:
         if "event_time" in step:
             raise TraceError(f"{where}: tuples with event_time need a timeInterval window")
         replay.cause = "tuple"
@@ -182,7 +214,7 @@ def _apply(replay: _Replay, step: Mapping[str, Any], schema: Mapping[str, str], 
         replay.cause = "evict_partition"
         window.evict_partition(step["evict_partition"])
     else:
-        known = ("checkpoint", "reset", "restart", "watermark")
+        known = ("watermark",)
         kind = next((k for k in step if k in known), None)
         if kind is not None:
             raise TraceError(f"{where}: the {kind!r} step is not supported by this version of riverbed")

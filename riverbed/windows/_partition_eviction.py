@@ -26,6 +26,7 @@ from collections.abc import Hashable
 from typing import Any, Protocol
 
 from ._policy import NS_PER_SECOND, PartitionAge, PartitionCount, TupleCount
+from ._timers import TimerQueue
 
 __all__ = ["AgeMarker", "EvictionHost", "PartitionEvictor", "make_partition_evictor"]
 
@@ -50,8 +51,9 @@ class EvictionHost(Protocol):
     _now: int
     _parts: dict[Any, Any]
 
+    _timers: TimerQueue
+
     def _evict_partition(self, key: Hashable) -> None: ...
-    def _arm_periodic(self, start: int, period: int, action: Any) -> None: ...
 
 
 class PartitionEvictor:
@@ -63,8 +65,8 @@ class PartitionEvictor:
     def __init__(self, limit: int) -> None:
         self.limit = limit
 
-    def start(self, w: EvictionHost) -> None:
-        """The window is activated."""
+    def start(self, w: EvictionHost, last_tick: int | None = None) -> None:
+        """The window is activated (or restored, with the time of the last periodic check)."""
 
     def before_insert(self, w: EvictionHost) -> bool:
         """Called before the tuple counts; returns whether eviction is then needed."""
@@ -156,9 +158,21 @@ class PartitionAgeJava(PartitionEvictor):
         else:
             period_ms = 10_000
         self.period = period_ms * 1_000_000
+        self.last_tick = 0
 
-    def start(self, w: EvictionHost) -> None:
-        w._arm_periodic(w._now, self.period, lambda: self.tick(w))
+    def start(self, w: EvictionHost, last_tick: int | None = None) -> None:
+        self.last_tick = w._now if last_tick is None else last_tick
+        due = self.last_tick + self.period
+        while due < w._now:  # restored after a pause: keep the phase, skip missed checks
+            due += self.period
+        self._arm(w, due)
+
+    def _arm(self, w: EvictionHost, due: int) -> None:
+        def fire() -> None:
+            self.last_tick = w._now
+            self._arm(w, w._now + self.period)
+            self.tick(w)
+        w._timers.arm(due, fire)
 
     def tick(self, w: EvictionHost) -> None:
         lru = w._lru

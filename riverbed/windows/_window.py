@@ -29,6 +29,7 @@ from ._flavor import Flavor, FlavorRules, rules_for
 from ._partition import Partition
 from ._partition_eviction import PartitionEvictor, make_partition_evictor
 from ._policy import Count, Delta, Punct, Time, WindowSpec, WindowType
+from ._snapshot import partition_state, restore_partition_state, restore_window, window_state
 from ._timers import Timer, TimerQueue
 
 __all__ = ["StreamWindow"]
@@ -155,7 +156,6 @@ class StreamWindow(Generic[T]):
         self._in_order = True  # C++: delta eviction arrivals still in order (window-wide flag)
         self._window_last_tick = 0
         self._window_tick: Timer | None = None
-        self._periodic: list[Any] = []
         self._single: Partition | None = None
         if not self.spec.partitioned:
             self._single = Partition(None, self._sliding)
@@ -297,12 +297,6 @@ class StreamWindow(Generic[T]):
         return self._timers.next_due()
 
     # --------------------------------------------------------------- timers
-
-    def _arm_periodic(self, start: int, period: int, action: Callable[[], None]) -> None:
-        def fire() -> None:
-            self._periodic.append(self._timers.arm(self._now + period, fire))
-            action()
-        self._periodic.append(self._timers.arm(start + period, fire))
 
     def _arm_tick(self, part: Partition, due: int) -> None:
         part.tick_timer = self._timers.arm(due, lambda: self._on_tick(part))
@@ -703,3 +697,73 @@ class StreamWindow(Generic[T]):
         if self._ev == _TIME and self._sliding:
             for part in list(self._parts.values()):
                 self._evict_expired(part)
+
+    # ---------------------------------------------- checkpoint and restore
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole window state as plain data (msgpack-able if the tuples are)."""
+        return window_state(self)
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Replace the state by a snapshot's, at this window's time (see `riverbed.windows._snapshot`).
+
+        Into a window that was never activated, the window takes the
+        snapshot's time and continues exactly where the snapshot was taken.
+        Raises `SnapshotError` for a corrupt or foreign snapshot, leaving the
+        window unchanged when the header is wrong.
+        """
+        restore_window(self, snapshot)
+
+    def snapshot_partition(self, partition: Hashable | None = None) -> dict[str, Any] | None:
+        """One partition's state as plain data, or None for an unknown key."""
+        part = self._parts.get(partition)
+        return partition_state(part) if part is not None else None
+
+    def restore_partition(self, state: Mapping[str, Any]) -> None:
+        """Put one partition's state (from `snapshot_partition`) back, replacing its key's."""
+        restore_partition_state(self, state)
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Drain (report pending evictions), then snapshot (spec C3, C4). Raises no other event."""
+        self.drain()
+        return self.snapshot()
+
+    def reset(self, checkpoint: Mapping[str, Any] | None) -> None:
+        """Reset to a checkpoint, or to the initial state with None; no event for the discarded
+        contents (spec C5, C6)."""
+        if checkpoint is None:
+            self.reset_to_initial_state()
+        else:
+            self.restore(checkpoint)
+
+    def reset_to_initial_state(self) -> None:
+        """Discard everything without events; the window is as if just built and activated now."""
+        now = self._now
+        self._reset_state()
+        self._now = now
+        self.activate()
+
+    def _rearm_after_restore(self) -> None:
+        for part in list(self._parts.values()):
+            self._rearm_partition(part)
+        if not self._java and ((self._ev == _TIME and not self._sliding) or self._tr == _TIME):
+            period = self._tr_ns if self._sliding else self._ev_ns
+            due = self._window_last_tick + period
+            while due <= self._now:  # C++ skips the ticks it missed and keeps its phase
+                due += period
+            self._arm_window_tick(due)
+
+    def _rearm_partition(self, part: Partition) -> None:
+        if self._ev == _TIME and self._sliding:
+            self._evict_expired(part)
+            if part.arrivals and part.key in self._parts:
+                self._arm_evict(part)
+        if not self._java:
+            return
+        period = self._tr_ns if self._sliding else (self._ev_ns if self._ev == _TIME else 0)
+        if period and part.key in self._parts:
+            due = part.last_tick + period
+            if due <= self._now:
+                self._on_tick(part)  # overdue: fires at once, then every period from now (C7)
+            else:
+                self._arm_tick(part, due)
