@@ -80,6 +80,7 @@ class _Replay:
     window: StreamWindow[dict[str, Any]]
     out: list[dict[str, Any]]
     b_convention: bool
+    make_window: Callable[[], StreamWindow[dict[str, Any]]]
     step: int = -1
     cause: str = "activation"
     checkpoints: dict[str, Any] = field(default_factory=dict)
@@ -144,16 +145,17 @@ def run_case(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, An
     partition_by = case.get("partition_by")
     try:
         spec = parse_window_clause(clause)
-        window: StreamWindow[dict[str, Any]] = StreamWindow(
-            spec, flavor=flavor, partition_by=partition_by if spec.partitioned else None,
-            attribute_types=schema, default_partition=_default_key(schema, partition_by))
+
+        def make_window() -> StreamWindow[dict[str, Any]]:
+            return StreamWindow(
+                spec, flavor=flavor, partition_by=partition_by if spec.partitioned else None,
+                attribute_types=schema, default_partition=_default_key(schema, partition_by))
+
+        window = make_window()
     except WindowError as exc:
         raise TraceError(f"case {name}: {exc}") from None
     out: list[dict[str, Any]] = []
-    replay = _Replay(case, flavor, window, out, b_convention="order" in case)
-    replay.make_window = lambda: StreamWindow(  # type: ignore[attr-defined]
-        spec, flavor=flavor, partition_by=partition_by if spec.partitioned else None,
-        attribute_types=schema, default_partition=_default_key(schema, partition_by))
+    replay = _Replay(case, flavor, window, out, "order" in case, make_window)
     window.register_listener(replay.on_event)
     window.activate(0)
     for index, step in enumerate(case.get("steps", [])):

@@ -103,7 +103,7 @@ def _build_partition(w: StreamWindow[Any], data: Any, where: str) -> Partition:
     tuples = _field(data, "tuples", list, where)
     values = _field(data, "values", list, where)
     arrivals = _field(data, "arrivals", list, where)
-    if values and len(values) != len(tuples):
+    if w._sliding and values and len(values) != len(tuples):
         raise SnapshotError(f"{where}: {len(values)} delta values for {len(tuples)} tuples")
     if arrivals and len(arrivals) != len(tuples):
         raise SnapshotError(f"{where}: {len(arrivals)} arrival times for {len(tuples)} tuples")
