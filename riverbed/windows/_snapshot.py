@@ -78,7 +78,7 @@ def window_state(w: StreamWindow[Any]) -> dict[str, Any]:
         "final": w._final,
         "partitions": [partition_state(p) for p in w._parts.values()],
         "lru": lru,
-        "total": w._total,
+        "total": sum(len(p.tuples) for p in w._parts.values()),
         "shared_delta_ref": [w._shared_has_ref, w._shared_ref],
         "in_order": w._in_order,
         "window_last_tick": w._window_last_tick,
@@ -176,6 +176,7 @@ def restore_window(w: StreamWindow[Any], data: Any) -> None:
     w._window_last_tick = _field(data, "window_last_tick", int, where)
     for entry in memory:
         w._memory[_key_in(entry[0])] = (bool(entry[1]), int(entry[2]), entry[3], bool(entry[4]))
+    w._install_insert()
     if w._final:
         return
     evictor = w._evictor
@@ -200,4 +201,5 @@ def restore_partition_state(w: StreamWindow[Any], data: Any) -> None:
         w._lru[part.key] = w._now // 1_000_000_000
     if not w._active:
         w._active = True
+    w._install_insert()
     w._rearm_partition(part)

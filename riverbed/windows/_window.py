@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 from ._delta import bound_for, delta_kind_for_type, make_reader
 from ._errors import WindowStateError, WindowTupleError
 from ._events import EventType, Listener, StreamWindowEvent
+from ._fastpath import compile_insert
 from ._flavor import Flavor, FlavorRules, rules_for
 from ._partition import Partition
 from ._partition_eviction import PartitionEvictor, make_partition_evictor
@@ -126,6 +127,7 @@ class StreamWindow(Generic[T]):
         for listener in listeners:
             self.register_listener(listener)
         self._timers = TimerQueue()
+        self._use_fast = True
         self._evictor: PartitionEvictor | None = make_partition_evictor(
             spec.partition_eviction, self._java)
         self._reset_state()
@@ -160,6 +162,7 @@ class StreamWindow(Generic[T]):
         if not self.spec.partitioned:
             self._single = Partition(None, self._sliding)
             self._parts[None] = self._single
+        self._install_insert()
 
     # ------------------------------------------------------------- Java API
 
@@ -212,6 +215,8 @@ class StreamWindow(Generic[T]):
             self._key_of = partition_by
         else:
             raise TypeError(f"partition_by must be an attribute name or a function, got {partition_by!r}")
+        if hasattr(self, "_parts"):
+            self._install_insert()
 
     def partitions(self) -> list[Hashable]:
         """Partition keys; least recently inserted first when partition eviction is configured."""
@@ -270,6 +275,7 @@ class StreamWindow(Generic[T]):
             self._window_last_tick = self._now
             self._arm_window_tick(self._now + (self._ev_ns if self._ev == _TIME and not self._sliding
                                                else self._tr_ns))
+        self._install_insert()
 
     def _check_time(self, now: int) -> None:
         if not isinstance(now, int) or isinstance(now, bool):
@@ -409,6 +415,14 @@ class StreamWindow(Generic[T]):
         Raises `WindowTupleError` without changing anything when the tuple lacks
         the partition or delta attribute or holds an invalid delta value.
         """
+        self._insert(t)
+
+    def _install_insert(self) -> None:
+        """Pick the insert function: a specialised one while active and open, else the generic."""
+        fast = compile_insert(self) if self._active and not self._final and self._use_fast else None
+        self._insert = fast if fast is not None else self._insert_generic
+
+    def _insert_generic(self, t: T) -> None:
         if self._final:
             raise WindowStateError("the window received final punctuation; no tuple may follow")
         if not self._active:
@@ -460,7 +474,7 @@ class StreamWindow(Generic[T]):
 
     def insert_batch(self, tuples: Iterable[T]) -> None:
         """Insert many tuples; same events as inserting them one by one."""
-        insert = self.insert
+        insert = self._insert
         for t in tuples:
             insert(t)
 
@@ -688,6 +702,7 @@ class StreamWindow(Generic[T]):
         self.drain()
         self._timers.cancel_all()
         self._final = True
+        self._install_insert()
         if self._listeners:
             for part in list(self._parts.values()):
                 self._emit(FINAL, part.key, part.tuples)
