@@ -33,8 +33,7 @@ from ._policy import (
 
 __all__ = ["parse_window_clause"]
 
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-_NAME = re.compile(r"[A-Za-z_]\w*$")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$", re.ASCII)
 _ITEM = re.compile(r"\s*([A-Za-z_]\w*)\s*(\((.*)\))?\s*$", re.DOTALL)
 
 _POLICIES = ("count", "time", "delta", "punct")
@@ -107,18 +106,25 @@ def _number(clause: str, item: _Item, arg: tuple[str, int], what: str) -> float:
     if not _NUMBER.match(text):
         raise WindowClauseError(f"{item.name}(): {what} must be a number, got {text!r}",
                                 clause, pos, max(1, len(text)))
-    value = float(text)
-    if re.fullmatch(r"[+-]?\d+", text):
-        return int(text)
-    return value
+    try:
+        if re.fullmatch(r"[+-]?\d+", text, re.ASCII):
+            return int(text)
+        return float(text)
+    except ValueError:
+        raise WindowClauseError(f"{item.name}(): {what} {text[:20]}... has too many digits",
+                                clause, pos, len(text)) from None
 
 
 def _integer(clause: str, item: _Item, arg: tuple[str, int], what: str) -> int:
     text, pos = arg
-    if not re.fullmatch(r"[+-]?\d+", text):
+    if not re.fullmatch(r"[+-]?\d+", text, re.ASCII):
         raise WindowClauseError(f"{item.name}(): {what} must be a whole number, got {text!r}",
                                 clause, pos, max(1, len(text)))
-    return int(text)
+    try:
+        return int(text)
+    except ValueError:
+        raise WindowClauseError(f"{item.name}(): {what} {text[:20]}... has too many digits",
+                                clause, pos, len(text)) from None
 
 
 def _arity(clause: str, item: _Item, expected: int, usage: str) -> list[tuple[str, int]]:
@@ -148,7 +154,7 @@ def _policy(clause: str, item: _Item, role: str) -> Count | Time | Delta | Punct
             return Time(_number(clause, item, arg, "the duration"))
         if name == "delta":
             attr, bound = _arity(clause, item, 2, "delta(attribute, D)")
-            if not _NAME.match(attr[0]):
+            if not attr[0].isidentifier():
                 raise WindowClauseError(
                     f"delta(): the first argument must be an attribute name, got {attr[0]!r}",
                     clause, attr[1], max(1, len(attr[0])))
@@ -199,6 +205,10 @@ def parse_window_clause(clause: str) -> WindowSpec:
         raise WindowClauseError(f"a window clause must be text, got {type(clause).__name__}")
     items = [_item(clause, text, offset) for text, offset in _split_top_level(clause)]
     head = items[0]
+    if head.name == "timeInterval":
+        raise WindowClauseError(
+            "timeInterval (event-time) windows are not supported by this version of riverbed; "
+            "use a tumbling or sliding window", clause, head.start, len(head.text))
     if head.name not in ("tumbling", "sliding") or head.args is not None:
         raise WindowClauseError(
             f"a window clause starts with 'tumbling' or 'sliding', not {head.text!r}"

@@ -9,8 +9,9 @@ and never mutates it, so one spec can be shared by many windows.
 
 Durations are given in float seconds, as in SPL, and converted once to integer
 nanoseconds by truncation, exactly as IBM's runtime converts clause floats
-(``timestamp(double)``: ``1.1`` becomes 1 s + 100 000 000 ns, ``0.3`` becomes
-0.299 999 999 s). All time arithmetic after that is exact integer arithmetic.
+(``timestamp(double)``: whole seconds, then the fraction times 1e9 truncated;
+``1.1`` becomes 1 s + 100 000 000 ns). All time arithmetic after that is exact
+integer arithmetic.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class PartitionAge:
 
     def __post_init__(self) -> None:
         value = _check_number(self.seconds, f"partitionAge({self.seconds!r})")
-        if value <= 0:
+        if value <= 0 or seconds_to_ns(value) <= 0:
             raise WindowClauseError(f"partitionAge({self.seconds!r}): the age must be > 0 seconds")
 
     @property

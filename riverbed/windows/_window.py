@@ -425,10 +425,12 @@ class StreamWindow(Generic[T]):
     def _insert_generic(self, t: T) -> None:
         if self._final:
             raise WindowStateError("the window received final punctuation; no tuple may follow")
-        if not self._active:
-            self.activate()
+        # Everything that can reject the tuple comes first: a refused tuple changes nothing.
         ev_val = self._ev_read(t) if self._ev_read is not None else None
         tr_val = self._tr_read(t) if self._tr_read is not None else None
+        key = self._partition_key(t) if self._single is None else None
+        if not self._active:
+            self.activate()
         rules = self.rules
         if not self._sliding and self._ev == _COUNT and self._ev_n == 0 and rules.count_zero_keeps_nothing:
             return
@@ -436,21 +438,6 @@ class StreamWindow(Generic[T]):
         if single is not None:
             part = single
         else:
-            key_of = self._key_of
-            if key_of is None:
-                raise WindowStateError(
-                    f"window '{self.spec.clause()}' is partitioned but has no partitioner; pass "
-                    "partition_by= or call register_partitioner()")
-            try:
-                key = key_of(t)
-            except (KeyError, AttributeError, IndexError, TypeError) as exc:
-                raise WindowTupleError(
-                    f"cannot compute the partition key ({self._key_name}) of tuple {t!r}: "
-                    f"{type(exc).__name__}: {exc}") from None
-            try:
-                hash(key)
-            except TypeError:
-                raise WindowTupleError(f"partition key {key!r} of tuple {t!r} is not hashable") from None
             evictor = self._evictor
             if evictor is not None and evictor.checks_before_events:
                 evictor.check(self)
@@ -471,6 +458,24 @@ class StreamWindow(Generic[T]):
             self._insert_tumbling(part, t, ev_val)
         if evictor is not None and not rules.partition_eviction_after_insertion:
             evictor.after_insert(self, needed)
+
+    def _partition_key(self, t: T) -> Hashable:
+        key_of = self._key_of
+        if key_of is None:
+            raise WindowStateError(
+                f"window '{self.spec.clause()}' is partitioned but has no partitioner; pass "
+                "partition_by= or call register_partitioner()")
+        try:
+            key = key_of(t)
+        except (KeyError, AttributeError, IndexError, TypeError) as exc:
+            raise WindowTupleError(
+                f"cannot compute the partition key ({self._key_name}) of tuple {t!r}: "
+                f"{type(exc).__name__}: {exc}") from None
+        try:
+            hash(key)
+        except TypeError:
+            raise WindowTupleError(f"partition key {key!r} of tuple {t!r} is not hashable") from None
+        return key
 
     def insert_batch(self, tuples: Iterable[T]) -> None:
         """Insert many tuples; same events as inserting them one by one."""
