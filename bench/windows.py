@@ -1,0 +1,562 @@
+"""Throughput of riverbed's `StreamWindow` against a hand-written dict + deque loop.
+
+Usage::
+
+    python bench/windows.py [--n N] [--repeat R]
+
+For each workload (a window clause, unpartitioned and partitioned over 1000
+keys) it times, best of R runs on a fresh window each:
+
+  (a) ``insert`` per tuple, no listener
+  (b) ``insert_batch`` in batches of 1000, no listener
+  (c) ``insert`` per tuple with a trivial listener (increments a counter)
+  (d) a hand-written loop doing the same bookkeeping with dict + list/deque
+
+and prints the tuples/s of each and how many times slower than the loop
+riverbed is (loop rate / riverbed rate). Tuples are dicts
+``{"sensor": key, "value": float, "seq": i}``, generated before timing.
+Time windows see 1 ms of clock per tuple (``advance_time`` before each insert).
+
+At the default N = 1_000_000 and R = 3 the whole run takes about 3 minutes
+on a 2-core machine (all 14 workloads x 4 measurements x 3 runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from riverbed.windows import StreamWindow
+
+Tuple = dict[str, Any]
+Runner = Callable[[], int]
+
+DEFAULT_N = 1_000_000
+DEFAULT_REPEAT = 3
+BATCH = 1000
+KEYS = 1000
+SEED = 20240601
+STEP_NS = 1_000_000  # 1 ms of window clock per tuple
+SECOND_NS = 1_000_000_000
+VALUE_STEP = 0.01  # the delta attribute grows by this much per tuple (per key when partitioned)
+
+perf_counter = time.perf_counter
+
+
+# ---------------------------------------------------------------- data
+
+
+def make_tuples(n: int, partitioned: bool, seed: int = SEED) -> list[Tuple]:
+    """N tuples with a random key out of KEYS (seeded); ``value`` grows by VALUE_STEP.
+
+    Unpartitioned: ``value`` grows along the stream. Partitioned: it grows
+    along each key's own sub-stream, so each partition sees delta tumbles.
+    """
+    rng = random.Random(seed)
+    randrange = rng.randrange
+    per_key = [0] * KEYS
+    out: list[Tuple] = []
+    append = out.append
+    for i in range(n):
+        k = randrange(KEYS)
+        if partitioned:
+            c = per_key[k]
+            per_key[k] = c + 1
+            value = c * VALUE_STEP
+        else:
+            value = i * VALUE_STEP
+        append({"sensor": k, "value": value, "seq": i})
+    return out
+
+
+def make_batches(tuples: list[Tuple]) -> tuple[list[list[Tuple]], list[int]]:
+    """Batches of BATCH tuples and, for each, the clock time of its last tuple."""
+    n = len(tuples)
+    batches = [tuples[j:j + BATCH] for j in range(0, n, BATCH)]
+    last_times = [(min(j + BATCH, n) - 1) * STEP_NS for j in range(0, n, BATCH)]
+    return batches, last_times
+
+
+# ------------------------------------------------------- riverbed runners
+
+
+def rb_insert(w: StreamWindow[Tuple], tuples: list[Tuple], timed: bool) -> Runner:
+    """(a)/(c): one ``insert`` per tuple; time windows advance the clock 1 ms before each."""
+    def run() -> int:
+        ins = w.insert
+        if timed:
+            adv = w.advance_time
+            now = 0
+            for t in tuples:
+                adv(now)
+                ins(t)
+                now += STEP_NS
+        else:
+            for t in tuples:
+                ins(t)
+        return 0
+    return run
+
+
+def rb_batch(w: StreamWindow[Tuple], batches: list[list[Tuple]], last_times: list[int],
+             timed: bool) -> Runner:
+    """(b): ``insert_batch`` per batch; time windows advance the clock once per batch."""
+    def run() -> int:
+        ins_batch = w.insert_batch
+        if timed:
+            adv = w.advance_time
+            for batch, now in zip(batches, last_times, strict=True):
+                adv(now)
+                ins_batch(batch)
+        else:
+            for batch in batches:
+                ins_batch(batch)
+        return 0
+    return run
+
+
+# ------------------------------------------------------ hand-written loops
+#
+# Each returns the number of windows it "emitted" (tumbles or triggers). A
+# partitioned loop keeps one state per key in a dict. Time is handled lazily:
+# a key's expired tuples / due tumbles are processed at its next arrival
+# (riverbed fires timers at their due time instead).
+
+
+def loop_tumbling_count(tuples: list[Tuple], n: int) -> int:
+    emitted = 0
+    buf: list[Tuple] = []
+    append = buf.append
+    clear = buf.clear
+    for t in tuples:
+        append(t)
+        if len(buf) == n:
+            emitted += 1
+            clear()
+    return emitted
+
+
+def loop_tumbling_count_p(tuples: list[Tuple], n: int) -> int:
+    emitted = 0
+    parts: defaultdict[Any, list[Tuple]] = defaultdict(list)
+    for t in tuples:
+        buf = parts[t["sensor"]]
+        buf.append(t)
+        if len(buf) == n:
+            emitted += 1
+            buf.clear()
+    return emitted
+
+
+def loop_sliding_count(tuples: list[Tuple], n: int, m: int) -> int:
+    """sliding, count(n), count(m): deque(maxlen=n) evicts the oldest; trigger every m."""
+    emitted = 0
+    win: deque[Tuple] = deque(maxlen=n)
+    append = win.append
+    c = 0
+    for t in tuples:
+        append(t)
+        c += 1
+        if c >= m:
+            c = 0
+            emitted += 1
+    return emitted
+
+
+def loop_sliding_count_p(tuples: list[Tuple], n: int, m: int) -> int:
+    """Per key: [deque(maxlen=n), trigger count]."""
+    emitted = 0
+    parts: dict[Any, list[Any]] = {}
+    get = parts.get
+    for t in tuples:
+        k = t["sensor"]
+        st = get(k)
+        if st is None:
+            st = parts[k] = [deque(maxlen=n), 0]
+        st[0].append(t)
+        c = st[1] + 1
+        if c >= m:
+            c = 0
+            emitted += 1
+        st[1] = c
+    return emitted
+
+
+def loop_sliding_time(tuples: list[Tuple], span_ns: int, m: int) -> int:
+    """sliding, time(T), count(m): evict while oldest arrival < now - T; trigger every m."""
+    emitted = 0
+    win: deque[tuple[int, Tuple]] = deque()
+    append = win.append
+    popleft = win.popleft
+    c = 0
+    now = 0
+    for t in tuples:
+        limit = now - span_ns
+        while win and win[0][0] < limit:
+            popleft()
+        append((now, t))
+        c += 1
+        if c >= m:
+            c = 0
+            emitted += 1
+        now += STEP_NS
+    return emitted
+
+
+def loop_sliding_time_p(tuples: list[Tuple], span_ns: int, m: int) -> int:
+    """Per key: [deque of (arrival, tuple), trigger count]."""
+    emitted = 0
+    parts: dict[Any, list[Any]] = {}
+    get = parts.get
+    now = 0
+    for t in tuples:
+        k = t["sensor"]
+        st = get(k)
+        if st is None:
+            st = parts[k] = [deque(), 0]
+            win = st[0]
+        else:
+            win = st[0]
+            limit = now - span_ns
+            while win and win[0][0] < limit:
+                win.popleft()
+        win.append((now, t))
+        c = st[1] + 1
+        if c >= m:
+            c = 0
+            emitted += 1
+        st[1] = c
+        now += STEP_NS
+    return emitted
+
+
+def loop_tumbling_time(tuples: list[Tuple], span_ns: int) -> int:
+    """tumbling, time(T): tumble (even empty) every T from activation at 0."""
+    emitted = 0
+    buf: list[Tuple] = []
+    append = buf.append
+    clear = buf.clear
+    deadline = span_ns
+    now = 0
+    for t in tuples:
+        if now >= deadline:
+            periods = (now - deadline) // span_ns + 1
+            emitted += periods
+            deadline += periods * span_ns
+            clear()
+        append(t)
+        now += STEP_NS
+    return emitted
+
+
+def loop_tumbling_time_p(tuples: list[Tuple], span_ns: int) -> int:
+    """Per key: [deadline, tuples]; a partition's period starts when it is created (Java)."""
+    emitted = 0
+    parts: dict[Any, list[Any]] = {}
+    get = parts.get
+    now = 0
+    for t in tuples:
+        k = t["sensor"]
+        st = get(k)
+        if st is None:
+            parts[k] = [now + span_ns, [t]]
+        else:
+            deadline = st[0]
+            if now >= deadline:
+                periods = (now - deadline) // span_ns + 1
+                emitted += periods
+                st[0] = deadline + periods * span_ns
+                st[1] = [t]
+            else:
+                st[1].append(t)
+        now += STEP_NS
+    return emitted
+
+
+def loop_tumbling_delta(tuples: list[Tuple], d: float) -> int:
+    """tumbling, delta(value, D): flush when value - oldest value > D."""
+    emitted = 0
+    buf: list[Tuple] = []
+    append = buf.append
+    clear = buf.clear
+    first = 0.0
+    for t in tuples:
+        v = t["value"]
+        if buf:
+            if v - first > d:
+                emitted += 1
+                clear()
+                first = v
+        else:
+            first = v
+        append(t)
+    return emitted
+
+
+def loop_tumbling_delta_p(tuples: list[Tuple], d: float) -> int:
+    """Per key: [oldest value, tuples] (a partition is never left empty once created)."""
+    emitted = 0
+    parts: dict[Any, list[Any]] = {}
+    get = parts.get
+    for t in tuples:
+        k = t["sensor"]
+        v = t["value"]
+        st = get(k)
+        if st is None:
+            parts[k] = [v, [t]]
+        elif v - st[0] > d:
+            emitted += 1
+            st[0] = v
+            st[1] = [t]
+        else:
+            st[1].append(t)
+    return emitted
+
+
+def loop_sliding_delta(tuples: list[Tuple], d: float, m: int) -> int:
+    """sliding, delta(value, D), count(m): evict while oldest value < value - D; trigger every m."""
+    emitted = 0
+    win: deque[tuple[float, Tuple]] = deque()
+    append = win.append
+    popleft = win.popleft
+    c = 0
+    for t in tuples:
+        v = t["value"]
+        limit = v - d
+        while win and win[0][0] < limit:
+            popleft()
+        append((v, t))
+        c += 1
+        if c >= m:
+            c = 0
+            emitted += 1
+    return emitted
+
+
+def loop_sliding_delta_p(tuples: list[Tuple], d: float, m: int) -> int:
+    """Per key: [deque of (value, tuple), trigger count]."""
+    emitted = 0
+    parts: dict[Any, list[Any]] = {}
+    get = parts.get
+    for t in tuples:
+        k = t["sensor"]
+        v = t["value"]
+        st = get(k)
+        if st is None:
+            st = parts[k] = [deque(), 0]
+            win = st[0]
+        else:
+            win = st[0]
+            limit = v - d
+            while win and win[0][0] < limit:
+                win.popleft()
+        win.append((v, t))
+        c = st[1] + 1
+        if c >= m:
+            c = 0
+            emitted += 1
+        st[1] = c
+    return emitted
+
+
+# ------------------------------------------------------------- workloads
+
+LoopFn = Callable[[list[Tuple]], int]
+
+
+@dataclass(frozen=True)
+class Workload:
+    clause: str
+    timed: bool  # the clock moves 1 ms per tuple
+    loop: LoopFn  # unpartitioned hand loop
+    loop_p: LoopFn  # partitioned hand loop
+
+
+WORKLOADS = [
+    Workload("tumbling, count(100)", False,
+             lambda ts: loop_tumbling_count(ts, 100), lambda ts: loop_tumbling_count_p(ts, 100)),
+    Workload("sliding, count(100)", False,
+             lambda ts: loop_sliding_count(ts, 100, 1), lambda ts: loop_sliding_count_p(ts, 100, 1)),
+    Workload("sliding, count(100), count(100)", False,
+             lambda ts: loop_sliding_count(ts, 100, 100), lambda ts: loop_sliding_count_p(ts, 100, 100)),
+    Workload("sliding, time(1.0), count(1000)", True,
+             lambda ts: loop_sliding_time(ts, SECOND_NS, 1000),
+             lambda ts: loop_sliding_time_p(ts, SECOND_NS, 1000)),
+    Workload("tumbling, time(1.0)", True,
+             lambda ts: loop_tumbling_time(ts, SECOND_NS), lambda ts: loop_tumbling_time_p(ts, SECOND_NS)),
+    Workload("tumbling, delta(value, 5.0)", False,
+             lambda ts: loop_tumbling_delta(ts, 5.0), lambda ts: loop_tumbling_delta_p(ts, 5.0)),
+    Workload("sliding, delta(value, 5.0), count(100)", False,
+             lambda ts: loop_sliding_delta(ts, 5.0, 100), lambda ts: loop_sliding_delta_p(ts, 5.0, 100)),
+]
+
+
+# ---------------------------------------------------------------- timing
+
+
+def best_of(repeat: int, prepare: Callable[[], Runner]) -> tuple[float, int]:
+    """Best wall time of ``repeat`` runs; ``prepare`` (untimed) builds a fresh runner each time."""
+    best = float("inf")
+    result = 0
+    for _ in range(repeat):
+        run = prepare()
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = perf_counter()
+            result = run()
+            elapsed = perf_counter() - t0
+        finally:
+            gc.enable()
+        best = min(best, elapsed)
+    return best, result
+
+
+@dataclass
+class Result:
+    name: str
+    partitioned: bool
+    a: float  # tuples/s
+    b: float
+    c: float
+    d: float
+    events: int  # events the listener saw in (c)
+    emitted: int  # windows the hand loop emitted
+
+    @property
+    def ratio_a(self) -> float:
+        return self.d / self.a
+
+    @property
+    def ratio_b(self) -> float:
+        return self.d / self.b
+
+    @property
+    def ratio_c(self) -> float:
+        return self.d / self.c
+
+
+def bench_workload(wl: Workload, partitioned: bool, tuples: list[Tuple], batches: list[list[Tuple]],
+                   last_times: list[int], repeat: int) -> Result:
+    clause = wl.clause + (", partitioned" if partitioned else "")
+    partition_by = "sensor" if partitioned else None
+    n = len(tuples)
+
+    def fresh() -> StreamWindow[Tuple]:
+        w: StreamWindow[Tuple] = StreamWindow(clause, partition_by=partition_by)
+        w.activate(0)
+        return w
+
+    def prep_a() -> Runner:
+        return rb_insert(fresh(), tuples, wl.timed)
+
+    def prep_b() -> Runner:
+        return rb_batch(fresh(), batches, last_times, wl.timed)
+
+    def prep_c() -> Runner:
+        w = fresh()
+        box = [0]
+
+        def listener(_event: object) -> None:
+            box[0] += 1
+
+        w.register_listener(listener)
+        inner = rb_insert(w, tuples, wl.timed)
+
+        def run() -> int:
+            inner()
+            return box[0]
+        return run
+
+    loop = wl.loop_p if partitioned else wl.loop
+
+    def prep_d() -> Runner:
+        return lambda: loop(tuples)
+
+    ta, _ = best_of(repeat, prep_a)
+    tb, _ = best_of(repeat, prep_b)
+    tc, events = best_of(repeat, prep_c)
+    td, emitted = best_of(repeat, prep_d)
+    return Result(wl.clause, partitioned, n / ta, n / tb, n / tc, n / td, events, emitted)
+
+
+# ---------------------------------------------------------------- output
+
+NAME_W = 42
+COLS = ("(a) insert", "(b) batch", "(c) listener", "(d) loop", "a/d", "b/d", "c/d", "ev/tuple")
+
+
+def header_line() -> str:
+    return (f"{'workload':<{NAME_W}} {COLS[0]:>12} {COLS[1]:>12} {COLS[2]:>12} {COLS[3]:>12} "
+            f"{COLS[4]:>6} {COLS[5]:>6} {COLS[6]:>6} {COLS[7]:>8}")
+
+
+def label(r: Result) -> str:
+    return r.name + (" [P]" if r.partitioned else "")
+
+
+def row_line(r: Result, n: int) -> str:
+    name = label(r)
+    return (f"{name:<{NAME_W}} {r.a:>12,.0f} {r.b:>12,.0f} {r.c:>12,.0f} {r.d:>12,.0f} "
+            f"{r.ratio_a:>5.1f}x {r.ratio_b:>5.1f}x {r.ratio_c:>5.1f}x {r.events / n:>8.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--n", type=int, default=DEFAULT_N,
+                        help=f"tuples per run (default {DEFAULT_N:_})")
+    parser.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
+                        help=f"runs per measurement, best is kept (default {DEFAULT_REPEAT})")
+    args = parser.parse_args(argv)
+    n, repeat = args.n, args.repeat
+    if n < 1 or repeat < 1:
+        parser.error("--n and --repeat must be >= 1")
+
+    started = perf_counter()
+    print("riverbed StreamWindow throughput vs a hand-written dict + deque loop")
+    print(f"Python {platform.python_implementation()} {sys.version.split()[0]} on {platform.machine()}, "
+          f"{os.cpu_count()} CPUs")
+    print(f"N = {n:,} tuples per run (default {DEFAULT_N:,}), best of {repeat}; batches of {BATCH}; "
+          f"partitioned variants [P] over {KEYS} random keys (seed {SEED}); java flavor")
+    print("rates in tuples/s; a/d, b/d, c/d = loop rate / riverbed rate (x slower than the loop); "
+          "ev/tuple = listener events per tuple in (c)")
+    print()
+
+    results: list[Result] = []
+    for partitioned in (False, True):
+        tuples = make_tuples(n, partitioned)
+        batches, last_times = make_batches(tuples)
+        print("partitioned over 1000 keys ([P])" if partitioned else "unpartitioned")
+        print(header_line())
+        for wl in WORKLOADS:
+            r = bench_workload(wl, partitioned, tuples, batches, last_times, repeat)
+            results.append(r)
+            print(row_line(r, n), flush=True)
+        print()
+        del tuples, batches, last_times
+
+    ra = [r.ratio_a for r in results]
+    rb = [r.ratio_b for r in results]
+    worst_a = max(results, key=lambda r: r.ratio_a)
+    worst_b = max(results, key=lambda r: r.ratio_b)
+    print("notes: time workloads advance the clock 1 ms per tuple; in (b) the clock is advanced once per "
+          f"batch, to the batch's last tuple time,\n       so the {BATCH} tuples of a batch share one "
+          "arrival time (grouped arrivals). Hand loops process time lazily, at a key's next arrival.")
+    print(f"summary: x slower than the loop: (a) insert worst {max(ra):.1f}x ({label(worst_a)}), "
+          f"median {statistics.median(ra):.1f}x; (b) insert_batch worst {max(rb):.1f}x ({label(worst_b)}), "
+          f"median {statistics.median(rb):.1f}x  [total {perf_counter() - started:.0f} s]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
