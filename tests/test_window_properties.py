@@ -176,3 +176,25 @@ def test_tumbling_delta_starts_a_window_when_the_oldest_is_exceeded(bound: int, 
     assert flushed == expected
     assert json.loads(json.dumps(window.snapshot()))["partitions"][0]["tuples"] == [
         {"id": j, "v": v} for j, v in current]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["java", "cpp"]).flatmap(lambda f: st.tuples(st.just(f), clauses(f))),
+       st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 12)), max_size=60),
+       st.booleans())
+def test_insert_batch_equals_one_by_one(flavor_clause: tuple[str, str], rows: list[tuple[str, int]],
+                                        listen: bool) -> None:
+    flavor, clause = flavor_clause
+    one, many = _build(clause, flavor), _build(clause, flavor)
+    rec_one, rec_many = Recorder(one), Recorder(many)
+    if listen:
+        one.register_listener(rec_one)
+        many.register_listener(rec_many)
+    for w in (one, many):
+        w.activate(0)
+    tuples = [{"id": i, "k": k, "v": v} for i, (k, v) in enumerate(rows)]
+    for t in tuples:
+        one.insert(t)
+    many.insert_batch(tuples)
+    assert rec_one.events == rec_many.events
+    assert one.snapshot() == many.snapshot()

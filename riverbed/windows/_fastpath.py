@@ -210,3 +210,57 @@ def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
         return None
 
     return insert
+
+
+def compile_batch(w: StreamWindow[Any], insert: Insert) -> Callable[[Any], None] | None:
+    """A batch insert for count windows: with no listener, the per-tuple work is inlined.
+
+    With a listener registered the batch falls back to ``insert`` per tuple,
+    so events stay exactly those of one-by-one insertion.
+    """
+    spec = w.spec
+    ev, tr = spec.eviction, spec.trigger
+    if w._evictor is not None or not isinstance(ev, Count) or ev.size == 0:
+        return None
+    if spec.type is WindowType.SLIDING and not isinstance(tr, Count):
+        return None
+    single, key_of, parts = _locator(w)
+    listeners = w._listeners
+    flush = w._flush
+    size = ev.size
+    sliding = spec.type is WindowType.SLIDING
+    every = tr.size if isinstance(tr, Count) else 0
+
+    def batch(tuples_in: Any) -> None:
+        if listeners:
+            for t in tuples_in:
+                insert(t)
+            return
+        get = parts.get
+        for t in tuples_in:
+            if single is not None:
+                part = single
+            else:
+                try:
+                    part = get(key_of(t))
+                except Exception:
+                    insert(t)  # the generic path raises the right error
+                    continue
+                if part is None:
+                    insert(t)
+                    continue
+            tuples = part.tuples
+            if sliding:
+                if len(tuples) >= size:
+                    tuples.popleft()
+                tuples.append(t)
+                if not part.seen_full and len(tuples) == size:
+                    part.seen_full = True
+                count = part.trigger_count + 1
+                part.trigger_count = 0 if count >= every else count
+            else:
+                tuples.append(t)
+                if len(tuples) == size:
+                    flush(part)
+
+    return batch

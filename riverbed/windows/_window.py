@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 from ._delta import bound_for, delta_kind_for_type, make_reader
 from ._errors import WindowStateError, WindowTupleError
 from ._events import EventType, Listener, StreamWindowEvent
-from ._fastpath import compile_insert
+from ._fastpath import compile_batch, compile_insert
 from ._flavor import Flavor, FlavorRules, rules_for
 from ._partition import Partition
 from ._partition_eviction import PartitionEvictor, make_partition_evictor
@@ -421,6 +421,8 @@ class StreamWindow(Generic[T]):
         """Pick the insert function: a specialised one while active and open, else the generic."""
         fast = compile_insert(self) if self._active and not self._final and self._use_fast else None
         self._insert = fast if fast is not None else self._insert_generic
+        batch = compile_batch(self, self._insert) if fast is not None else None
+        self._insert_many = batch if batch is not None else self._insert_each
 
     def _insert_generic(self, t: T) -> None:
         if self._final:
@@ -479,6 +481,9 @@ class StreamWindow(Generic[T]):
 
     def insert_batch(self, tuples: Iterable[T]) -> None:
         """Insert many tuples; same events as inserting them one by one."""
+        self._insert_many(tuples)
+
+    def _insert_each(self, tuples: Iterable[T]) -> None:
         insert = self._insert
         for t in tuples:
             insert(t)
