@@ -75,8 +75,6 @@ def _seconds_to_ns(value: Any, where: str) -> int:
 
 @dataclass
 class _Replay:
-    case: Mapping[str, Any]
-    flavor: str
     window: StreamWindow[dict[str, Any]]
     out: list[dict[str, Any]]
     b_convention: bool
@@ -155,7 +153,7 @@ def run_case(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, An
     except WindowError as exc:
         raise TraceError(f"case {name}: {exc}") from None
     out: list[dict[str, Any]] = []
-    replay = _Replay(case, flavor, window, out, "order" in case, make_window)
+    replay = _Replay(window, out, "order" in case, make_window)
     window.register_listener(replay.on_event)
     window.activate(0)
     for index, step in enumerate(case.get("steps", [])):

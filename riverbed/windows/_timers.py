@@ -74,6 +74,3 @@ class TimerQueue:
         for timer in self._heap:
             timer.alive = False
         self._heap.clear()
-
-    def __len__(self) -> int:
-        return sum(1 for t in self._heap if t.alive)
