@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from ._delta import bound_for, delta_kind_for_type, make_reader
-from ._errors import WindowStateError, WindowTupleError
+from ._errors import WindowClauseError, WindowStateError, WindowTupleError
 from ._events import EventType, Listener, StreamWindowEvent
 from ._fastpath import compile_batch, compile_insert
 from ._flavor import Flavor, FlavorRules, rules_for
@@ -97,6 +97,10 @@ class StreamWindow(Generic[T]):
             from ._clause import parse_window_clause
 
             spec = parse_window_clause(spec)
+        if not isinstance(spec, WindowSpec):
+            raise WindowClauseError(
+                f"{spec.clause()}: a timeInterval window is an event-time window; build it "
+                "with TimeIntervalWindow (or riverbed.windows.make_window)")
         self.spec: WindowSpec = spec
         self.rules: FlavorRules = rules_for(flavor)
         rules = self.rules
