@@ -27,6 +27,7 @@ steps there would split what the case merges.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,15 +35,22 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .windows import (
+    EVENT_TIME_MAX,
     EventType,
+    PaneEvent,
     StreamWindow,
     StreamWindowEvent,
     Time,
+    TimeIntervalSpec,
+    TimeIntervalWindow,
     WindowError,
     WindowType,
     parse_window_clause,
+    seconds_to_ns,
 )
 from .windows._policy import NS_PER_SECOND
+
+AnyWindow = StreamWindow[dict[str, Any]] | TimeIntervalWindow[dict[str, Any]]
 
 __all__ = ["TraceError", "load_cases", "main", "run_case"]
 
@@ -73,12 +81,21 @@ def _seconds_to_ns(value: Any, where: str) -> int:
     return round(value * NS_PER_SECOND)
 
 
+def _event_seconds_to_ns(value: Any, where: str) -> int:
+    """Event times and watermarks: float seconds to a timestamp as SPL's ``timestamp(double)`` does."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TraceError(f"{where}: expected seconds as a number, got {value!r}")
+    if not math.isfinite(value):
+        raise TraceError(f"{where}: expected a finite number of seconds, got {value!r}")
+    return seconds_to_ns(value)
+
+
 @dataclass
 class _Replay:
-    window: StreamWindow[dict[str, Any]]
+    window: AnyWindow
     out: list[dict[str, Any]]
     b_convention: bool
-    make_window: Callable[[], StreamWindow[dict[str, Any]]]
+    make_window: Callable[[], AnyWindow]
     step: int = -1
     cause: str = "activation"
     checkpoints: dict[str, Any] = field(default_factory=dict)
@@ -93,11 +110,17 @@ class _Replay:
         }
         if self.b_convention:
             record["step"] = self.step
-        if self._wants_at(event):
+        if isinstance(event, PaneEvent):
+            record["pane"] = [event.interval_start / NS_PER_SECOND, event.interval_end / NS_PER_SECOND]
+            if event.type is EventType.TRIGGER:
+                record["pane_timing"] = event.pane_timing.value
+                record["pane_index"] = event.pane_index
+        elif self._wants_at(event):
             record["at"] = self.window.now / NS_PER_SECOND
         self.out.append(record)
 
     def _wants_at(self, event: StreamWindowEvent[dict[str, Any]]) -> bool:
+        assert isinstance(self.window, StreamWindow)
         spec = self.window.spec
         sliding_time_eviction = (event.type is EventType.EVICTION and spec.type is WindowType.SLIDING
                                  and isinstance(spec.eviction, Time))
@@ -136,17 +159,17 @@ def run_case(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, An
     clause = case.get("window")
     if not isinstance(clause, str):
         raise TraceError(f"case {name}: 'window' must be the SPL clause text")
-    if clause.strip().startswith("timeInterval"):
-        raise TraceError(f"case {name}: timeInterval (event-time) windows cannot be traced by this "
-                         "version of riverbed")
     schema = case.get("schema") or {}
     partition_by = case.get("partition_by")
     try:
         spec = parse_window_clause(clause)
 
-        def make_window() -> StreamWindow[dict[str, Any]]:
+        def make_window() -> AnyWindow:
+            key = partition_by if spec.partitioned else None
+            if isinstance(spec, TimeIntervalSpec):
+                return TimeIntervalWindow(spec, flavor=flavor, partition_by=key)
             return StreamWindow(
-                spec, flavor=flavor, partition_by=partition_by if spec.partitioned else None,
+                spec, flavor=flavor, partition_by=key,
                 attribute_types=schema, default_partition=_default_key(schema, partition_by))
 
         window = make_window()
@@ -154,7 +177,7 @@ def run_case(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, An
         raise TraceError(f"case {name}: {exc}") from None
     out: list[dict[str, Any]] = []
     replay = _Replay(window, out, "order" in case, make_window)
-    window.register_listener(replay.on_event)
+    _listen(window, replay.on_event)
     window.activate(0)
     for index, step in enumerate(case.get("steps", [])):
         replay.step = index
@@ -166,6 +189,14 @@ def run_case(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, An
         except WindowError as exc:
             raise TraceError(f"{where}: {exc}") from None
     return out
+
+
+def _listen(window: AnyWindow, listener: Callable[[StreamWindowEvent[dict[str, Any]]], None]) -> None:
+    if isinstance(window, TimeIntervalWindow):
+        # The cases record pane events only, not the per-pane INSERTIONs.
+        window.register_listener(listener, (EventType.INITIAL_FULL, EventType.TRIGGER, EventType.CLOSE))
+    else:
+        window.register_listener(listener)
 
 
 def _apply(replay: _Replay, step: Mapping[str, Any], schema: Mapping[str, str], where: str) -> None:
@@ -189,7 +220,7 @@ def _apply(replay: _Replay, step: Mapping[str, Any], schema: Mapping[str, str], 
             # A new PE instance: what it raises on its own before the reset is not expected.
             replay.stopped = False
             fresh = replay.make_window()
-            fresh.register_listener(replay.on_event)
+            _listen(fresh, replay.on_event)
             replay.step -= 1
             fresh.activate(replay.clock)
             replay.step += 1
@@ -197,10 +228,24 @@ def _apply(replay: _Replay, step: Mapping[str, Any], schema: Mapping[str, str], 
         replay.cause = "reset"
         window.reset(None if name is None else replay.checkpoints[str(name)])
     elif "tuple" in step:
-        if "event_time" in step:
-            raise TraceError(f"{where}: tuples with event_time need a timeInterval window")
         replay.cause = "tuple"
-        window.insert(_tuple_of(step, schema, where))
+        tup = _tuple_of(step, schema, where)
+        if isinstance(window, TimeIntervalWindow):
+            if "event_time" not in step:
+                raise TraceError(f"{where}: a tuple for a timeInterval window needs 'event_time'")
+            window.insert(tup, _event_seconds_to_ns(step["event_time"], f"{where}: event_time"))
+        elif "event_time" in step:
+            raise TraceError(f"{where}: tuples with event_time need a timeInterval window")
+        else:
+            window.insert(tup)
+    elif "watermark" in step:
+        replay.cause = "watermark"
+        value = step["watermark"]
+        if not isinstance(window, TimeIntervalWindow):
+            raise TraceError(f"{where}: watermarks drive timeInterval windows only; this window "
+                             "is not one")
+        window.watermark(EVENT_TIME_MAX if value == "max"
+                         else _event_seconds_to_ns(value, f"{where}: watermark"))
     elif "at" in step:
         replay.cause = "timer"
         window.advance_time(_seconds_to_ns(step["at"], where))
@@ -212,12 +257,10 @@ def _apply(replay: _Replay, step: Mapping[str, Any], schema: Mapping[str, str], 
         window.punctuate(kind)
     elif "evict_partition" in step:
         replay.cause = "evict_partition"
+        if isinstance(window, TimeIntervalWindow):
+            raise TraceError(f"{where}: timeInterval windows have no evict_partition")
         window.evict_partition(step["evict_partition"])
     else:
-        known = ("watermark",)
-        kind = next((k for k in step if k in known), None)
-        if kind is not None:
-            raise TraceError(f"{where}: the {kind!r} step is not supported by this version of riverbed")
         raise TraceError(f"{where}: unknown step {json.dumps(step)}; expected one of tuple, at, "
                          "punct, evict_partition, watermark, checkpoint, reset, restart")
 

@@ -1,33 +1,49 @@
-"""SPL windows for Python: tumbling, sliding and partitioned, exactly as IBM Streams.
+"""SPL windows for Python: tumbling, sliding, partitioned and timeInterval, exactly as IBM Streams.
 
 Pure and synchronous: no asyncio, no I/O, no clock. A host drives a
-`StreamWindow` (insert, punctuation, time advance) and it raises
-`StreamWindowEvent`s to its listeners in the order IBM's runtime does.
+`StreamWindow` (insert, punctuation, time advance) or a `TimeIntervalWindow`
+(insert, watermark) and it raises `StreamWindowEvent`s to its listeners in
+the order IBM's runtime does. `make_window` builds either from a clause.
 """
 
 from ._clause import parse_window_clause
-from ._errors import SnapshotError, WindowClauseError, WindowError, WindowStateError, WindowTupleError
-from ._events import EventType, StreamWindowEvent, StreamWindowListener
+from ._errors import (
+    SnapshotError,
+    WatermarkError,
+    WindowClauseError,
+    WindowError,
+    WindowStateError,
+    WindowTupleError,
+)
+from ._events import EventType, PaneEvent, PaneTiming, StreamWindowEvent, StreamWindowListener
+from ._factory import make_window
 from ._flavor import Flavor
 from ._policy import (
+    EVENT_TIME_MAX,
     Count,
     Delta,
     PartitionAge,
     PartitionCount,
     Punct,
     Time,
+    TimeIntervalSpec,
     TupleCount,
     WindowSpec,
     WindowType,
     seconds_to_ns,
+    seconds_to_ticks,
 )
+from ._time_interval import TimeIntervalWindow
 from ._window import StreamWindow
 
 __all__ = [
+    "EVENT_TIME_MAX",
     "Count",
     "Delta",
     "EventType",
     "Flavor",
+    "PaneEvent",
+    "PaneTiming",
     "PartitionAge",
     "PartitionCount",
     "Punct",
@@ -36,13 +52,18 @@ __all__ = [
     "StreamWindowEvent",
     "StreamWindowListener",
     "Time",
+    "TimeIntervalSpec",
+    "TimeIntervalWindow",
     "TupleCount",
+    "WatermarkError",
     "WindowClauseError",
     "WindowError",
     "WindowSpec",
     "WindowStateError",
     "WindowTupleError",
     "WindowType",
+    "make_window",
     "parse_window_clause",
     "seconds_to_ns",
+    "seconds_to_ticks",
 ]

@@ -7,6 +7,8 @@ The grammar (IBM Streams SPL reference, window clause)::
     evict     := count(N) | time(T) | delta(attr, D) | punct()     (punct: tumbling only)
     trigger   := count(N) | time(T) | delta(attr, D)
     part      := 'partitioned' [',' partitionAge(T) | partitionCount(N) | tupleCount(N)]
+    clause    := 'timeInterval' ',' intervalDuration(D) {',' creationPeriod(P)
+                 | discardAge(A) | intervalOffset(O)} [',' 'partitioned']
 
 Errors quote the clause with a caret under the offending part and say what
 would be valid there.
@@ -26,6 +28,7 @@ from ._policy import (
     PartitionCount,
     Punct,
     Time,
+    TimeIntervalSpec,
     TupleCount,
     WindowSpec,
     WindowType,
@@ -38,6 +41,12 @@ _ITEM = re.compile(r"\s*([A-Za-z_]\w*)\s*(\((.*)\))?\s*$", re.DOTALL)
 
 _POLICIES = ("count", "time", "delta", "punct")
 _PARTITION_POLICIES = ("partitionAge", "partitionCount", "tupleCount")
+_INTERVAL_OPTIONS = {
+    "intervalDuration": "duration",
+    "creationPeriod": "period",
+    "discardAge": "discard_age",
+    "intervalOffset": "offset",
+}
 _EVICT_HELP = "count(N), time(T), delta(attribute, D) or punct()"
 _TRIGGER_HELP = "count(N), time(T) or delta(attribute, D)"
 
@@ -194,21 +203,18 @@ def _partition_policy(clause: str, item: _Item) -> PartitionAge | PartitionCount
         clause, item.start, len(item.text))
 
 
-def parse_window_clause(clause: str) -> WindowSpec:
-    """Parse SPL window clause text into a `WindowSpec`.
+def parse_window_clause(clause: str) -> WindowSpec | TimeIntervalSpec:
+    """Parse SPL window clause text into a `WindowSpec` or, for ``timeInterval``, a `TimeIntervalSpec`.
 
     Raises `WindowClauseError` quoting the clause and pointing at the
-    offending part. ``timeInterval`` clauses are event-time windows; they are
-    parsed by `parse_window` in `riverbed.windows`, not here.
+    offending part.
     """
     if not isinstance(clause, str):
         raise WindowClauseError(f"a window clause must be text, got {type(clause).__name__}")
     items = [_item(clause, text, offset) for text, offset in _split_top_level(clause)]
     head = items[0]
-    if head.name == "timeInterval":
-        raise WindowClauseError(
-            "timeInterval (event-time) windows are not supported by this version of riverbed; "
-            "use a tumbling or sliding window", clause, head.start, len(head.text))
+    if head.name == "timeInterval" and head.args is None:
+        return _time_interval(clause, items[1:])
     if head.name not in ("tumbling", "sliding") or head.args is not None:
         raise WindowClauseError(
             f"a window clause starts with 'tumbling' or 'sliding', not {head.text!r}"
@@ -265,3 +271,50 @@ def parse_window_clause(clause: str) -> WindowSpec:
         raise WindowClauseError(f"unexpected {item.text!r} after the end of the clause",
                                 clause, item.start, len(item.text))
     return WindowSpec(wtype, eviction, trigger, partitioned, partition_eviction)
+
+
+def _time_interval(clause: str, items: list[_Item]) -> TimeIntervalSpec:
+    """The options of a timeInterval clause, each at most once, then optionally 'partitioned'."""
+    values: dict[str, float] = {}
+    partitioned = False
+    for index, item in enumerate(items):
+        if item.name == "partitioned" and item.args is None:
+            if index != len(items) - 1:
+                nxt = items[index + 1]
+                if nxt.name in _PARTITION_POLICIES:
+                    raise _no_partition_eviction(clause, nxt)
+                raise WindowClauseError(f"unexpected {nxt.text!r} after 'partitioned': it ends the "
+                                        "clause", clause, nxt.start, len(nxt.text))
+            partitioned = True
+            break
+        if item.name in _PARTITION_POLICIES:
+            raise _no_partition_eviction(clause, item)
+        field = _INTERVAL_OPTIONS.get(item.name)
+        if field is None:
+            raise WindowClauseError(
+                f"unknown timeInterval option {item.text!r}"
+                f"{_suggest(item.name, (*_INTERVAL_OPTIONS, 'partitioned'))}; expected "
+                "intervalDuration(D), creationPeriod(P), discardAge(A), intervalOffset(O) "
+                "or partitioned", clause, item.start, len(item.text))
+        if field in values:
+            raise WindowClauseError(f"{item.name} is given twice", clause, item.start, len(item.text))
+        (arg,) = _arity(clause, item, 1, f"{item.name}(seconds)")
+        values[field] = _number(clause, item, arg, "the value in seconds")
+    if "duration" not in values:
+        end = len(clause.rstrip())
+        raise WindowClauseError("timeInterval needs intervalDuration(D): the length of each pane "
+                                "in seconds", clause, end)
+    try:
+        return TimeIntervalSpec(partitioned=partitioned, **values)
+    except WindowClauseError as exc:
+        # Point at the option whose value is wrong: the spec names it first in its message.
+        for item in items:
+            if exc.reason.startswith(f"{item.name}("):
+                raise WindowClauseError(exc.reason, clause, item.start, len(item.text)) from None
+        raise WindowClauseError(exc.reason, clause) from None
+
+
+def _no_partition_eviction(clause: str, item: _Item) -> WindowClauseError:
+    return WindowClauseError(
+        f"{item.text}: timeInterval windows have no partition eviction policy; panes are "
+        "discarded when they close (see discardAge)", clause, item.start, len(item.text))

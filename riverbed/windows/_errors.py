@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "SnapshotError",
+    "WatermarkError",
     "WindowClauseError",
     "WindowError",
     "WindowStateError",
@@ -57,3 +58,11 @@ class WindowStateError(WindowError, RuntimeError):
 
 class SnapshotError(WindowError, ValueError):
     """A snapshot cannot be restored: corrupt, foreign, or for another window."""
+
+
+class WatermarkError(WindowError, ValueError):
+    """A watermark value is not a valid event time (not an integer, out of range).
+
+    A watermark that is valid but does not advance is not an error: SPL
+    ignores it (rule E11) and so do we.
+    """

@@ -15,9 +15,10 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from ._time_interval import TimeIntervalWindow
     from ._window import StreamWindow
 
-__all__ = ["EventType", "StreamWindowEvent", "StreamWindowListener"]
+__all__ = ["EventType", "PaneEvent", "PaneTiming", "StreamWindowEvent", "StreamWindowListener"]
 
 T = TypeVar("T")
 
@@ -27,7 +28,9 @@ class EventType(Enum):
 
     ``EMPTY_WINDOW_PUNCT`` exists only in the ``cpp`` flavor: IBM's C++ window
     raises it instead of a flush when a window mark reaches a ``punct()``
-    window in which no partition holds a tuple.
+    window in which no partition holds a tuple. ``CLOSE`` exists only for
+    timeInterval windows (C++ ``beforeWindowCloseEvent``): a pane partition is
+    about to be discarded.
     """
 
     INSERTION = "INSERTION"
@@ -37,6 +40,21 @@ class EventType(Enum):
     FINAL = "FINAL"
     PARTITION_EVICTION = "PARTITION_EVICTION"
     EMPTY_WINDOW_PUNCT = "EMPTY_WINDOW_PUNCT"
+    CLOSE = "CLOSE"
+
+
+class PaneTiming(Enum):
+    """When a timeInterval pane fires relative to its completion (SPL ``Sys.PaneTiming``).
+
+    With SPL's default trigger a pane first fires when the watermark passes
+    its end (``ON_COMPLETE``), then again for late data (``LATE``). ``EARLY``
+    is what the pane reports before it completes, e.g. during its
+    INITIAL_FULL event, exactly as IBM's runtime does.
+    """
+
+    EARLY = "early"
+    ON_COMPLETE = "on_time"
+    LATE = "late"
 
 
 class StreamWindowEvent(Generic[T]):
@@ -53,8 +71,8 @@ class StreamWindowEvent(Generic[T]):
 
     Type = EventType
 
-    def __init__(self, window: StreamWindow[T], type: EventType, partition: Hashable | None,
-                 tuples: Sequence[T]) -> None:
+    def __init__(self, window: StreamWindow[T] | TimeIntervalWindow[T], type: EventType,
+                 partition: Hashable | None, tuples: Sequence[T]) -> None:
         self.window = window
         self.type = type
         self.partition = partition
@@ -76,3 +94,35 @@ class StreamWindowListener(Protocol):
 
 
 Listener = StreamWindowListener | Callable[[StreamWindowEvent[T]], None]
+
+
+class PaneEvent(StreamWindowEvent[T]):
+    """An event of one partition of one timeInterval pane.
+
+    Besides the partition's tuples in the pane (arrival order), it carries
+    what SPL's ``intervalStart()``, ``intervalEnd()``, ``paneIndex()`` and
+    ``paneTiming()`` report during the event: the pane bounds in event-time
+    ticks (``[interval_start, interval_end)``), the 0-based count of the
+    pane's trigger rounds so far (shared by its partitions) and its timing.
+    """
+
+    __slots__ = ("interval_end", "interval_start", "pane_index", "pane_timing")
+
+    def __init__(self, window: TimeIntervalWindow[T], type: EventType, partition: Hashable | None,
+                 tuples: Sequence[T], *, interval_start: int, interval_end: int,
+                 pane_index: int, pane_timing: PaneTiming) -> None:
+        super().__init__(window, type, partition, tuples)
+        self.interval_start = interval_start
+        self.interval_end = interval_end
+        self.pane_index = pane_index
+        self.pane_timing = pane_timing
+
+    @property
+    def pane(self) -> tuple[int, int]:
+        """The pane interval ``(start, end)`` in ticks, start included, end excluded."""
+        return self.interval_start, self.interval_end
+
+    def __repr__(self) -> str:
+        return (f"PaneEvent({self.type.name}, pane=[{self.interval_start}, {self.interval_end}), "
+                f"partition={self.partition!r}, index={self.pane_index}, "
+                f"timing={self.pane_timing.name}, tuples={list(self.tuples)!r})")

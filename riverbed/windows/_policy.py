@@ -29,10 +29,12 @@ __all__ = [
     "PartitionCount",
     "Punct",
     "Time",
+    "TimeIntervalSpec",
     "TupleCount",
     "WindowSpec",
     "WindowType",
     "seconds_to_ns",
+    "seconds_to_ticks",
 ]
 
 NS_PER_SECOND = 1_000_000_000
@@ -261,3 +263,105 @@ class WindowSpec:
         """True when a policy follows the host's clock (time policies, partitionAge)."""
         return (isinstance(self.eviction, Time) or isinstance(self.trigger, Time)
                 or isinstance(self.partition_eviction, PartitionAge))
+
+
+EVENT_TIME_MAX = 2**63 - 1
+"""The largest event time and watermark, in ticks: the ``"max"`` watermark.
+
+IBM's maximum watermark is ``timestamp::max()``; we bound event times by the
+int64 range of ticks instead (year 2262 in nanoseconds), which keeps every
+value storable by msgpack and by Spark's long columns.
+"""
+
+EVENT_TIME_MIN = -(2**63)
+
+_TICKS_PER_SECOND = {"ns": NS_PER_SECOND, "us": 1_000_000, "ms": 1_000}
+
+
+def seconds_to_ticks(seconds: float, resolution: str = "ns") -> int:
+    """Convert clause seconds to event-time ticks as SPL does (``EventTime::fromTimestamp``).
+
+    The float becomes a timestamp by truncation (`seconds_to_ns`), then whole
+    ticks of the resolution, truncated again: ``1.0005`` s is 1000 ms.
+    """
+    return seconds_to_ns(seconds) // (NS_PER_SECOND // _ticks_per_second(resolution))
+
+
+def _ticks_per_second(resolution: str) -> int:
+    per_second = _TICKS_PER_SECOND.get(resolution)
+    if per_second is None:
+        raise WindowClauseError(f"event-time resolution {resolution!r}: expected 'ns', 'us' or 'ms'")
+    return per_second
+
+
+@dataclass(frozen=True, slots=True)
+class TimeIntervalSpec:
+    """``timeInterval, intervalDuration(D) [, creationPeriod(P)] [, discardAge(A)] [, intervalOffset(O)]``.
+
+    An event-time window: panes ``[N*P + O, N*P + O + D)`` for every integer
+    N, filled by event time and completed, re-triggered and closed by
+    watermarks (`TimeIntervalWindow`). Omitted values default as SPL's
+    compiler does: ``P = D``, ``A = 0``, ``O = 0``. All in seconds, converted
+    to integer ticks once; the offset is reduced modulo the period after that
+    conversion, as IBM's window options do (``intervalOffset(13)`` with period
+    10 is the window of ``intervalOffset(3)``).
+    """
+
+    duration: float
+    period: float | None = None
+    discard_age: float = 0.0
+    offset: float = 0.0
+    partitioned: bool = False
+
+    def __post_init__(self) -> None:
+        d = _check_number(self.duration, f"intervalDuration({self.duration!r})")
+        if d <= 0 or seconds_to_ns(d) <= 0:
+            raise WindowClauseError(
+                f"intervalDuration({self.duration!r}): the pane duration must be > 0 seconds")
+        if self.period is None:
+            object.__setattr__(self, "period", self.duration)
+        p = _check_number(self.period, f"creationPeriod({self.period!r})")
+        if p <= 0 or seconds_to_ns(p) <= 0:
+            raise WindowClauseError(
+                f"creationPeriod({self.period!r}): the period between pane starts must be > 0 seconds")
+        if _check_number(self.discard_age, f"discardAge({self.discard_age!r})") < 0:
+            raise WindowClauseError(f"discardAge({self.discard_age!r}): must be >= 0 seconds")
+        if _check_number(self.offset, f"intervalOffset({self.offset!r})") < 0:
+            raise WindowClauseError(f"intervalOffset({self.offset!r}): must be >= 0 seconds")
+        if not isinstance(self.partitioned, bool):
+            raise WindowClauseError(f"partitioned={self.partitioned!r}: expected True or False")
+
+    def ticks(self, resolution: str = "ns") -> tuple[int, int, int, int]:
+        """``(duration, period, discard_age, offset)`` in ticks, the offset reduced mod the period.
+
+        A positive duration or period that truncates to 0 ticks at a coarse
+        resolution is an error: such a window could never hold a tuple.
+        """
+        factor = NS_PER_SECOND // _ticks_per_second(resolution)
+        period_ns = seconds_to_ns(self.period)  # type: ignore[arg-type]
+        offset_ns = seconds_to_ns(self.offset) % period_ns  # reduced as a timestamp, as IBM does
+        d = seconds_to_ns(self.duration) // factor
+        p = period_ns // factor
+        if d <= 0 or p <= 0:
+            raise WindowClauseError(
+                f"{self.clause()}: duration and period must be at least one tick at "
+                f"resolution {resolution!r}")
+        return d, p, seconds_to_ns(self.discard_age) // factor, offset_ns // factor
+
+    def clause(self) -> str:
+        """The SPL text of this spec (what follows ``window P :``)."""
+        parts = ["timeInterval", f"intervalDuration({self.duration!r})"]
+        if self.period != self.duration:
+            parts.append(f"creationPeriod({self.period!r})")
+        if self.discard_age:
+            parts.append(f"discardAge({self.discard_age!r})")
+        if self.offset:
+            parts.append(f"intervalOffset({self.offset!r})")
+        if self.partitioned:
+            parts.append("partitioned")
+        return ", ".join(parts)
+
+    @property
+    def uses_system_time(self) -> bool:
+        """Always False: panes follow event time and watermarks, never the host's clock."""
+        return False

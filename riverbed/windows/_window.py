@@ -96,10 +96,15 @@ class StreamWindow(Generic[T]):
         if isinstance(spec, str):
             from ._clause import parse_window_clause
 
-            spec = parse_window_clause(spec)
+            parsed = parse_window_clause(spec)
+            if not isinstance(parsed, WindowSpec):
+                raise WindowClauseError(
+                    f"{spec}: a timeInterval window is an event-time window; build it "
+                    "with TimeIntervalWindow (or riverbed.windows.make_window)")
+            spec = parsed
         if not isinstance(spec, WindowSpec):
             raise WindowClauseError(
-                f"{spec.clause()}: a timeInterval window is an event-time window; build it "
+                f"{spec!r}: a timeInterval window is an event-time window; build it "
                 "with TimeIntervalWindow (or riverbed.windows.make_window)")
         self.spec: WindowSpec = spec
         self.rules: FlavorRules = rules_for(flavor)
