@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from riverbed.trace import TraceError, load_cases, run_case
+from riverbed.trace import load_cases, run_case
 from tests.trace_compare import mismatch
 
 CASES_DIR = Path(__file__).parent / "conformance" / "cases"
