@@ -414,3 +414,41 @@ def test_the_drop_point_is_exact_to_the_tick() -> None:
     assert w.insert({"id": "a", "ts": 115 * S + 6}) is False
     assert w.insert({"id": "b", "ts": 115 * S + 7}) is True
     assert w.dropped == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(d=st.integers(1, 12), p=st.integers(1, 12), a=st.integers(0, 12), partitioned=st.booleans(),
+       steps=st.lists(_step, max_size=60), size=st.integers(1, 7))
+def test_insert_batch_equals_one_by_one_insertion(d: int, p: int, a: int, partitioned: bool,
+                                                  steps: list[Any], size: int) -> None:
+    clause = (f"timeInterval, intervalDuration({d / 2}), creationPeriod({p / 2}), discardAge({a / 2})"
+              + (", partitioned" if partitioned else ""))
+    key = "k" if partitioned else None
+    one, rec_one = _window(clause, key)
+    many, rec_many = _window(clause, key)
+    pending: list[Any] = []
+    for i, (kind, sec, k) in enumerate(steps):
+        if kind == "tuple":
+            tup = {"id": f"t{i}", "ts": sec * S // 2, "k": k}
+            one.insert(tup)
+            pending.append(tup)
+            if len(pending) == size:
+                many.insert_batch(pending)
+                pending = []
+        else:
+            many.insert_batch(pending)
+            pending = []
+            one.watermark(sec * S // 2)
+            many.watermark(sec * S // 2)
+    many.insert_batch(pending)
+    assert rec_many.events == rec_one.events
+    assert many.snapshot() == one.snapshot()
+
+
+def test_insert_batch_stops_at_a_bad_tuple_after_storing_the_ones_before() -> None:
+    w, _ = _window("timeInterval, intervalDuration(10), partitioned", "k")
+    with pytest.raises(WindowTupleError, match="tuple 2 of the batch: tuple has no valid partition"):
+        w.insert_batch([{"id": "a", "ts": 1, "k": 1}, {"id": "b", "ts": 2, "k": 2},
+                        {"id": "c", "ts": 3, "k": {}}, {"id": "d", "ts": 4, "k": 1}])
+    assert [t["id"] for t in w.contents(0, 1)] == ["a"]
+    assert [t["id"] for t in w.contents(0, 2)] == ["b"]

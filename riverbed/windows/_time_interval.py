@@ -240,13 +240,60 @@ class TimeIntervalWindow(Generic[T]):
         If a tuple is invalid, the tuples before it stay inserted and the
         `WindowTupleError` says which index failed.
         """
+        read = self._event_time_of
+        partitioned = self.spec.partitioned
+        key_of = self._key_of
+        if (event_times is not None or read is None or (partitioned and key_of is None)
+                or self._listeners[EventType.INSERTION]):
+            return self._insert_each(tuples, event_times)
+        # `insert` inlined: the same steps, with the per-call overhead paid once per batch.
+        # Any tuple that is not plainly valid goes through `insert`, which says what is wrong.
+        panes = self._panes
+        period, duration, offset, drop = self._period, self._duration, self._offset, self._drop
         stored = 0
         for i, tup in enumerate(tuples):
             try:
-                stored += self.insert(tup, None if event_times is None else event_times[i])
-            except WindowTupleError as exc:
-                raise WindowTupleError(f"tuple {i} of the batch: {exc}") from None
+                t = read(tup)
+                key = key_of(tup) if partitioned else None  # type: ignore[misc]
+                hash(key)
+            except Exception:  # `insert` below reads it again and raises the typed error
+                t = None
+            if type(t) is not int or t < 0 or t > EVENT_TIME_MAX:
+                stored += self._insert_one(tup, None, i)
+                continue
+            if t < drop:
+                self.dropped += 1
+                continue
+            start = t - (t - offset) % period
+            low = t - duration
+            if start <= low:
+                self.unassigned += 1
+                continue
+            while start > low:
+                pane = panes.get(start)
+                if pane is None:
+                    pane = panes[start] = _Pane(start, start + duration)
+                part = pane.parts.get(key)
+                if part is None:
+                    pane.parts[key] = [tup]
+                else:
+                    part.append(tup)
+                pane.updated[key] = None
+                start -= period
+            stored += 1
         return stored
+
+    def _insert_each(self, tuples: Sequence[T], event_times: Sequence[int] | None) -> int:
+        stored = 0
+        for i, tup in enumerate(tuples):
+            stored += self._insert_one(tup, None if event_times is None else event_times[i], i)
+        return stored
+
+    def _insert_one(self, tup: T, event_time: int | None, index: int) -> bool:
+        try:
+            return self.insert(tup, event_time)
+        except WindowTupleError as exc:
+            raise WindowTupleError(f"tuple {index} of the batch: {exc}") from None
 
     def _time_of(self, tup: T) -> Any:
         reader = self._event_time_of
