@@ -385,7 +385,7 @@ def test_punctuation_and_system_time_do_not_drive_panes() -> None:
     w.punctuate("window")
     w.punctuate("final")
     w.advance_time(10**12)
-    assert rec.events == [] and w.next_deadline is None
+    assert rec.events == [] and w.next_deadline() is None
     with pytest.raises(ValueError, match="expected 'window' or 'final'"):
         w.punctuate("other")
 

@@ -1,5 +1,28 @@
-"""The asyncio runtime that hosts operator graphs (issue: the asyncio runtime).
+"""The asyncio runtime: runs a frozen graph on one machine.
 
-It drives `riverbed.windows` exactly as the trace command does: insert,
-punctuation, time advance; the windows themselves know nothing of asyncio.
+`Job` runs a graph (`Job.run`, `Job.stop`); `run_graph` does it from
+synchronous code. Time comes from a `Clock`: `RealClock` in production,
+`VirtualClock` (with `run_virtual`) in tests, where time jumps to the next
+timer whenever every task waits.
 """
+
+from ._clock import Clock, RealClock, VirtualClock, run_virtual
+from ._errors import JobError, OperatorError, SchemaViolation
+from ._job import Job, run_graph
+from ._metrics import InputPortMetrics, JobMetrics, OperatorMetrics, OutputPortMetrics
+
+__all__ = [
+    "Clock",
+    "InputPortMetrics",
+    "Job",
+    "JobError",
+    "JobMetrics",
+    "OperatorError",
+    "OperatorMetrics",
+    "OutputPortMetrics",
+    "RealClock",
+    "SchemaViolation",
+    "VirtualClock",
+    "run_graph",
+    "run_virtual",
+]

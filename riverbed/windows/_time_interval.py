@@ -426,8 +426,8 @@ class TimeIntervalWindow(Generic[T]):
         """The host's clock as last told (ns); it never affects the panes."""
         return self._now
 
-    @property
     def next_deadline(self) -> int | None:
+        """Never a deadline: nothing here waits for the host's clock."""
         return None
 
     # -------------------------------------------------------------- inspection

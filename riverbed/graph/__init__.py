@@ -1,0 +1,34 @@
+"""Graphs of operators as frozen data, shared by every host (asyncio runtime, Spark bridge).
+
+A script builds a `Graph` (sources, operators with windowed or plain input
+ports, sinks), `Graph.freeze` validates it into a `FrozenGraph`, and a host
+runs that. Nothing here is tied to a particular executor.
+"""
+
+from ._errors import GraphError, GraphValidationError, SchemaError
+from ._model import Connection, EventTime, FrozenGraph, Graph, InputPort, OperatorDef, PortInput, Stream
+from ._operator import Operator, OperatorContext, Source
+from ._punct import Punct, Watermark
+from ._schema import Schema
+from ._validate import event_time_region
+
+__all__ = [
+    "Connection",
+    "EventTime",
+    "FrozenGraph",
+    "Graph",
+    "GraphError",
+    "GraphValidationError",
+    "InputPort",
+    "Operator",
+    "OperatorContext",
+    "OperatorDef",
+    "PortInput",
+    "Punct",
+    "Schema",
+    "SchemaError",
+    "Source",
+    "Stream",
+    "Watermark",
+    "event_time_region",
+]

@@ -1,0 +1,300 @@
+"""The graph: operators connected by streams, built by a script and frozen before it runs.
+
+`Graph` is the builder a user script calls (``source``, ``operator``,
+``sink``). `Graph.freeze` validates it and returns a `FrozenGraph`: plain
+frozen dataclasses naming operators, ports and connections, which is what the
+asyncio runtime executes and what the Spark bridge translates. Nothing here
+knows how a graph is executed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..windows import TimeIntervalSpec, WindowError, WindowSpec, parse_window_clause
+from ..windows._policy import NS_PER_SECOND, seconds_to_ns
+from ._errors import GraphError
+from ._operator import Operator, Source
+from ._schema import Schema
+
+__all__ = [
+    "Connection",
+    "EventTime",
+    "FrozenGraph",
+    "Graph",
+    "InputPort",
+    "OperatorDef",
+    "PortInput",
+    "Stream",
+]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+OperatorKind = Literal["source", "operator", "sink"]
+PartitionBy = str | Callable[[Any], Hashable]
+
+
+@dataclass(frozen=True, slots=True)
+class EventTime:
+    """SPL ``@eventTime``: where event time comes from and how watermarks are generated.
+
+    ``lag`` and ``minimum_gap`` are seconds (E26 defaults: 0.0 and 0.1),
+    held as integer nanoseconds; ``resolution`` gives the tick unit of the
+    attribute (``ns`` for timestamps, ``ms``/``us``/``ns`` for integers).
+    """
+
+    attribute: str
+    resolution: str = "ns"
+    lag_ns: int = 0
+    minimum_gap_ns: int = NS_PER_SECOND // 10
+
+    @classmethod
+    def of(cls, attribute: str, *, resolution: str = "ns", lag: float = 0.0,
+           minimum_gap: float = 0.1) -> EventTime:
+        if resolution not in ("ns", "us", "ms"):
+            raise GraphError(None, "event-time", f"resolution {resolution!r}: expected 'ns', 'us' "
+                                                 "or 'ms'")
+        if lag < 0 or minimum_gap < 0:
+            raise GraphError(None, "event-time", f"lag {lag} and minimum_gap {minimum_gap} must "
+                                                 "be >= 0 seconds")
+        return cls(attribute, resolution, seconds_to_ns(lag), seconds_to_ns(minimum_gap))
+
+    def ticks(self, ns: int) -> int:
+        """A duration in ns converted to this attribute's ticks (truncating)."""
+        return ns // {"ns": 1, "us": 1_000, "ms": 1_000_000}[self.resolution]
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """One stream feeding one input port: (upstream operator, its output port)."""
+
+    operator: str
+    port: int
+    feedback: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InputPort:
+    """An input port: its connections and, if windowed, the window clause and partitioning."""
+
+    connections: tuple[Connection, ...]
+    window: WindowSpec | TimeIntervalSpec | None = None
+    partition_by: PartitionBy | None = None
+    flavor: str = "java"
+
+    @property
+    def windowed(self) -> bool:
+        return self.window is not None
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorDef:
+    """One operator of a frozen graph."""
+
+    name: str
+    operator: Operator
+    kind: OperatorKind
+    inputs: tuple[InputPort, ...]
+    outputs: tuple[Schema | None, ...]
+    event_time: EventTime | None = None
+    error_port: int | None = None  # output port receiving failed tuples, if the user asked
+    queue_batches: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenGraph:
+    """A validated graph: operators in topological order (feedback edges aside)."""
+
+    name: str
+    operators: tuple[OperatorDef, ...]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def operator(self, name: str) -> OperatorDef:
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+    def consumers(self, name: str, port: int) -> list[tuple[str, int]]:
+        """The (operator, input port) pairs that a stream feeds."""
+        out: list[tuple[str, int]] = []
+        for op in self.operators:
+            for i, inp in enumerate(op.inputs):
+                out.extend((op.name, i) for c in inp.connections if c.operator == name and c.port == port)
+        return out
+
+    def stream_schema(self, name: str, port: int) -> Schema | None:
+        return self.operator(name).outputs[port]
+
+
+class Stream:
+    """An output port of an operator in a graph being built; feed it to other operators."""
+
+    __slots__ = ("_graph", "operator", "port")
+
+    def __init__(self, graph: Graph, operator: str, port: int) -> None:
+        self._graph = graph
+        self.operator = operator
+        self.port = port
+
+    @property
+    def schema(self) -> Schema | None:
+        return self._graph._pending[self.operator]["outputs"][self.port]  # type: ignore[no-any-return]
+
+    def window(self, clause: str | WindowSpec | TimeIntervalSpec, *,
+               partition_by: PartitionBy | None = None, flavor: str = "java") -> PortInput:
+        """This stream into a windowed input port (an SPL ``window`` clause)."""
+        return PortInput((self,), clause, partition_by, flavor)
+
+    def feedback(self) -> PortInput:
+        """This stream as a feedback connection: it may close a cycle."""
+        return PortInput((self,), None, None, "java", feedback=True)
+
+    def __repr__(self) -> str:
+        return f"Stream({self.operator}.out[{self.port}])"
+
+
+@dataclass(frozen=True)
+class PortInput:
+    """What feeds one input port while building: streams, and optionally a window."""
+
+    streams: tuple[Stream, ...]
+    window: str | WindowSpec | TimeIntervalSpec | None = None
+    partition_by: PartitionBy | None = None
+    flavor: str = "java"
+    feedback: bool = False
+
+
+PortArg = Stream | PortInput | Sequence[Stream]
+
+
+class Graph:
+    """Builds a graph: ``g.source(...)``, ``g.operator(...)``, ``g.sink(...)``, then `freeze`.
+
+    Each method returns the operator's output streams (one `Stream`, or a
+    tuple when it has several ports). Errors that can be told at once (a bad
+    name, a bad clause) raise `GraphError` immediately; the rest are found by
+    `freeze`, which lists every broken rule.
+    """
+
+    def __init__(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+        if not _NAME.match(name):
+            raise GraphError(None, "name", f"graph name {name!r}: use letters, digits, _ . -")
+        self.name = name
+        self.params = dict(params or {})
+        self._pending: dict[str, dict[str, Any]] = {}
+
+    def source(self, name: str, operator: Source, *, schema: Schema | Mapping[str, str] | None = None,
+               event_time: str | EventTime | None = None, lag: float = 0.0,
+               minimum_gap: float = 0.1, resolution: str | None = None) -> Stream:
+        """A source with one output stream; ``event_time`` names the attribute carrying event
+        time (SPL ``@eventTime``), which makes watermarks flow from this source."""
+        et: EventTime | None
+        if isinstance(event_time, str):
+            res = resolution or _default_resolution(_as_schema(name, schema), event_time)
+            et = EventTime.of(event_time, resolution=res, lag=lag, minimum_gap=minimum_gap)
+        else:
+            et = event_time
+        streams = self._add(name, operator, "source", (), outputs=[schema], event_time=et,
+                            error_port=False)
+        return streams[0]
+
+    def operator(self, name: str, operator: Operator, inputs: Iterable[PortArg],
+                 outputs: Sequence[Schema | Mapping[str, str] | None] = (None,), *,
+                 error_port: bool = False, event_time: EventTime | None = None,
+                 queue_batches: int = 16) -> Any:
+        """An operator with input ports (one per item of ``inputs``) and output ports.
+
+        ``outputs`` gives each output port's schema (None: undeclared). With
+        ``error_port=True`` one more output stream carries the tuples whose
+        processing raised, as ``{"operator", "port", "tuple", "error"}``
+        dicts, instead of stopping the job.
+        Returns one `Stream` when there is one output, else a tuple of them.
+        """
+        streams = self._add(name, operator, "operator", inputs, outputs=list(outputs),
+                            event_time=event_time, error_port=error_port, queue_batches=queue_batches)
+        return streams[0] if len(streams) == 1 else streams
+
+    def sink(self, name: str, operator: Operator, inputs: Iterable[PortArg], *,
+             error_port: bool = False, queue_batches: int = 16) -> Stream | None:
+        """An operator without output streams (except its error stream if asked)."""
+        streams = self._add(name, operator, "sink", inputs, outputs=[], event_time=None,
+                            error_port=error_port,
+                            queue_batches=queue_batches)
+        return streams[0] if streams else None
+
+    def _add(self, name: str, operator: Operator, kind: OperatorKind, inputs: Iterable[PortArg], *,
+             outputs: list[Schema | Mapping[str, str] | None], event_time: EventTime | None,
+             error_port: bool, queue_batches: int = 16) -> tuple[Stream, ...]:
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise GraphError(str(name), "name", "operator names use letters, digits, _ . - and "
+                                                "start with a letter or _")
+        if name in self._pending:
+            raise GraphError(name, "name", "an operator with this name is already in the graph")
+        if not isinstance(operator, Operator):
+            raise GraphError(name, "operator-type", f"{operator!r} is not a riverbed Operator "
+                                                    "(subclass riverbed.Operator or Source)")
+        if kind == "source" and not isinstance(operator, Source):
+            raise GraphError(name, "operator-type", f"a source must be a Source, got "
+                                                    f"{type(operator).__name__}")
+        if not isinstance(queue_batches, int) or queue_batches < 1:
+            raise GraphError(name, "queue", f"queue_batches={queue_batches!r}: expected an int >= 1")
+        schemas = [_as_schema(name, s) for s in outputs]
+        if error_port:
+            schemas.append(None)
+        ports = [self._port(name, i, arg) for i, arg in enumerate(inputs)]
+        self._pending[name] = {
+            "operator": operator, "kind": kind, "inputs": ports, "outputs": schemas,
+            "event_time": event_time, "error_port": len(schemas) - 1 if error_port else None,
+            "queue_batches": queue_batches,
+        }
+        return tuple(Stream(self, name, i) for i in range(len(schemas)))
+
+    def _port(self, name: str, index: int, arg: PortArg) -> PortInput:
+        if isinstance(arg, Stream):
+            arg = PortInput((arg,))
+        elif not isinstance(arg, PortInput):
+            streams = tuple(arg)
+            if not streams or not all(isinstance(s, Stream) for s in streams):
+                raise GraphError(name, "input", f"input port {index}: expected a Stream, a list of "
+                                                f"Streams or stream.window(...), got {arg!r}")
+            arg = PortInput(streams)
+        for s in arg.streams:
+            if s._graph is not self:
+                raise GraphError(name, "input", f"input port {index}: {s!r} belongs to another graph")
+        return arg
+
+    def freeze(self) -> FrozenGraph:
+        """Validate the graph; return it as frozen data or raise `GraphValidationError`."""
+        from ._validate import freeze
+
+        return freeze(self)
+
+
+def _as_schema(name: str, schema: Schema | Mapping[str, str] | None) -> Schema | None:
+    if schema is None or isinstance(schema, Schema):
+        return schema
+    if isinstance(schema, Mapping):
+        return Schema(schema)
+    raise GraphError(name, "schema", f"expected a Schema or a mapping of attribute types, got "
+                                     f"{schema!r}")
+
+
+def _default_resolution(schema: Schema | None, attribute: str) -> str:
+    """SPL E26: a timestamp attribute is in ns; int64/uint64 default to milliseconds."""
+    if schema is not None and schema.type_of(attribute) in ("int64", "uint64"):
+        return "ms"
+    return "ns"
+
+
+def parse_port_window(operator: str, index: int, window: str | WindowSpec | TimeIntervalSpec
+                      ) -> WindowSpec | TimeIntervalSpec:
+    """A port's window clause parsed, its errors naming the operator and the port."""
+    if isinstance(window, (WindowSpec, TimeIntervalSpec)):
+        return window
+    try:
+        return parse_window_clause(window)
+    except WindowError as exc:
+        raise GraphError(operator, "window-clause", f"input port {index}: {exc}") from None

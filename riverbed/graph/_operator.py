@@ -1,0 +1,136 @@
+"""What a user operator is: handlers for tuples, window events and punctuation, plus state.
+
+An operator is a plain Python object. The host (the asyncio runtime, or the
+Spark bridge later) gives it an `OperatorContext` before anything else, then
+calls its handlers one at a time, never concurrently, in the order the items
+arrived: SPL's per-tuple semantics, whatever batching the host does inside.
+
+Tuples on a windowed input port go into that port's window; the operator
+sees them through the window's events (`on_window_event`), exactly as an SPL
+operator sees its windows through the StreamWindow listener API. Tuples on
+a plain port go to `on_tuple`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+
+from ._punct import Punct
+
+if TYPE_CHECKING:
+    from ..windows import StreamWindow, StreamWindowEvent, TimeIntervalWindow
+
+__all__ = ["Operator", "OperatorContext", "Source", "WindowPunctuationMode"]
+
+WindowPunctuationMode = Literal["preserving", "generating", "free"]
+
+
+class OperatorContext(Protocol):
+    """What the host offers an operator (SPL ``OperatorContext`` + output ports)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def job(self) -> str: ...
+
+    def submit(self, tup: Any, port: int = 0) -> None: ...
+
+    def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None: ...
+
+    def window(self, port: int = 0) -> StreamWindow[Any] | TimeIntervalWindow[Any]: ...
+
+    def now(self) -> int: ...
+
+    @property
+    def watermark(self) -> int | None: ...
+
+
+class Operator:
+    """Base class of operators: override the handlers the operator needs.
+
+    ``window_punctuation`` is SPL's ``windowPunctuationOutputMode``:
+    ``"preserving"`` forwards incoming window marks to every output port
+    after `on_punct` ran; ``"generating"`` and ``"free"`` drop them (a
+    generating operator submits its own with `submit_punct`). Final marks
+    are never the operator's business: the host forwards one on every output
+    port once all input ports have seen final (SPL rule P1).
+
+    State: `snapshot` returns the operator's own state as plain data and
+    `restore` takes it back; windows on its ports are persisted by the host
+    (SPL rule C1), not by the operator.
+    """
+
+    window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
+    context: OperatorContext
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def setup(self) -> None:
+        """Called once before any item, with `context` set: register listeners, read windows."""
+
+    def on_ports_ready(self) -> None:
+        """All ports are connected and every operator has been set up (SPL allPortsReady)."""
+
+    def on_shutdown(self) -> None:
+        """The job is ending (after final punctuation, or on a stop): flush and close."""
+
+    # -- data ---------------------------------------------------------------
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        """A tuple arrived on a plain (unwindowed) input port."""
+        raise NotImplementedError(
+            f"{type(self).__name__} receives tuples on input port {port} but does not define on_tuple")
+
+    def on_window_event(self, event: StreamWindowEvent[Any], port: int) -> None:
+        """An event of the window on input port ``port``; valid only during the call."""
+
+    def on_punct(self, punct: Punct, port: int) -> None:
+        """A window mark, or the final mark once every connection of ``port`` sent one."""
+
+    def on_watermark(self, value: int) -> None:
+        """The operator's input watermark advanced (after its timeInterval windows saw it)."""
+
+    # -- output -------------------------------------------------------------
+
+    def submit(self, tup: Any, port: int = 0) -> None:
+        """Send a tuple on an output port (the host replaces this with its fast path)."""
+        self.context.submit(tup, port)
+
+    def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None:
+        self.context.submit_punct(punct, port)
+
+    # -- state --------------------------------------------------------------
+
+    def snapshot(self) -> Any:
+        """The operator's state as plain data (None: stateless)."""
+        return None
+
+    def restore(self, state: Any) -> None:
+        """Take back a `snapshot`; the default accepts only None (stateless)."""
+        if state is not None:
+            raise NotImplementedError(f"{type(self).__name__} has state to restore but no restore()")
+
+    def reset_to_initial_state(self) -> None:
+        """Forget everything, as if just set up (default: nothing to forget)."""
+
+
+class Source(Operator):
+    """An operator without input ports that produces a stream.
+
+    Override `generate` for a synchronous source: the host pulls items
+    (tuples, or `Punct.WINDOW` marks) in batches, fast. Override ``run`` (an
+    ``async def``) for a source that waits on the outside world or on the
+    clock (``await self.context.sleep_until(t)`` where the host offers it);
+    it submits with `submit`. Either way the host sends final punctuation
+    when the source ends.
+    """
+
+    def generate(self) -> Iterable[Any]:
+        """The items of a synchronous source: tuples, and `Punct.WINDOW` marks between them."""
+        raise NotImplementedError(f"{type(self).__name__} must define generate() or async run()")
+
+    async def run(self) -> None:
+        """An asynchronous source's body; the host calls it instead of `generate` if overridden."""
+        raise NotImplementedError(f"{type(self).__name__} must define generate() or async run()")

@@ -1,0 +1,27 @@
+"""Control items that flow in order with tuples: punctuation and watermarks.
+
+They are plain values, not tied to any executor: the asyncio runtime moves
+them through its queues in the same batches as tuples, and the Spark bridge
+turns them into marker rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = ["Punct", "Watermark"]
+
+
+class Punct(Enum):
+    """SPL punctuation: a window mark ends a group of tuples; a final mark ends the stream."""
+
+    WINDOW = "window"
+    FINAL = "final"
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Event time has reached ``value`` (integer ticks, ns by default) on this connection."""
+
+    value: int

@@ -1,0 +1,153 @@
+"""Stream schemas: attribute names with SPL-like types, checked where tuples enter a stream.
+
+A schema is optional on every stream. Where one is declared, each tuple
+submitted to the stream must be a dict holding exactly those attributes with
+values of those types; the check runs once per tuple at the submitting port,
+so downstream operators can rely on it. The types also decide what the
+window engine does with an attribute (delta arithmetic on ``int64`` vs
+``float64`` vs ``timestamp``) and, later, the Spark columns.
+
+Python representations: integers are ``int`` (range-checked for the sized
+types), floats ``float`` (an ``int`` is accepted where a float is declared,
+as SPL literals would be), ``rstring`` is ``str``, ``blob`` is ``bytes``,
+``boolean`` is ``bool``, ``timestamp`` is integer nanoseconds since the
+epoch, ``decimal64/128`` are `decimal.Decimal`, ``list<T>`` a list,
+``map<K,V>`` a dict, ``set<T>`` a set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from ._errors import SchemaError
+
+__all__ = ["SPL_TYPES", "Schema"]
+
+_INT_RANGES = {
+    "int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1),
+    "uint8": (0, 2**8 - 1), "uint16": (0, 2**16 - 1), "uint32": (0, 2**32 - 1),
+    "uint64": (0, 2**64 - 1),
+}
+_SCALARS = {
+    **dict.fromkeys(_INT_RANGES, int),
+    "float32": float, "float64": float,
+    "decimal32": Decimal, "decimal64": Decimal, "decimal128": Decimal,
+    "boolean": bool, "rstring": str, "ustring": str, "blob": bytes, "timestamp": int,
+}
+SPL_TYPES = (*_SCALARS, "list<T>", "set<T>", "map<K,V>")
+_COMPOSITE = re.compile(r"^(list|set|map)<(.+)>$")
+
+
+def _split_args(inner: str) -> list[str]:
+    depth, start, out = 0, 0, []
+    for i, ch in enumerate(inner):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(inner[start:i].strip())
+            start = i + 1
+    out.append(inner[start:].strip())
+    return out
+
+
+def _checker(spl_type: str) -> Callable[[Any], bool]:
+    """A predicate telling whether a Python value is a valid value of the SPL type."""
+    t = spl_type.strip()
+    if t in _INT_RANGES:
+        lo, hi = _INT_RANGES[t]
+        return lambda v: type(v) is int and lo <= v <= hi
+    if t == "timestamp":
+        return lambda v: type(v) is int
+    if t in ("float32", "float64"):
+        return lambda v: type(v) is float or type(v) is int
+    if t in _SCALARS:
+        py = _SCALARS[t]
+        return lambda v: type(v) is py
+    m = _COMPOSITE.match(t)
+    if m is None:
+        raise SchemaError(f"unknown type {spl_type!r}; expected one of {', '.join(SPL_TYPES)} "
+                          "(for example list<float64> or map<rstring,int64>)")
+    kind, args = m.group(1), _split_args(m.group(2))
+    if kind in ("list", "set"):
+        if len(args) != 1:
+            raise SchemaError(f"{spl_type!r}: {kind}<T> takes one element type")
+        elem = _checker(args[0])
+        py_type: type[Any] = list if kind == "list" else set
+        return lambda v: type(v) is py_type and all(elem(x) for x in v)
+    if len(args) != 2:
+        raise SchemaError(f"{spl_type!r}: map<K,V> takes a key type and a value type")
+    key, value = _checker(args[0]), _checker(args[1])
+    return lambda v: type(v) is dict and all(key(k) and value(x) for k, x in v.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """The attributes of a stream's tuples, in order: ``Schema(sensor="rstring", temp="float64")``.
+
+    Build it from keyword arguments or from a mapping (``Schema.of({...})``).
+    """
+
+    attributes: tuple[tuple[str, str], ...]
+
+    def __init__(self, attributes: Mapping[str, str] | None = None, /, **types: str) -> None:
+        items = dict(attributes or {})
+        items.update(types)
+        if not items:
+            raise SchemaError("a schema needs at least one attribute")
+        for name, spl_type in items.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise SchemaError(f"attribute name {name!r} is not an identifier")
+            if not isinstance(spl_type, str):
+                raise SchemaError(f"attribute {name!r}: the type must be an SPL type name, "
+                                  f"got {spl_type!r}")
+            _checker(spl_type)
+        object.__setattr__(self, "attributes", tuple(items.items()))
+
+    @classmethod
+    def of(cls, attributes: Mapping[str, str]) -> Schema:
+        return cls(attributes)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.attributes)
+
+    def type_of(self, name: str) -> str | None:
+        for attr, spl_type in self.attributes:
+            if attr == name:
+                return spl_type
+        return None
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.attributes)
+
+    def validator(self) -> Callable[[Any], str | None]:
+        """A function returning None for a valid tuple, else what is wrong with it."""
+        checks = [(name, spl_type, _checker(spl_type)) for name, spl_type in self.attributes]
+        names = frozenset(self.names)
+        count = len(names)
+
+        def why_invalid(tup: Any) -> str | None:
+            if type(tup) is not dict:
+                return f"expected a dict tuple, got {type(tup).__name__}"
+            for name, spl_type, ok in checks:
+                if name not in tup:
+                    return f"attribute {name!r} ({spl_type}) is missing"
+                if not ok(tup[name]):
+                    return f"attribute {name!r} = {tup[name]!r} is not a valid {spl_type}"
+            if len(tup) != count:
+                extra = sorted(k for k in tup if k not in names)
+                return f"attribute{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))} " \
+                       "not in the schema"
+            return None
+
+        return why_invalid
+
+    def __str__(self) -> str:
+        return "tuple<" + ", ".join(f"{t} {n}" for n, t in self.attributes) + ">"

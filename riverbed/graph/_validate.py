@@ -1,0 +1,213 @@
+"""Graph validation: every rule checked before a graph runs, every broken rule reported.
+
+Each `GraphError` names the operator and a rule id. The rules:
+
+``input``            every input port has at least one stream; sources have none
+``fan-in-schema``    the streams of one port carry the same schema
+``window-clause``    the port's window clause parses (the message points at the text)
+``partition-key``    a partitioned window has ``partition_by``; an unpartitioned one has none
+``unknown-attribute`` partition, delta and event-time attributes exist in a declared schema
+``attribute-type``   delta attributes are numeric or timestamp; event time is timestamp/int64/uint64
+``event-time``       a timeInterval window sits downstream of an event-time source (SPL E4)
+``cycle``            a cycle is closed only through a feedback connection
+``sink-outputs``     a sink declares no output streams
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..windows import Delta, TimeIntervalSpec, WindowSpec
+from ._errors import GraphError, GraphValidationError
+from ._model import Connection, EventTime, FrozenGraph, InputPort, OperatorDef, parse_port_window
+from ._schema import Schema
+
+if TYPE_CHECKING:
+    from ._model import Graph
+
+__all__ = ["event_time_region", "freeze"]
+
+_NUMERIC = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+            "float32", "float64", "decimal32", "decimal64", "decimal128", "timestamp"}
+_EVENT_TIME_TYPES = {"timestamp", "int64", "uint64"}
+
+
+def freeze(graph: Graph) -> FrozenGraph:
+    errors: list[GraphError] = []
+    defs: dict[str, OperatorDef] = {}
+    pending = graph._pending
+    if not pending:
+        raise GraphValidationError(graph.name, [GraphError(None, "empty", "the graph has no operators")])
+    for name, raw in pending.items():
+        ports: list[InputPort] = []
+        if raw["kind"] == "source" and raw["inputs"]:
+            errors.append(GraphError(name, "input", "a source has no input ports"))
+        if raw["kind"] != "source" and not raw["inputs"]:
+            errors.append(GraphError(name, "input", "needs at least one input port"))
+        for i, port in enumerate(raw["inputs"]):
+            window = None
+            if port.window is not None:
+                try:
+                    window = parse_port_window(name, i, port.window)
+                except GraphError as exc:
+                    errors.append(exc)
+            conns = tuple(Connection(s.operator, s.port, port.feedback) for s in port.streams)
+            ports.append(InputPort(conns, window, port.partition_by, port.flavor))
+        defs[name] = OperatorDef(name, raw["operator"], raw["kind"], tuple(ports),
+                                 tuple(raw["outputs"]), raw["event_time"], raw["error_port"],
+                                 raw["queue_batches"])
+    for op in defs.values():
+        errors.extend(_check_operator(op, defs))
+    order, cycle_errors = _topological(defs)
+    errors.extend(cycle_errors)
+    region = event_time_region(defs)
+    for op in defs.values():
+        for i, port in enumerate(op.inputs):
+            if isinstance(port.window, TimeIntervalSpec) and op.name not in region:
+                errors.append(GraphError(op.name, "event-time",
+                                         f"input port {i} has a timeInterval window but no event time "
+                                         "reaches it: give an upstream source event_time=..."))
+    if errors:
+        raise GraphValidationError(graph.name, errors)
+    return FrozenGraph(graph.name, tuple(defs[n] for n in order), dict(graph.params))
+
+
+def _port_schema(port: InputPort, defs: dict[str, OperatorDef]) -> Schema | None:
+    for c in port.connections:
+        up = defs.get(c.operator)
+        if up is not None and c.port < len(up.outputs):
+            return up.outputs[c.port]
+    return None
+
+
+def _check_operator(op: OperatorDef, defs: dict[str, OperatorDef]) -> list[GraphError]:
+    errors: list[GraphError] = []
+    name = op.name
+    if op.kind == "sink" and len(op.outputs) > (1 if op.error_port is not None else 0):
+        errors.append(GraphError(name, "sink-outputs", "a sink has no output streams"))
+    if op.event_time is not None:
+        et = op.event_time
+        schema = op.outputs[0] if op.outputs else None
+        if schema is not None:
+            t = schema.type_of(et.attribute)
+            if t is None:
+                errors.append(GraphError(name, "unknown-attribute",
+                                         f"event-time attribute {et.attribute!r} is not in the output "
+                                         f"schema {schema}"))
+            elif t not in _EVENT_TIME_TYPES:
+                errors.append(GraphError(name, "attribute-type",
+                                         f"event-time attribute {et.attribute!r} is {t}; it must be "
+                                         "timestamp, int64 or uint64"))
+            elif t == "timestamp" and et.resolution != "ns":
+                errors.append(GraphError(name, "event-time", "a timestamp event time has "
+                                                             "nanosecond resolution"))
+    for i, port in enumerate(op.inputs):
+        schemas = []
+        for c in port.connections:
+            up = defs.get(c.operator)
+            if up is None:
+                errors.append(GraphError(name, "input", f"input port {i}: no operator "
+                                                        f"{c.operator!r} in the graph"))
+            elif c.port >= len(up.outputs):
+                errors.append(GraphError(name, "input", f"input port {i}: {c.operator!r} has no "
+                                                        f"output port {c.port}"))
+            else:
+                schemas.append(up.outputs[c.port])
+        if len({str(s) for s in schemas}) > 1:
+            errors.append(GraphError(name, "fan-in-schema",
+                                     f"input port {i} is fed streams of different schemas: "
+                                     + "; ".join(str(s) for s in schemas)))
+        errors.extend(_check_window(op, i, port, schemas[0] if schemas else None))
+    return errors
+
+
+def _check_window(op: OperatorDef, i: int, port: InputPort, schema: Schema | None) -> list[GraphError]:
+    window = port.window
+    errors: list[GraphError] = []
+    if window is None:
+        if port.partition_by is not None:
+            errors.append(GraphError(op.name, "partition-key", f"input port {i}: partition_by "
+                                                               "needs a partitioned window"))
+        return errors
+    if port.flavor not in ("java", "cpp"):
+        errors.append(GraphError(op.name, "window-flavor", f"input port {i}: flavor "
+                                                           f"{port.flavor!r}: expected 'java' or 'cpp'"))
+    if window.partitioned and port.partition_by is None:
+        errors.append(GraphError(op.name, "partition-key",
+                                 f"input port {i}: the window is partitioned ({window.clause()}) "
+                                 "but no partition_by is given"))
+    if not window.partitioned and port.partition_by is not None:
+        errors.append(GraphError(op.name, "partition-key",
+                                 f"input port {i}: partition_by is given but the window "
+                                 f"({window.clause()}) is not partitioned; add 'partitioned'"))
+    if schema is None:
+        return errors
+    if isinstance(port.partition_by, str) and schema.type_of(port.partition_by) is None:
+        errors.append(GraphError(op.name, "unknown-attribute",
+                                 f"input port {i}: partition attribute {port.partition_by!r} is not "
+                                 f"in the schema {schema}"))
+    if isinstance(window, WindowSpec):
+        for role, policy in (("eviction", window.eviction), ("trigger", window.trigger)):
+            if isinstance(policy, Delta):
+                t = schema.type_of(policy.attribute)
+                if t is None:
+                    errors.append(GraphError(op.name, "unknown-attribute",
+                                             f"input port {i}: {role} {policy.clause()} uses "
+                                             f"{policy.attribute!r}, which is not in the schema {schema}"))
+                elif t not in _NUMERIC:
+                    errors.append(GraphError(op.name, "attribute-type",
+                                             f"input port {i}: {role} {policy.clause()}: "
+                                             f"{policy.attribute!r} is {t}; a delta needs a numeric "
+                                             "or timestamp attribute"))
+    return errors
+
+
+def _topological(defs: dict[str, OperatorDef]) -> tuple[list[str], list[GraphError]]:
+    """Kahn's order over non-feedback connections; what remains sits on a cycle."""
+    indegree = dict.fromkeys(defs, 0)
+    edges: dict[str, list[str]] = {n: [] for n in defs}
+    for op in defs.values():
+        for port in op.inputs:
+            for c in port.connections:
+                if c.operator in defs and not c.feedback:
+                    edges[c.operator].append(op.name)
+                    indegree[op.name] += 1
+    ready = [n for n, d in indegree.items() if d == 0]
+    order: list[str] = []
+    while ready:
+        n = ready.pop(0)
+        order.append(n)
+        for m in edges[n]:
+            indegree[m] -= 1
+            if indegree[m] == 0:
+                ready.append(m)
+    stuck = [n for n in defs if n not in order]
+    if not stuck:
+        return order, []
+    return order + stuck, [GraphError(n, "cycle", "is on a cycle with no feedback connection; mark "
+                                                  "the stream that closes it with .feedback()")
+                           for n in stuck]
+
+
+def event_time_region(defs: dict[str, OperatorDef] | Any) -> dict[str, EventTime]:
+    """Operators reached by event time (SPL E27), with the definition that reaches them.
+
+    Event time spreads downstream from each operator with its own
+    ``event_time`` through every connection, and stops at an operator that
+    declares its own.
+    """
+    if not isinstance(defs, dict):
+        defs = {op.name: op for op in defs.operators}
+    region: dict[str, EventTime] = {}
+    frontier = [(op.name, op.event_time) for op in defs.values() if op.event_time is not None]
+    for name, et in frontier:
+        region[name] = et
+    while frontier:
+        name, et = frontier.pop()
+        for op in defs.values():
+            if op.event_time is not None or op.name in region:
+                continue
+            if any(c.operator == name for p in op.inputs for c in p.connections):
+                region[op.name] = et
+                frontier.append((op.name, et))
+    return region

@@ -1,0 +1,90 @@
+"""An operator's inbox: a bounded queue of batches, plus control items that never wait.
+
+Every connection into an operator puts ``(connection, payload)`` entries
+into the operator's one inbox, so the operator handles items one at a time
+in arrival order. A payload is a list of tuples (a batch) or one control item
+(punctuation, watermark, timer tick). Only batches count against the
+capacity: a full inbox makes the upstream ``put`` wait (backpressure), while
+punctuation and the operator's own timer ticks go in at once, so a timer can
+never deadlock behind a full queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+__all__ = ["Inbox"]
+
+
+class Inbox:
+    __slots__ = ("_batches", "_capacity", "_getter", "_items", "_putters", "high_water", "puts_waited")
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"inbox capacity {capacity}: expected >= 1 batch")
+        self._capacity = capacity
+        self._items: deque[tuple[int, Any]] = deque()
+        self._batches = 0
+        self._getter: asyncio.Future[None] | None = None
+        self._putters: deque[asyncio.Future[None]] = deque()
+        self.high_water = 0  # the most batches ever queued at once
+        self.puts_waited = 0  # how often an upstream had to wait: backpressure at work
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def __len__(self) -> int:
+        return self._batches
+
+    async def put(self, connection: int, batch: list[Any]) -> None:
+        """Queue a batch; wait while the inbox already holds ``capacity`` batches."""
+        if self._batches >= self._capacity:
+            self.puts_waited += 1
+            while self._batches >= self._capacity:
+                fut = asyncio.get_running_loop().create_future()
+                self._putters.append(fut)
+                try:
+                    await fut
+                except BaseException:
+                    fut.cancel()
+                    self._wake_putter()  # pass the turn on if we were woken but are leaving
+                    raise
+        self._batches += 1
+        self.high_water = max(self.high_water, self._batches)
+        self._items.append((connection, batch))
+        self._wake_getter()
+
+    def put_control(self, connection: int, item: Any) -> None:
+        """Queue a control item now, in order after everything queued before it."""
+        self._items.append((connection, item))
+        self._wake_getter()
+
+    async def get(self) -> tuple[int, Any]:
+        """The next entry, waiting for one if the inbox is empty."""
+        while not self._items:
+            fut = asyncio.get_running_loop().create_future()
+            self._getter = fut
+            try:
+                await fut
+            finally:
+                self._getter = None
+        entry = self._items.popleft()
+        if type(entry[1]) is list:
+            self._batches -= 1
+            self._wake_putter()
+        return entry
+
+    def _wake_getter(self) -> None:
+        getter = self._getter
+        if getter is not None and not getter.done():
+            getter.set_result(None)
+
+    def _wake_putter(self) -> None:
+        while self._putters:
+            fut = self._putters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return

@@ -1,0 +1,173 @@
+"""Clocks: the only place the runtime learns what time it is.
+
+`RealClock` reads the wall clock (``time.time_ns``: epoch-based, so window
+time policies keep following wall-clock time across a restart, SPL rule
+C7). `VirtualClock` is for tests and for replaying traces: time stands still
+while any task can run and jumps straight to the next timer when every task
+waits, like Trio's autojump clock. A graph with time windows then runs
+deterministically and as fast as the CPU allows, and no test ever sleeps.
+
+Times are integer nanoseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import selectors
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+__all__ = ["Clock", "RealClock", "TimerHandle", "VirtualClock", "run_virtual"]
+
+R = TypeVar("R")
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """What the runtime needs from time: read it, and be woken at an instant."""
+
+    def now(self) -> int:
+        """The current time in ns."""
+        ...
+
+    def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` in the event loop once the clock reaches ``when`` (ns)."""
+        ...
+
+    async def sleep_until(self, when: int) -> None:
+        """Return once the clock has reached ``when`` (ns)."""
+        ...
+
+
+class RealClock:
+    """Wall-clock time, for production."""
+
+    def now(self) -> int:
+        return time.time_ns()
+
+    def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
+        delay = max(0.0, (when - time.time_ns()) / 1e9)
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+    async def sleep_until(self, when: int) -> None:
+        while (delay := when - time.time_ns()) > 0:
+            await asyncio.sleep(delay / 1e9)
+
+
+class VirtualClock:
+    """Simulated time that jumps to the next timer whenever the event loop is idle.
+
+    Use it with `run_virtual`, which runs a coroutine on an event loop whose
+    own notion of time is this clock, so ``asyncio.sleep`` and timeouts in
+    user code follow it too. ``start`` is the initial time in ns.
+    """
+
+    def __init__(self, start: int = 0) -> None:
+        self._now = start
+        self._deadlines: list[int] = []  # exact ns of timers set through this clock
+
+    def now(self) -> int:
+        return self._now
+
+    def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
+        loop = asyncio.get_running_loop()
+        if not isinstance(loop, VirtualTimeLoop) or loop.clock is not self:
+            raise RuntimeError("a VirtualClock needs its own event loop: run the job with run_virtual()")
+        heapq.heappush(self._deadlines, when)
+
+        def fire() -> None:
+            # The loop woke for this timer: time is exactly its deadline, not a float rounding of it.
+            self._now = max(self._now, when)
+            callback()
+
+        return loop.call_at(when / 1e9, fire)
+
+    async def sleep_until(self, when: int) -> None:
+        if when <= self._now:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        handle = self.call_at(when, wake)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+
+    def _jump(self, timeout: float) -> None:
+        """Advance to the loop's next timer, landing exactly on our own deadline when it is that one."""
+        target = self._now + math.ceil(timeout * 1e9)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0] < self._now:
+            heapq.heappop(deadlines)
+        if deadlines and target - 2 <= deadlines[0] <= target:
+            target = deadlines[0]
+        self._now = max(self._now, target)
+
+
+class _JumpingSelector(selectors.BaseSelector):
+    """A selector that, instead of blocking until a timer is due, moves the virtual clock there."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self._inner = selectors.DefaultSelector()
+        self._clock = clock
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._inner.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._inner.modify(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:
+            return self._inner.select(None)  # no timer at all: only I/O can wake us
+        ready = self._inner.select(0)
+        if ready or timeout <= 0:
+            return ready
+        self._clock._jump(timeout)
+        return []
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def get_key(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._inner.get_key(fileobj)
+
+    def get_map(self) -> Any:
+        return self._inner.get_map()
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop whose time is a `VirtualClock`."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__(selector=_JumpingSelector(clock))
+        self.clock = clock
+
+    def time(self) -> float:
+        return self.clock._now / 1e9
+
+
+def run_virtual(main: Coroutine[Any, Any, R], clock: VirtualClock | None = None) -> R:
+    """Run a coroutine to completion on virtual time (a fresh `VirtualClock` unless given)."""
+    loop = VirtualTimeLoop(clock or VirtualClock())
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()

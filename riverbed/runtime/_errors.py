@@ -1,0 +1,49 @@
+"""Errors a running job reports: always naming the operator, and the port and tuple if any."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["JobError", "OperatorError", "SchemaViolation"]
+
+
+def _short(tup: Any, limit: int = 200) -> str:
+    text = repr(tup)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class OperatorError(Exception):
+    """User code (or a window it drives) raised: the job stops with this, unless the
+    operator has an error port, where the tuple and the error go instead."""
+
+    def __init__(self, operator: str, port: int | None, tup: Any, cause: BaseException) -> None:
+        self.operator = operator
+        self.port = port
+        self.tuple = tup
+        self.cause = cause
+        where = f"operator {operator!r}"
+        if port is not None:
+            where += f", input port {port}"
+        what = f" on tuple {_short(tup)}" if tup is not None else ""
+        super().__init__(f"{where}: {type(cause).__name__}: {cause}{what}")
+
+
+class SchemaViolation(ValueError):
+    """A submitted tuple does not match its output port's declared schema."""
+
+    def __init__(self, operator: str, port: int, tup: Any, why: str) -> None:
+        self.operator = operator
+        self.port = port
+        self.tuple = tup
+        self.why = why
+        super().__init__(f"operator {operator!r}, output port {port}: {why}: {_short(tup)}")
+
+
+class JobError(Exception):
+    """A job stopped because of an error; ``errors`` holds what each failing operator raised."""
+
+    def __init__(self, job: str, errors: list[BaseException]) -> None:
+        self.job = job
+        self.errors = errors
+        lines = "\n".join(f"  {e}" for e in errors)
+        super().__init__(f"job {job!r} failed:\n{lines}")

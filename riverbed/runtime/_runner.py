@@ -1,0 +1,487 @@
+"""One operator at run time: its inbox, windows, output buffers, watermark and punctuation rules.
+
+The runner is the operator's `OperatorContext`. It takes entries from the
+inbox one at a time and calls the operator's handlers, so the operator sees
+SPL's per-tuple semantics; output goes into per-port buffers that are sent
+downstream as batches after each inbox entry (so a batch in means, at most,
+one batch out per port, and latency stays one entry deep).
+
+Punctuation (standard-operators.md P1, P2): a window mark goes to the port's
+window, then to ``on_punct``, then is forwarded by a "preserving" operator.
+A final mark counts per connection; when every connection of a port has
+sent one, the port's window gets it (Java flavor: FINAL events) and
+``on_punct`` runs; when every port has, an event-time operator submits the
+maximum watermark (E23) and final is forwarded once on every output port.
+
+Watermarks (eventtime-checkpoint.md E29-E31): a source with ``event_time``
+derives one from each submitted tuple (minus the lag, throttled by the
+minimum gap); any other operator in the event-time region keeps one value
+per input connection and moves when their minimum does, first feeding its
+timeInterval windows, then forwarding the new value on every output port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..graph import EventTime, Operator, OperatorDef, Punct, Source, Watermark
+from ..windows import (
+    EVENT_TIME_MAX,
+    EventType,
+    StreamWindow,
+    StreamWindowEvent,
+    TimeIntervalSpec,
+    TimeIntervalWindow,
+    WindowTupleError,
+)
+from ._channel import Inbox
+from ._clock import Clock, TimerHandle
+from ._errors import OperatorError, SchemaViolation
+from ._metrics import InputPortMetrics, OperatorMetrics, OutputPortMetrics
+
+if TYPE_CHECKING:
+    from ._job import Job
+
+__all__ = ["OperatorRunner"]
+
+_TICK = object()  # a control item: one of this operator's window timers is due
+_TICK_CONNECTION = -1
+
+
+class _Output:
+    """One output port: a buffer of tuples and the entries waiting to go downstream."""
+
+    __slots__ = ("buf", "metrics", "pending", "targets", "validate")
+
+    def __init__(self, validate: Callable[[Any], str | None] | None, metrics: OutputPortMetrics) -> None:
+        self.buf: list[Any] = []
+        self.pending: list[Any] = []  # batches (lists) and control items, in order
+        self.targets: list[tuple[Inbox, int]] = []
+        self.validate = validate
+        self.metrics = metrics
+
+    def control(self, item: Any) -> None:
+        if self.buf:
+            self.pending.append(self.buf.copy())
+            self.buf.clear()
+        self.pending.append(item)
+
+    async def flush(self) -> None:
+        if self.buf:
+            self.pending.append(self.buf.copy())
+            self.buf.clear()
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        m = self.metrics
+        for entry in pending:
+            if type(entry) is list:
+                m.tuples_submitted += len(entry)
+                for inbox, conn in self.targets:
+                    await inbox.put(conn, entry)
+            else:
+                if entry is Punct.WINDOW:
+                    m.window_puncts_submitted += 1
+                elif entry is Punct.FINAL:
+                    m.final_puncts_submitted += 1
+                else:
+                    m.watermarks_submitted += 1
+                for inbox, conn in self.targets:
+                    inbox.put_control(conn, entry)
+
+
+class OperatorRunner:
+    """Runs one operator of a job (and is the operator's context)."""
+
+    def __init__(self, job: Job, odef: OperatorDef, region: dict[str, EventTime]) -> None:
+        self._job = job
+        self.odef = odef
+        self.op: Operator = odef.operator
+        self.clock: Clock = job.clock
+        self.inbox = Inbox(odef.queue_batches)
+        self.metrics = OperatorMetrics(odef.name, queue_capacity=odef.queue_batches)
+        self.metrics.inputs = [InputPortMetrics() for _ in odef.inputs]
+        self.metrics.outputs = [OutputPortMetrics() for _ in odef.outputs]
+        self.outputs = [_Output(s.validator() if s is not None else None, m)
+                        for s, m in zip(odef.outputs, self.metrics.outputs, strict=True)]
+        self._data_ports = [p for p in range(len(self.outputs)) if p != odef.error_port]
+        # Connections, numbered in port order: which port each feeds.
+        self.conn_port: list[int] = []
+        self.conn_feedback: list[bool] = []
+        for port, inp in enumerate(odef.inputs):
+            for c in inp.connections:
+                self.conn_port.append(port)
+                self.conn_feedback.append(c.feedback)
+        self._finals_needed = [sum(1 for c in inp.connections if not c.feedback) for inp in odef.inputs]
+        self._ports_open = sum(1 for n in self._finals_needed if n > 0)
+        self._final_from = [False] * len(self.conn_port)
+        # Event time: own definition (outputEventTime) or inherited (inputWatermark).
+        self.event_time = region.get(odef.name)
+        self._generates_watermarks = odef.event_time is not None
+        self._wm_in: list[int | None] = []
+        for inp in odef.inputs:
+            for c in inp.connections:
+                self._wm_in.append(0 if c.operator in region and not c.feedback else None)
+        self._watermark: int | None = None
+        self._last_sent: int | None = None
+        self.windows: list[StreamWindow[Any] | TimeIntervalWindow[Any] | None] = []
+        self._timed: list[StreamWindow[Any]] = []
+        self._ti: list[TimeIntervalWindow[Any]] = []
+        self._timer: TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._current: tuple[int, Any] | None = None  # (port, tuple) being handled, for errors
+        self.finished = False
+        self._source_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ context API
+
+    @property
+    def name(self) -> str:
+        return self.odef.name
+
+    @property
+    def job(self) -> str:
+        return self._job.name
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self._job.graph.params)
+
+    def now(self) -> int:
+        return self.clock.now()
+
+    @property
+    def watermark(self) -> int | None:
+        return self._watermark
+
+    def window(self, port: int = 0) -> StreamWindow[Any] | TimeIntervalWindow[Any]:
+        w = self.windows[port] if 0 <= port < len(self.windows) else None
+        if w is None:
+            raise ValueError(f"operator {self.name!r}: input port {port} is not windowed")
+        return w
+
+    def submit(self, tup: Any, port: int = 0) -> None:
+        out = self.outputs[port]
+        if out.validate is not None:
+            why = out.validate(tup)
+            if why is not None:
+                raise SchemaViolation(self.name, port, tup, why)
+        out.buf.append(tup)
+        if self._generates_watermarks and port == 0:
+            self._watermark_from(tup)
+
+    def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None:
+        if punct is not Punct.WINDOW:
+            raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "
+                             "punctuation is sent by the runtime when the inputs end")
+        self.outputs[port].control(Punct.WINDOW)
+
+    async def flush(self) -> None:
+        """Send what the operator submitted downstream (waits while downstream is full)."""
+        for out in self.outputs:
+            await out.flush()
+
+    async def sleep_until(self, when: int) -> None:
+        """Flush, then wait for the clock (for ``async run`` sources)."""
+        await self.flush()
+        await self.clock.sleep_until(when)
+
+    def request_stop(self) -> None:
+        """A stop was requested: an async source is cancelled (a sync one stops between batches)."""
+        if self._source_task is not None:
+            self._source_task.cancel()
+
+    @property
+    def stopping(self) -> bool:
+        """True once the job was asked to stop: a source should return soon."""
+        return self._job.stopping
+
+    # ---------------------------------------------------------------- set-up
+
+    def setup(self) -> None:
+        odef = self.odef
+        for port, inp in enumerate(odef.inputs):
+            if inp.window is None:
+                self.windows.append(None)
+                continue
+            listener = self._listener_for(port)
+            w: StreamWindow[Any] | TimeIntervalWindow[Any]
+            if isinstance(inp.window, TimeIntervalSpec):
+                et = self.event_time
+                assert et is not None  # validation: a timeInterval window is in the region
+                w = TimeIntervalWindow(inp.window, event_time=et.attribute, resolution=et.resolution,
+                                       partition_by=inp.partition_by, flavor=inp.flavor)
+                w.register_listener(listener, (EventType.INITIAL_FULL, EventType.TRIGGER,
+                                               EventType.CLOSE))
+                self._ti.append(w)
+            else:
+                schema = self._input_schema(port)
+                w = StreamWindow(inp.window, flavor=inp.flavor, partition_by=inp.partition_by,
+                                 attribute_types=schema.as_dict() if schema else None)
+                w.register_listener(listener)
+                if inp.window.uses_system_time:
+                    self._timed.append(w)
+            self.windows.append(w)
+        self.op.context = self
+        # Instance attributes shadow the base class's methods: the operator's own
+        # submit calls go straight here.
+        self.op.submit = self.submit  # type: ignore[method-assign]
+        self.op.submit_punct = self.submit_punct  # type: ignore[method-assign]
+        self._guard(self.op.setup, None)
+
+    def _input_schema(self, port: int) -> Any:
+        c = self.odef.inputs[port].connections[0]
+        return self._job.graph.stream_schema(c.operator, c.port)
+
+    def _listener_for(self, port: int) -> Callable[[StreamWindowEvent[Any]], None]:
+        handle = self.op.on_window_event
+
+        def listener(event: StreamWindowEvent[Any]) -> None:
+            handle(event, port)
+
+        return listener
+
+    def wire(self, runners: dict[str, OperatorRunner]) -> None:
+        """Point each output port at the inboxes it feeds."""
+        for port, out in enumerate(self.outputs):
+            for consumer, _in_port in self._job.graph.consumers(self.name, port):
+                r = runners[consumer]
+                for conn, c in enumerate(_connections(r.odef)):
+                    if c.operator == self.name and c.port == port and (r.inbox, conn) not in out.targets:
+                        out.targets.append((r.inbox, conn))
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> None:
+        now = self.clock.now()
+        for w in self.windows:
+            if w is not None:
+                w.activate(now)
+        try:
+            if isinstance(self.op, Source):
+                await self._run_source()
+            else:
+                self._arm()
+                await self._flush_all()
+                while self._ports_open > 0:
+                    conn, payload = await self.inbox.get()
+                    self._handle(conn, payload)
+                    await self._flush_all()
+                    self._arm()
+            await self._finish()
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+
+    async def _run_source(self) -> None:
+        src = self.op
+        assert isinstance(src, Source)
+        if type(src).run is not Source.run:
+            self._source_task = asyncio.get_running_loop().create_task(
+                self._guard_async(src.run), name=f"{self._job.name}/{self.name}/run")
+            try:
+                await self._source_task
+            except asyncio.CancelledError:
+                if not self._job.stopping:
+                    raise  # cancelled from outside (abort), not a stop request
+            return
+        items = self._guard(src.generate, None)
+        it: Iterator[Any] = iter(items)
+        submit, control, size = self.submit, self.outputs[0].control, self._job.batch_size
+        while not self._job.stopping:
+            chunk = list(itertools.islice(it, size))
+            if not chunk:
+                break
+            for item in chunk:
+                if item is Punct.WINDOW:
+                    control(Punct.WINDOW)
+                elif item is Punct.FINAL:
+                    return
+                else:
+                    try:
+                        submit(item)
+                    except SchemaViolation as exc:
+                        self._fail_or_route(exc, 0, item)
+            await self._flush_all()
+
+    async def _finish(self) -> None:
+        if self.event_time is not None or self._generates_watermarks:
+            self._send_watermark(EVENT_TIME_MAX)  # E23: max watermark right before final
+        for port in range(len(self.outputs)):
+            self.outputs[port].control(Punct.FINAL)
+        await self._flush_all()
+        self._guard(self.op.on_shutdown, None)
+        self.finished = self.metrics.finished = True
+
+    async def _flush_all(self) -> None:
+        for out in self.outputs:
+            if out.buf or out.pending:
+                await out.flush()
+
+    # ------------------------------------------------------------- handling
+
+    def _handle(self, conn: int, payload: Any) -> None:
+        if type(payload) is list:
+            self._handle_batch(self.conn_port[conn], payload)
+        elif payload is _TICK:
+            self._timer = self._timer_at = None
+            now = self.clock.now()
+            for w in self._timed:
+                self._guard(w.advance_time, None, now)
+        elif isinstance(payload, Watermark):
+            self._handle_watermark(conn, payload.value)
+        elif payload is Punct.WINDOW:
+            self._handle_window_mark(self.conn_port[conn])
+        elif payload is Punct.FINAL:
+            self._handle_final(conn)
+
+    def _handle_batch(self, port: int, batch: list[Any]) -> None:
+        pm = self.metrics.inputs[port]
+        pm.tuples_processed += len(batch)
+        window = self.windows[port]
+        on_tuple = self.op.on_tuple
+        insert: Callable[[Any], Any] | None = None
+        if window is not None:
+            if self._timed:
+                now = self.clock.now()
+                for w in self._timed:
+                    self._guard(w.advance_time, None, now)
+            insert = window.insert
+        start, n = 0, len(batch)
+        while start < n:
+            i = start
+            try:
+                if insert is None:
+                    for i in range(start, n):
+                        on_tuple(batch[i], port)
+                else:
+                    for i in range(start, n):
+                        insert(batch[i])
+                break
+            except Exception as exc:  # user code: stop the job naming the tuple, or route it
+                pm.errors += 1
+                self._fail_or_route(exc, port, batch[i])
+                start = i + 1
+        if self._ti and window is not None and isinstance(window, TimeIntervalWindow):
+            pm.tuples_dropped_late = window.dropped
+
+    def _handle_window_mark(self, port: int) -> None:
+        self.metrics.inputs[port].window_puncts_processed += 1
+        window = self.windows[port]
+        if isinstance(window, StreamWindow):
+            self._guard(window.window_mark, port)
+        self._guard(self.op.on_punct, port, Punct.WINDOW, port)
+        if self.op.window_punctuation == "preserving":
+            for p in self._data_ports:
+                self.outputs[p].control(Punct.WINDOW)
+
+    def _handle_final(self, conn: int) -> None:
+        if self._final_from[conn] or self.conn_feedback[conn]:
+            return
+        self._final_from[conn] = True
+        port = self.conn_port[conn]
+        self._finals_needed[port] -= 1
+        if self._finals_needed[port] > 0:
+            return
+        self.metrics.inputs[port].final_puncts_processed += 1
+        window = self.windows[port]
+        if isinstance(window, StreamWindow):
+            self._guard(window.final_mark, port)
+        self._guard(self.op.on_punct, port, Punct.FINAL, port)
+        self._ports_open -= 1
+
+    def _handle_watermark(self, conn: int, value: int) -> None:
+        entries = self._wm_in
+        current = entries[conn]
+        if current is None or value <= current:
+            return  # not an event-time connection, or not an advance (E30: lower ones ignored)
+        entries[conn] = value
+        low = min(v for v in entries if v is not None)
+        if self._watermark is not None and low <= self._watermark:
+            return
+        self._advance_watermark(low)
+
+    def _advance_watermark(self, value: int) -> None:
+        self._watermark = self.metrics.watermark = value
+        for w in self._ti:  # E31: the operator's own windows first
+            self._guard(w.watermark, None, value)
+        self._guard(self.op.on_watermark, None, value)
+        self._send_watermark(value)
+
+    def _watermark_from(self, tup: Any) -> None:
+        """E29: after a tuple on the event-time port, candidate = event time - lag."""
+        et = self.odef.event_time
+        assert et is not None
+        try:
+            t = tup[et.attribute]
+        except (KeyError, TypeError, IndexError):
+            raise SchemaViolation(self.name, 0, tup, f"the event-time attribute {et.attribute!r} "
+                                                     "is missing") from None
+        if type(t) is not int:
+            raise SchemaViolation(self.name, 0, tup, f"event time {et.attribute!r} = {t!r} is not "
+                                                     "an integer number of ticks")
+        candidate = t - et.ticks(et.lag_ns)
+        if self._watermark is not None and candidate <= self._watermark:
+            return
+        self._watermark = self.metrics.watermark = candidate
+        last = self._last_sent
+        if last is None or candidate >= last + et.ticks(et.minimum_gap_ns):
+            self._send_watermark(candidate)
+
+    def _send_watermark(self, value: int) -> None:
+        if self._last_sent is not None and value <= self._last_sent:
+            return
+        self._last_sent = value
+        mark = Watermark(value)
+        for p in self._data_ports:
+            self.outputs[p].control(mark)
+
+    # -------------------------------------------------------------- timers
+
+    def _arm(self) -> None:
+        """Keep one clock timer at the earliest deadline of this operator's time windows."""
+        if not self._timed:
+            return
+        due = min((d for w in self._timed if (d := w.next_deadline()) is not None), default=None)
+        if due is None or (self._timer_at is not None and self._timer_at <= due):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = due
+        self._timer = self.clock.call_at(due, lambda: self.inbox.put_control(_TICK_CONNECTION, _TICK))
+
+    # --------------------------------------------------------------- errors
+
+    def _guard(self, fn: Callable[..., Any], port: int | None, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except OperatorError:
+            raise
+        except Exception as exc:
+            raise OperatorError(self.name, port, None, exc) from exc
+
+    async def _guard_async(self, fn: Callable[[], Any]) -> None:
+        try:
+            await fn()
+        except OperatorError:
+            raise
+        except Exception as exc:
+            raise OperatorError(self.name, None, None, exc) from exc
+
+    def _fail_or_route(self, exc: Exception, port: int, tup: Any) -> None:
+        if isinstance(exc, OperatorError):
+            raise exc
+        error_port = self.odef.error_port
+        if error_port is None:
+            raise OperatorError(self.name, port, tup, exc) from exc
+        reason = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
+        self.outputs[error_port].buf.append(
+            {"operator": self.name, "port": port, "tuple": tup, "error": reason})
+
+
+def _connections(odef: OperatorDef) -> list[Any]:
+    return [c for inp in odef.inputs for c in inp.connections]
+
