@@ -101,8 +101,11 @@ class _Replay:
     checkpoints: dict[str, Any] = field(default_factory=dict)
     stopped: bool = False  # a {"restart": true} step stopped the PE; the next reset restarts it
     clock: int = 0
+    recording: bool = True  # False: events are not part of the expectation (a new PE starting)
 
     def on_event(self, event: StreamWindowEvent[dict[str, Any]]) -> None:
+        if not self.recording:
+            return
         record: dict[str, Any] = {
             "event": event.type.value,
             "partition": event.partition,
@@ -116,12 +119,13 @@ class _Replay:
                 record["pane_timing"] = event.pane_timing.value
                 record["pane_index"] = event.pane_index
         elif self._wants_at(event):
-            record["at"] = self.window.now / NS_PER_SECOND
+            record["at"] = event.window.now / NS_PER_SECOND
         self.out.append(record)
 
     def _wants_at(self, event: StreamWindowEvent[dict[str, Any]]) -> bool:
-        assert isinstance(self.window, StreamWindow)
-        spec = self.window.spec
+        window = event.window
+        assert isinstance(window, StreamWindow)
+        spec = window.spec
         sliding_time_eviction = (event.type is EventType.EVICTION and spec.type is WindowType.SLIDING
                                  and isinstance(spec.eviction, Time))
         if self.cause == "timer":
@@ -274,15 +278,20 @@ def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
          echo: Callable[[str], None] | None = None) -> int:
     """The ``riverbed trace`` command; returns the exit code."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
-    if host != "windows":
-        err(f"riverbed trace: host {host!r} is not available in this version; use --host windows")
+    if host not in ("windows", "runtime"):
+        err(f"riverbed trace: unknown host {host!r}; use --host windows or --host runtime")
         return 2
+    replay: Callable[[Mapping[str, Any], str], list[dict[str, Any]]] = run_case
+    if host == "runtime":
+        from .runtime._trace_host import run_case_in_runtime
+
+        replay = run_case_in_runtime
     status = 0
     for raw in paths:
         path = Path(raw)
         try:
             cases = list(load_cases(path))
-            results = [run_case(case, flavor) for case in cases]
+            results = [replay(case, flavor) for case in cases]
         except TraceError as exc:
             err(f"riverbed trace: {exc}")
             status = 1

@@ -49,17 +49,18 @@ class EventTime:
     resolution: str = "ns"
     lag_ns: int = 0
     minimum_gap_ns: int = NS_PER_SECOND // 10
+    manual: bool = False  # SPL "manual" mode: the operator sets watermarks itself (E28)
 
     @classmethod
     def of(cls, attribute: str, *, resolution: str = "ns", lag: float = 0.0,
-           minimum_gap: float = 0.1) -> EventTime:
+           minimum_gap: float = 0.1, manual: bool = False) -> EventTime:
         if resolution not in ("ns", "us", "ms"):
             raise GraphError(None, "event-time", f"resolution {resolution!r}: expected 'ns', 'us' "
                                                  "or 'ms'")
         if lag < 0 or minimum_gap < 0:
             raise GraphError(None, "event-time", f"lag {lag} and minimum_gap {minimum_gap} must "
                                                  "be >= 0 seconds")
-        return cls(attribute, resolution, seconds_to_ns(lag), seconds_to_ns(minimum_gap))
+        return cls(attribute, resolution, seconds_to_ns(lag), seconds_to_ns(minimum_gap), manual)
 
     def ticks(self, ns: int) -> int:
         """A duration in ns converted to this attribute's ticks (truncating)."""
@@ -83,6 +84,7 @@ class InputPort:
     window: WindowSpec | TimeIntervalSpec | None = None
     partition_by: PartitionBy | None = None
     flavor: str = "java"
+    attribute_types: Mapping[str, str] | None = None  # delta typing when the stream has no schema
 
     @property
     def windowed(self) -> bool:
@@ -144,9 +146,15 @@ class Stream:
         return self._graph._pending[self.operator]["outputs"][self.port]  # type: ignore[no-any-return]
 
     def window(self, clause: str | WindowSpec | TimeIntervalSpec, *,
-               partition_by: PartitionBy | None = None, flavor: str = "java") -> PortInput:
-        """This stream into a windowed input port (an SPL ``window`` clause)."""
-        return PortInput((self,), clause, partition_by, flavor)
+               partition_by: PartitionBy | None = None, flavor: str = "java",
+               attribute_types: Mapping[str, str] | None = None) -> PortInput:
+        """This stream into a windowed input port (an SPL ``window`` clause).
+
+        ``attribute_types`` gives SPL types of the attributes delta policies
+        use, for a stream without a declared schema (with one, the schema's
+        types are used).
+        """
+        return PortInput((self,), clause, partition_by, flavor, attribute_types=attribute_types)
 
     def feedback(self) -> PortInput:
         """This stream as a feedback connection: it may close a cycle."""
@@ -165,6 +173,7 @@ class PortInput:
     partition_by: PartitionBy | None = None
     flavor: str = "java"
     feedback: bool = False
+    attribute_types: Mapping[str, str] | None = None
 
 
 PortArg = Stream | PortInput | Sequence[Stream]
@@ -188,13 +197,18 @@ class Graph:
 
     def source(self, name: str, operator: Source, *, schema: Schema | Mapping[str, str] | None = None,
                event_time: str | EventTime | None = None, lag: float = 0.0,
-               minimum_gap: float = 0.1, resolution: str | None = None) -> Stream:
+               minimum_gap: float = 0.1, resolution: str | None = None,
+               manual_watermarks: bool = False) -> Stream:
         """A source with one output stream; ``event_time`` names the attribute carrying event
-        time (SPL ``@eventTime``), which makes watermarks flow from this source."""
+        time (SPL ``@eventTime``), which makes watermarks flow from this source: each tuple's
+        event time minus ``lag`` (seconds), sent when it exceeds the last one sent by at least
+        ``minimum_gap`` (seconds). With ``manual_watermarks`` the source sets them itself
+        (``context.set_watermark``)."""
         et: EventTime | None
         if isinstance(event_time, str):
             res = resolution or _default_resolution(_as_schema(name, schema), event_time)
-            et = EventTime.of(event_time, resolution=res, lag=lag, minimum_gap=minimum_gap)
+            et = EventTime.of(event_time, resolution=res, lag=lag, minimum_gap=minimum_gap,
+                              manual=manual_watermarks)
         else:
             et = event_time
         streams = self._add(name, operator, "source", (), outputs=[schema], event_time=et,

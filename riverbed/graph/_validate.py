@@ -52,7 +52,8 @@ def freeze(graph: Graph) -> FrozenGraph:
                 except GraphError as exc:
                     errors.append(exc)
             conns = tuple(Connection(s.operator, s.port, port.feedback) for s in port.streams)
-            ports.append(InputPort(conns, window, port.partition_by, port.flavor))
+            ports.append(InputPort(conns, window, port.partition_by, port.flavor,
+                                   dict(port.attribute_types) if port.attribute_types else None))
         defs[name] = OperatorDef(name, raw["operator"], raw["kind"], tuple(ports),
                                  tuple(raw["outputs"]), raw["event_time"], raw["error_port"],
                                  raw["queue_batches"])

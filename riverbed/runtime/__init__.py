@@ -9,7 +9,10 @@ timer whenever every task waits.
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
 from ._errors import JobError, OperatorError, SchemaViolation
 from ._job import Job, run_graph
+from ._logging import configure_logging, get_logger
 from ._metrics import InputPortMetrics, JobMetrics, OperatorMetrics, OutputPortMetrics
+from ._prometheus import MetricsServer, serve_metrics
+from ._status import StatusView, render_plain
 
 __all__ = [
     "Clock",
@@ -17,12 +20,18 @@ __all__ = [
     "Job",
     "JobError",
     "JobMetrics",
+    "MetricsServer",
     "OperatorError",
     "OperatorMetrics",
     "OutputPortMetrics",
     "RealClock",
     "SchemaViolation",
+    "StatusView",
     "VirtualClock",
+    "configure_logging",
+    "get_logger",
+    "render_plain",
     "run_graph",
     "run_virtual",
+    "serve_metrics",
 ]

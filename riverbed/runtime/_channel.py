@@ -39,6 +39,11 @@ class Inbox:
     def __len__(self) -> int:
         return self._batches
 
+    @property
+    def idle(self) -> bool:
+        """Empty, with the operator waiting for the next entry (it finished the previous ones)."""
+        return not self._items and self._getter is not None
+
     async def put(self, connection: int, batch: list[Any]) -> None:
         """Queue a batch; wait while the inbox already holds ``capacity`` batches."""
         if self._batches >= self._capacity:

@@ -13,7 +13,6 @@ Times are integer nanoseconds.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import math
 import selectors
 import time
@@ -23,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 __all__ = ["Clock", "RealClock", "TimerHandle", "VirtualClock", "run_virtual"]
 
 R = TypeVar("R")
+_ROUNDING_NS = 2
 
 
 class TimerHandle(Protocol):
@@ -70,7 +70,6 @@ class VirtualClock:
 
     def __init__(self, start: int = 0) -> None:
         self._now = start
-        self._deadlines: list[int] = []  # exact ns of timers set through this clock
 
     def now(self) -> int:
         return self._now
@@ -79,11 +78,12 @@ class VirtualClock:
         loop = asyncio.get_running_loop()
         if not isinstance(loop, VirtualTimeLoop) or loop.clock is not self:
             raise RuntimeError("a VirtualClock needs its own event loop: run the job with run_virtual()")
-        heapq.heappush(self._deadlines, when)
 
         def fire() -> None:
-            # The loop woke for this timer: time is exactly its deadline, not a float rounding of it.
-            self._now = max(self._now, when)
+            # The loop woke for this timer: time is exactly its deadline. A jump computed in
+            # float seconds may overshoot it by a nanosecond or two; nothing ran in between.
+            if self._now < when or self._now - when <= _ROUNDING_NS:
+                self._now = when
             callback()
 
         return loop.call_at(when / 1e9, fire)
@@ -105,15 +105,8 @@ class VirtualClock:
             handle.cancel()
 
     def _jump(self, timeout: float) -> None:
-        """Advance to the loop's next timer, landing exactly on our own deadline when it is that one."""
-        target = self._now + math.ceil(timeout * 1e9)
-        deadlines = self._deadlines
-        while deadlines and deadlines[0] < self._now:
-            heapq.heappop(deadlines)
-        if deadlines and target - 2 <= deadlines[0] <= target:
-            target = deadlines[0]
-        self._now = max(self._now, target)
-
+        """Advance to the loop's next timer (float seconds, rounded up to whole ns)."""
+        self._now += max(1, math.ceil(timeout * 1e9))
 
 class _JumpingSelector(selectors.BaseSelector):
     """A selector that, instead of blocking until a timer is due, moves the virtual clock there."""

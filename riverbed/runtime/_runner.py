@@ -120,7 +120,7 @@ class OperatorRunner:
         self._final_from = [False] * len(self.conn_port)
         # Event time: own definition (outputEventTime) or inherited (inputWatermark).
         self.event_time = region.get(odef.name)
-        self._generates_watermarks = odef.event_time is not None
+        self._generates_watermarks = odef.event_time is not None and not odef.event_time.manual
         self._wm_in: list[int | None] = []
         for inp in odef.inputs:
             for c in inp.connections:
@@ -189,6 +189,16 @@ class OperatorRunner:
         await self.flush()
         await self.clock.sleep_until(when)
 
+    def set_watermark(self, value: int) -> None:
+        """Manual watermark mode (E28): advance this operator's watermark and send it on."""
+        if self.odef.event_time is None or not self.odef.event_time.manual:
+            raise ValueError(f"operator {self.name!r}: set_watermark needs event_time with "
+                             "manual_watermarks=True")
+        if self._watermark is not None and value <= self._watermark:
+            return
+        self._watermark = self.metrics.watermark = value
+        self._send_watermark(value)
+
     def request_stop(self) -> None:
         """A stop was requested: an async source is cancelled (a sync one stops between batches)."""
         if self._source_task is not None:
@@ -202,35 +212,56 @@ class OperatorRunner:
     # ---------------------------------------------------------------- set-up
 
     def setup(self) -> None:
-        odef = self.odef
-        for port, inp in enumerate(odef.inputs):
-            if inp.window is None:
-                self.windows.append(None)
-                continue
-            listener = self._listener_for(port)
-            w: StreamWindow[Any] | TimeIntervalWindow[Any]
-            if isinstance(inp.window, TimeIntervalSpec):
-                et = self.event_time
-                assert et is not None  # validation: a timeInterval window is in the region
-                w = TimeIntervalWindow(inp.window, event_time=et.attribute, resolution=et.resolution,
-                                       partition_by=inp.partition_by, flavor=inp.flavor)
-                w.register_listener(listener, (EventType.INITIAL_FULL, EventType.TRIGGER,
-                                               EventType.CLOSE))
-                self._ti.append(w)
-            else:
-                schema = self._input_schema(port)
-                w = StreamWindow(inp.window, flavor=inp.flavor, partition_by=inp.partition_by,
-                                 attribute_types=schema.as_dict() if schema else None)
-                w.register_listener(listener)
-                if inp.window.uses_system_time:
-                    self._timed.append(w)
+        for port in range(len(self.odef.inputs)):
+            w = self.make_window(port)
             self.windows.append(w)
+            if w is not None:
+                self._track(w)
         self.op.context = self
         # Instance attributes shadow the base class's methods: the operator's own
         # submit calls go straight here.
         self.op.submit = self.submit  # type: ignore[method-assign]
         self.op.submit_punct = self.submit_punct  # type: ignore[method-assign]
         self._guard(self.op.setup, None)
+
+    def make_window(self, port: int) -> StreamWindow[Any] | TimeIntervalWindow[Any] | None:
+        """A fresh window for an input port, wired to the operator (None for a plain port)."""
+        inp = self.odef.inputs[port]
+        if inp.window is None:
+            return None
+        listener = self._listener_for(port)
+        w: StreamWindow[Any] | TimeIntervalWindow[Any]
+        if isinstance(inp.window, TimeIntervalSpec):
+            et = self.event_time
+            assert et is not None  # validation: a timeInterval window is in the region
+            w = TimeIntervalWindow(inp.window, event_time=et.attribute, resolution=et.resolution,
+                                   partition_by=inp.partition_by, flavor=inp.flavor)
+            w.register_listener(listener, (EventType.INITIAL_FULL, EventType.TRIGGER,
+                                           EventType.CLOSE))
+        else:
+            schema = self._input_schema(port)
+            types = schema.as_dict() if schema is not None else dict(inp.attribute_types or {})
+            w = StreamWindow(inp.window, flavor=inp.flavor, partition_by=inp.partition_by,
+                             attribute_types=types,
+                             default_partition=_default_key(types, inp.partition_by))
+            w.register_listener(listener)
+        return w
+
+    def replace_window(self, port: int, window: StreamWindow[Any] | TimeIntervalWindow[Any]) -> None:
+        """Install another window on a port (a restarted instance's fresh window)."""
+        old = self.windows[port]
+        self.windows[port] = window
+        if isinstance(old, StreamWindow) and old in self._timed:
+            self._timed.remove(old)
+        if isinstance(old, TimeIntervalWindow) and old in self._ti:
+            self._ti.remove(old)
+        self._track(window)
+
+    def _track(self, w: StreamWindow[Any] | TimeIntervalWindow[Any]) -> None:
+        if isinstance(w, TimeIntervalWindow):
+            self._ti.append(w)
+        elif w.spec.uses_system_time:
+            self._timed.append(w)
 
     def _input_schema(self, port: int) -> Any:
         c = self.odef.inputs[port].connections[0]
@@ -259,7 +290,7 @@ class OperatorRunner:
         now = self.clock.now()
         for w in self.windows:
             if w is not None:
-                w.activate(now)
+                self._guard(w.activate, None, now)
         try:
             if isinstance(self.op, Source):
                 await self._run_source()
@@ -485,3 +516,18 @@ class OperatorRunner:
 def _connections(odef: OperatorDef) -> list[Any]:
     return [c for inp in odef.inputs for c in inp.connections]
 
+
+
+_INT_TYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "timestamp"}
+
+
+def _default_key(types: dict[str, str], partition_by: Any) -> Any:
+    """The partition key IBM's C++ timers use when no partition exists: the type's default."""
+    spl_type = types.get(partition_by) if isinstance(partition_by, str) else None
+    if spl_type in _INT_TYPES:
+        return 0
+    if spl_type in ("float32", "float64"):
+        return 0.0
+    if spl_type == "boolean":
+        return False
+    return ""

@@ -1,0 +1,182 @@
+"""Prometheus export of a job's metrics, read at scrape time.
+
+The runtime already counts everything in plain integer fields, once per
+batch (`riverbed.runtime.JobMetrics`). Rather than mirror those counts into
+prometheus-client ``Counter`` objects on the hot path (0.7-3.5 µs an
+increment), a custom collector reads `Job.snapshot_metrics()` when Prometheus
+scrapes and turns it into metric families. Between scrapes the exporter
+costs nothing.
+
+The scrape runs on the HTTP server's thread while the job runs on its event
+loop. That is safe here: the collector only reads ints that the loop
+replaces whole (the GIL makes each read atomic), and the operator and port
+collections never change once a job exists. Counts of different ports may
+come from slightly different instants, which Prometheus tolerates.
+
+The server binds to 127.0.0.1 by default (prometheus-client's own default is
+every interface) and uses a private `CollectorRegistry`, so two jobs in one
+process, or a test, never collide in the global registry.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from socketserver import ThreadingMixIn
+from types import TracebackType
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ._metrics import InputPortMetrics
+from ._status import MetricsSource
+
+__all__ = ["JobCollector", "MetricsServer", "serve_metrics"]
+
+# (metric name without _total, help text, the InputPortMetrics value): one counter per input port each.
+_INPUT_COUNTERS: tuple[tuple[str, str, Callable[[InputPortMetrics], int]], ...] = (
+    ("riverbed_tuples_processed", "Tuples processed on an input port.", lambda p: p.tuples_processed),
+    ("riverbed_window_puncts_processed", "Window punctuations processed on an input port.",
+     lambda p: p.window_puncts_processed),
+    ("riverbed_final_puncts_processed", "Final punctuations processed on an input port.",
+     lambda p: p.final_puncts_processed),
+    ("riverbed_late_tuples", "Tuples dropped on an input port as too late for a timeInterval window.",
+     lambda p: p.tuples_dropped_late),
+    ("riverbed_errors", "Errors raised while processing an input port.", lambda p: p.errors),
+)
+_PORT_LABELS = ("job", "operator", "port")
+_OPERATOR_LABELS = ("job", "operator")
+
+
+class JobCollector:
+    """A prometheus-client collector that reads a job's metrics each time it is collected."""
+
+    def __init__(self, job: MetricsSource) -> None:
+        self.job = job
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self.job.snapshot_metrics()
+        inputs = [CounterMetricFamily(name, doc, labels=_PORT_LABELS) for name, doc, _ in _INPUT_COUNTERS]
+        submitted = CounterMetricFamily("riverbed_tuples_submitted", "Tuples submitted on an output port.",
+                                        labels=_PORT_LABELS)
+        waits = CounterMetricFamily("riverbed_backpressure_waits",
+                                    "Times an upstream waited on this operator's full inbox.",
+                                    labels=_OPERATOR_LABELS)
+        size = GaugeMetricFamily("riverbed_queue_size", "Batches waiting in the operator's inbox.",
+                                 labels=_OPERATOR_LABELS)
+        capacity = GaugeMetricFamily("riverbed_queue_capacity", "Batches the operator's inbox holds.",
+                                     labels=_OPERATOR_LABELS)
+        high_water = GaugeMetricFamily("riverbed_queue_high_water", "Most batches ever queued at once.",
+                                       labels=_OPERATOR_LABELS)
+        watermark = GaugeMetricFamily("riverbed_watermark",
+                                      "The operator's event-time watermark in ticks (absent until set).",
+                                      labels=_OPERATOR_LABELS)
+        for name, op in metrics.operators.items():
+            for port, pm in enumerate(op.inputs):
+                labels = [metrics.job, name, str(port)]
+                for family, (_, _, value) in zip(inputs, _INPUT_COUNTERS, strict=True):
+                    family.add_metric(labels, value(pm))
+            for port, om in enumerate(op.outputs):
+                submitted.add_metric([metrics.job, name, str(port)], om.tuples_submitted)
+            labels = [metrics.job, name]
+            waits.add_metric(labels, op.backpressure_waits)
+            size.add_metric(labels, op.queue_size)
+            capacity.add_metric(labels, op.queue_capacity)
+            high_water.add_metric(labels, op.queue_high_water)
+            if op.watermark is not None:
+                watermark.add_metric(labels, op.watermark)
+        yield from inputs
+        yield from (submitted, waits, size, capacity, high_water, watermark)
+
+
+class MetricsServer:
+    """The running ``/metrics`` HTTP endpoint; `close` stops it (it is also a context manager)."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+        self._closed = False
+
+    @property
+    def host(self) -> str:
+        return str(self._server.server_address[0])
+
+    @property
+    def port(self) -> int:
+        """The bound port: the one asked for, or the one the OS chose when asked for 0."""
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving, release the port and wait for the server thread. Closing twice is a no-op."""
+        if self._closed:
+            return
+        self._closed = True
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    """One thread per scrape, so a stuck client cannot block the next scrape."""
+
+    daemon_threads = True
+
+
+class _ThreadingWSGIServer6(_ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line on stderr per scrape: stderr belongs to the job's logs."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve_metrics(job: MetricsSource, port: int, host: str = "127.0.0.1") -> MetricsServer:
+    """Serve ``job``'s metrics for Prometheus at ``http://host:port/metrics`` from a daemon thread.
+
+    Port 0 picks a free port (read it from `MetricsServer.port`). Counters,
+    labelled ``job, operator, port`` (input ports, or output ports for
+    submitted): ``riverbed_tuples_processed_total``,
+    ``riverbed_tuples_submitted_total``,
+    ``riverbed_window_puncts_processed_total``,
+    ``riverbed_final_puncts_processed_total``, ``riverbed_late_tuples_total``,
+    ``riverbed_errors_total``; labelled ``job, operator``:
+    ``riverbed_backpressure_waits_total``. Gauges labelled ``job, operator``:
+    ``riverbed_queue_size``, ``riverbed_queue_capacity``,
+    ``riverbed_queue_high_water``, ``riverbed_watermark`` (absent until the
+    operator has a watermark). The values stay readable after the job ends,
+    until `MetricsServer.close`.
+    """
+    if not 0 <= port <= 65535:
+        raise ValueError(f"metrics port {port}: expected 0..65535 (0 picks a free port)")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(JobCollector(job))
+    server_class = _ThreadingWSGIServer6 if ":" in host else _ThreadingWSGIServer
+    try:
+        server = make_server(host, port, make_wsgi_app(registry), server_class=server_class,
+                             handler_class=_QuietHandler)
+    except OSError as exc:
+        raise OSError(exc.errno, f"metrics endpoint {host}:{port}: {exc.strerror}; choose another port, "
+                                 "or 0 for any free one") from exc
+    # The poll interval bounds how long close() waits for the thread (the stdlib default is 0.5 s).
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              name=f"riverbed-metrics:{server.server_port}", daemon=True)
+    thread.start()
+    return MetricsServer(server, thread)
