@@ -21,6 +21,20 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--out", metavar="DIR",
                        help="write DIR/<case stem>.jsonl per case instead of printing")
     trace.add_argument("cases", nargs="+", metavar="CASE.json")
+    run = sub.add_parser("run", help="run a graph script on the asyncio runtime")
+    run.add_argument("script", metavar="graph.py", help="a script defining build(params) or graph")
+    run.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
+                     help="a graph parameter for build(params); VALUE is JSON when it parses")
+    run.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
+                     help="log lines as JSON or for people (auto: console on a terminal)")
+    run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    run.add_argument("--metrics-port", type=int, metavar="PORT",
+                     help="serve Prometheus metrics on 127.0.0.1:PORT")
+    run.add_argument("--no-status", dest="status", action="store_false",
+                     help="no live status view")
+    run.add_argument("--status-interval", type=float, default=1.0, metavar="SECONDS")
+    run.add_argument("--virtual-clock", action="store_true",
+                     help="run on simulated time: time jumps to the next timer when idle")
     demo = sub.add_parser("demo", help="run an SPL window over a generated sensor stream")
     demo.add_argument("--window", default="sliding, count(10), count(5), partitioned, partitionCount(100)",
                       help="the SPL window clause")
@@ -37,6 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .trace import main as trace_main
 
         return trace_main(args.cases, args.flavor, args.host, args.out)
+    if args.command == "run":
+        from .run import run
+
+        return run(args.script, params=args.param, log_format=args.log_format,
+                   log_level=args.log_level, metrics_port=args.metrics_port, status=args.status,
+                   status_interval=args.status_interval, virtual_clock=args.virtual_clock)
     from .demo import main as demo_main
 
     return demo_main(args.window, args.sensors, args.readings, args.flavor, args.seed)

@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-.venv/bin/ruff check riverbed tests bench
+.venv/bin/ruff check riverbed tests bench examples
 .venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"
