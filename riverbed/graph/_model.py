@@ -239,6 +239,19 @@ class Graph:
                             queue_batches=queue_batches)
         return streams[0] if streams else None
 
+    def add_input(self, operator: str, arg: PortArg) -> None:
+        """Give an operator added earlier one more input port: how a loop is closed.
+
+        A stream from downstream makes a cycle, which `freeze` accepts only
+        when the connection is marked ``stream.feedback()``.
+        """
+        entry = self._pending.get(operator)
+        if entry is None:
+            raise GraphError(operator, "input", "no such operator in the graph")
+        if entry["kind"] == "source":
+            raise GraphError(operator, "input", "a source has no input ports")
+        entry["inputs"].append(self._port(operator, len(entry["inputs"]), arg))
+
     def _add(self, name: str, operator: Operator, kind: OperatorKind, inputs: Iterable[PortArg], *,
              outputs: list[Schema | Mapping[str, str] | None], event_time: EventTime | None,
              error_port: bool, queue_batches: int = 16) -> tuple[Stream, ...]:

@@ -1,0 +1,386 @@
+"""The asyncio runtime, end to end on real jobs (virtual clock, no mocks, no sleeps)."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from typing import Any
+
+import pytest
+
+from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Schema, Source, Watermark
+from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
+from riverbed.windows import EVENT_TIME_MAX, StreamWindowEvent
+
+S = 1_000_000_000
+
+
+class ListSource(Source):
+    """Emits the given items (tuples and Punct.WINDOW)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def generate(self) -> Any:
+        return iter(self.items)
+
+
+class Collect(Operator):
+    """Records everything that reaches it, punctuation included."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.shut_down = False
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.items.append(tup)
+
+    def on_punct(self, punct: Punct, port: int) -> None:
+        self.items.append(punct)
+
+    def on_watermark(self, value: int) -> None:
+        self.items.append(Watermark(value))
+
+    def on_shutdown(self) -> None:
+        self.shut_down = True
+
+    @property
+    def tuples(self) -> list[Any]:
+        return [x for x in self.items if isinstance(x, dict)]
+
+
+class PassThrough(Operator):
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.submit(tup)
+
+
+class Events(Operator):
+    """Records window events as (type, partition, values, time)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any, list[Any], int]] = []
+
+    def on_window_event(self, event: StreamWindowEvent[Any], port: int) -> None:
+        self.events.append((event.type.name, event.partition, [t.get("v") for t in event.tuples],
+                            self.context.now()))
+
+
+# ------------------------------------------------------------- punctuation
+
+
+def test_fan_out_and_fan_in_carry_tuples_marks_and_one_final() -> None:
+    g = Graph("fan")
+    a = g.source("a", ListSource([{"v": 1}, Punct.WINDOW, {"v": 2}]))
+    b = g.source("b", ListSource([{"v": 10}, {"v": 20}, Punct.WINDOW]))
+    union = g.operator("union", PassThrough(), [[a, b]])  # one port, two connections
+    left, right = Collect(), Collect()
+    g.sink("left", left, [union])
+    g.sink("right", right, [union])
+    run_graph(g, clock=VirtualClock())
+    for sink in (left, right):
+        assert sorted(t["v"] for t in sink.tuples) == [1, 2, 10, 20]
+        assert sink.items.count(Punct.WINDOW) == 2  # each source's mark, forwarded (preserving)
+        assert sink.items.count(Punct.FINAL) == 1  # final once, after both connections ended
+        assert sink.items[-1] is Punct.FINAL
+        assert sink.shut_down
+
+
+def test_generating_and_free_operators_drop_incoming_window_marks() -> None:
+    class Own(Operator):
+        window_punctuation = "generating"
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            self.submit(tup)
+            self.submit_punct()
+
+    g = Graph("modes")
+    s = g.source("s", ListSource([{"v": 1}, Punct.WINDOW, {"v": 2}, Punct.WINDOW]))
+    own = g.operator("own", Own(), [s])
+    sink = Collect()
+    g.sink("sink", sink, [own])
+    run_graph(g, clock=VirtualClock())
+    assert sink.items == [{"v": 1}, Punct.WINDOW, {"v": 2}, Punct.WINDOW, Punct.FINAL]
+
+
+def test_final_punctuation_drains_every_operator_and_java_windows_raise_final() -> None:
+    g = Graph("drain")
+    s = g.source("s", ListSource([{"v": i, "k": i % 2} for i in range(5)]))
+    ev = Events()
+    g.sink("w", ev, [s.window("tumbling, count(3), partitioned", partition_by="k")])
+    job = Job(g, clock=VirtualClock())
+    metrics = run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    assert all(m.finished for m in metrics.operators.values())
+    finals = [(p, v) for t, p, v, _ in ev.events if t == "FINAL"]
+    assert sorted(finals) == [(0, []), (1, [1, 3])]  # what remains after the tumble of 0, 2, 4
+    assert metrics.operators["w"].inputs[0].final_puncts_processed == 1
+
+
+def test_a_final_mark_in_the_middle_of_a_port_waits_for_every_connection() -> None:
+    g = Graph("two")
+    a = g.source("a", ListSource([{"v": 1}]))
+    b = g.source("b", ListSource([{"v": 2}, {"v": 3}]))
+    sink = Collect()
+    g.sink("sink", sink, [a, b])  # two ports, one connection each
+    run_graph(g, clock=VirtualClock())
+    assert sink.items.count(Punct.FINAL) == 2  # on_punct(final) once per port
+    assert len(sink.tuples) == 3
+
+
+# --------------------------------------------------------------- time windows
+
+
+class Ticker(Source):
+    """A tuple every second of (virtual) clock time, for `n` seconds."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        for i in range(self.n):
+            await ctx.sleep_until((i + 1) * S)
+            self.submit({"v": i})
+
+
+def test_time_windows_fire_at_exact_virtual_times() -> None:
+    g = Graph("timed")
+    s = g.source("tick", Ticker(5))
+    ev = Events()
+    g.sink("w", ev, [s.window("tumbling, time(2)")])
+    run_graph(g, clock=VirtualClock())
+    tumbles = [(v, t) for kind, _, v, t in ev.events if kind == "EVICTION"]
+    # Tuples arrive at 1..5 s; the window tumbles every 2 s from activation at 0.
+    assert tumbles == [([0], 2 * S), ([1, 2], 4 * S)]
+
+
+def test_a_sliding_time_window_evicts_through_the_runtime_timer() -> None:
+    g = Graph("evict")
+    s = g.source("tick", Ticker(5))
+    ev = Events()
+    g.sink("w", ev, [s.window("sliding, time(1.5)")])
+    run_graph(g, clock=VirtualClock())
+    evictions = [(v, t) for kind, _, v, t in ev.events if kind == "EVICTION"]
+    # Java evicts 1 ms after the deadline: tuple 0 (at 1 s) leaves at 2.501 s, tuple 1 at 3.501 s.
+    assert evictions[:2] == [([0], 2_501_000_000), ([1], 3_501_000_000)]
+
+
+# ------------------------------------------------------------------ watermarks
+
+
+class Stamped(Source):
+    def __init__(self, times: list[int], key: str = "a") -> None:
+        self.times = times
+        self.key = key
+
+    def generate(self) -> Any:
+        return ({"k": self.key, "v": i, "ts": t} for i, t in enumerate(self.times))
+
+
+def test_event_time_source_watermarks_follow_lag_and_minimum_gap() -> None:
+    g = Graph("wm")
+    s = g.source("s", Stamped([10 * S, 10 * S + 50_000_000, 10 * S + 200_000_000, 9 * S, 12 * S]),
+                 schema=Schema(k="rstring", v="int64", ts="timestamp"), event_time="ts", lag=1.0,
+                 minimum_gap=0.1)
+    sink = Collect()
+    g.sink("sink", sink, [s])
+    run_graph(g, clock=VirtualClock())
+    marks = [x.value for x in sink.items if isinstance(x, Watermark)]
+    # 9 s first (the first is always sent); 9.05 s is under the minimum gap; 9.2 s is sent;
+    # a tuple behind is ignored; then 11 s, and the maximum watermark right before final (E23).
+    assert marks == [9 * S, 9 * S + 200_000_000, 11 * S, EVENT_TIME_MAX]
+    assert sink.items[-1] is Punct.FINAL
+
+
+def test_an_operator_watermark_is_the_minimum_over_its_connections() -> None:
+    g = Graph("minwm")
+    schema = Schema(k="rstring", v="int64", ts="timestamp")
+    a = g.source("a", Stamped([5 * S, 6 * S, 30 * S], "a"), schema=schema, event_time="ts",
+                 minimum_gap=0.0)
+    b = g.source("b", Stamped([8 * S, 9 * S], "b"), schema=schema, event_time="ts", minimum_gap=0.0)
+    mid = g.operator("mid", PassThrough(), [[a, b]], [schema])
+    sink = Collect()
+    g.sink("sink", sink, [mid])
+    run_graph(g, clock=VirtualClock())
+    marks = [x.value for x in sink.items if isinstance(x, Watermark)]
+    assert marks == sorted(marks), "watermarks only move forward"
+    assert all(m <= 9 * S for m in marks[:-1]), "never past the slower connection before it ends"
+    assert marks[-1] == EVENT_TIME_MAX
+
+
+def test_time_interval_windows_fire_on_watermarks_and_flush_before_final() -> None:
+    class Panes(Operator):
+        def __init__(self) -> None:
+            self.fired: list[tuple[str, tuple[int, int], list[int]]] = []
+
+        def on_window_event(self, event: Any, port: int) -> None:
+            self.fired.append((event.type.name, event.pane, [t["v"] for t in event.tuples]))
+
+    g = Graph("panes")
+    s = g.source("s", Stamped([101 * S, 105 * S, 112 * S, 125 * S]),
+                 schema=Schema(k="rstring", v="int64", ts="timestamp"), event_time="ts", minimum_gap=0.0)
+    panes = Panes()
+    g.sink("w", panes, [s.window("timeInterval, intervalDuration(10)")])
+    run_graph(g, clock=VirtualClock())
+    triggers = [(p, v) for kind, p, v in panes.fired if kind == "TRIGGER"]
+    assert triggers == [((100 * S, 110 * S), [0, 1]), ((110 * S, 120 * S), [2]),
+                        ((120 * S, 130 * S), [3])]  # the last one only thanks to the max watermark
+
+
+# ---------------------------------------------------------------- backpressure
+
+
+class Endless(Source):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def generate(self) -> Any:
+        payload = "x" * 200
+        return ({"i": i, "payload": payload + str(i)} for i in range(self.n))
+
+
+class Slow(Operator):
+    """A sink that does real work per tuple (much slower than the source)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.count += sum(range(200)) > 0
+
+
+def test_a_slow_sink_keeps_memory_bounded_while_a_fast_source_runs() -> None:
+    n = 200_000
+    g = Graph("bp")
+    s = g.source("fast", Endless(n))
+    slow = Slow()
+    g.sink("slow", slow, [s], queue_batches=4)
+    job = Job(g, clock=VirtualClock(), batch_size=500)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    m = job.snapshot_metrics().operators["slow"]
+    assert slow.count == n
+    assert m.queue_high_water <= 4
+    assert m.backpressure_waits > 0, "the source had to wait for the sink"
+    # 200 000 tuples of ~330 bytes would need ~66 MB if queued; bounded queues keep a few batches.
+    assert peak < 8 * 1024 * 1024, f"peak traced memory {peak / 1e6:.1f} MB"
+
+
+# --------------------------------------------------------------------- errors
+
+
+class Boom(Operator):
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if tup["v"] == 2:
+            raise ZeroDivisionError("bad reading")
+        self.submit(tup)
+
+
+def test_an_exception_in_user_code_stops_the_job_naming_operator_port_and_tuple() -> None:
+    g = Graph("fail")
+    s = g.source("s", ListSource([{"v": 1}, {"v": 2}, {"v": 3}]))
+    b = g.operator("boom", Boom(), [s])
+    g.sink("sink", Collect(), [b])
+    with pytest.raises(JobError, match=r"operator 'boom', input port 0: ZeroDivisionError: bad "
+                                       r"reading on tuple \{'v': 2\}"):
+        run_graph(g, clock=VirtualClock())
+
+
+def test_an_error_port_receives_the_failed_tuple_and_the_job_goes_on() -> None:
+    g = Graph("route")
+    s = g.source("s", ListSource([{"v": 1}, {"v": 2}, {"v": 3}]))
+    good, errors = g.operator("boom", Boom(), [s], error_port=True)
+    ok_sink, err_sink = Collect(), Collect()
+    g.sink("ok", ok_sink, [good])
+    g.sink("errors", err_sink, [errors])
+    run_graph(g, clock=VirtualClock())
+    assert ok_sink.tuples == [{"v": 1}, {"v": 3}]
+    assert err_sink.tuples == [{"operator": "boom", "port": 0, "tuple": {"v": 2},
+                                "error": "ZeroDivisionError('bad reading')"}]
+
+
+def test_a_schema_violation_names_the_attribute_and_the_port() -> None:
+    g = Graph("schema")
+    s = g.source("s", ListSource([{"k": "a", "temp": 1.5}, {"k": "b", "temp": "hot"}]),
+                 schema=Schema(k="rstring", temp="float64"))
+    g.sink("sink", Collect(), [s])
+    with pytest.raises(JobError, match=r"output port 0: attribute 'temp' = 'hot' is not a valid "
+                                       r"float64"):
+        run_graph(g, clock=VirtualClock())
+
+
+def test_a_tuple_a_window_rejects_goes_to_the_error_port() -> None:
+    g = Graph("bad-delta")
+    s = g.source("s", ListSource([{"x": 1.0}, {"x": float("nan")}, {"x": 3.0}]))
+    _evs, errors = g.operator("w", Events(), [s.window("tumbling, delta(x, 1.0)")], error_port=True)
+    sink = Collect()
+    g.sink("errors", sink, [errors])
+    run_graph(g, clock=VirtualClock())
+    assert [e["tuple"]["x"] for e in sink.tuples] == [pytest.approx(float("nan"), nan_ok=True)]
+    assert sink.tuples[0]["port"] == 0
+    assert "NaN" in sink.tuples[0]["error"] or "nan" in sink.tuples[0]["error"]
+
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(("build", "rule", "message"), [
+    (lambda g, s: g.sink("w", Collect(), [s.window("sliding, count(3), partitioned")]),
+     "partition-key", "no partition_by"),
+    (lambda g, s: g.sink("w", Collect(), [s.window("sliding, count(3)", partition_by="k")]),
+     "partition-key", "not partitioned"),
+    (lambda g, s: g.sink("w", Collect(), [s.window("tumbling, delta(nope, 1)")]),
+     "unknown-attribute", "'nope'"),
+    (lambda g, s: g.sink("w", Collect(), [s.window("tumbling, delta(k, 1)")]),
+     "attribute-type", "numeric"),
+    (lambda g, s: g.sink("w", Collect(), [s.window("sliding, count(2), partitioned",
+                                                   partition_by="zz")]),
+     "unknown-attribute", "'zz'"),
+    (lambda g, s: g.sink("w", Collect(), [s.window("timeInterval, intervalDuration(5)")]),
+     "event-time", "no event time reaches it"),
+])
+def test_graph_validation_names_operator_and_rule(build: Any, rule: str, message: str) -> None:
+    g = Graph("bad")
+    s = g.source("s", ListSource([]), schema=Schema(k="rstring", v="float64"))
+    build(g, s)
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    errors = info.value.errors
+    assert [e.rule for e in errors] == [rule]
+    assert errors[0].operator == "w"
+    assert message in str(errors[0])
+
+
+def test_a_bad_clause_is_reported_pointing_at_the_text() -> None:
+    g = Graph("clause")
+    s = g.source("s", ListSource([]))
+    g.sink("w", Collect(), [s.window("tumbling, count(3), count(2)")])
+    with pytest.raises(GraphValidationError, match=r"operator 'w': input port 0: a tumbling window "
+                                                   r"has no trigger policy"):
+        g.freeze()
+
+
+def test_a_cycle_needs_a_feedback_connection() -> None:
+    def build(feedback: bool) -> Graph:
+        g = Graph("cycle")
+        s = g.source("s", ListSource([]))
+        a = g.operator("a", PassThrough(), [s])
+        b = g.operator("b", PassThrough(), [a])
+        g.add_input("a", b.feedback() if feedback else b)
+        return g
+
+    with pytest.raises(GraphValidationError) as info:
+        build(False).freeze()
+    assert {(e.operator, e.rule) for e in info.value.errors} == {("a", "cycle"), ("b", "cycle")}
+    build(True).freeze()
+
+
+def test_an_operator_name_is_used_once() -> None:
+    g = Graph("dup")
+    g.source("s", ListSource([]))
+    with pytest.raises(Exception, match="already in the graph"):
+        g.source("s", ListSource([]))
