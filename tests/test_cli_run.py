@@ -1,0 +1,101 @@
+"""`riverbed run` as users run it: a subprocess, real signals, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _riverbed(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "riverbed", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _log_lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_sigterm_stops_the_job_cleanly_and_sinks_flush(tmp_path: Path) -> None:
+    out = tmp_path / "alerts.jsonl"
+    proc = _riverbed("run", "examples/sensors.py", "-p", "seconds=600", "-p", f"out={out}",
+                     "--no-status", "--log-format", "json")
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # wait for the job to run: read its log, no sleeping
+        seen.append(line)
+        if '"job started"' in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=60)
+    logs = _log_lines("".join(seen) + rest)
+    assert proc.returncode == 0, rest
+    events = [entry["event"] for entry in logs]
+    assert "stopping" in events
+    finished = [entry for entry in logs if entry["event"] == "job finished"]
+    assert finished and finished[0]["stopped"] is True
+    for line in out.read_text().splitlines():  # the sink closed its file: every line is whole
+        json.loads(line)
+
+
+def _script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "graph.py"
+    path.write_text("from riverbed.graph import Graph, Operator, Source\n" + body)
+    return str(path)
+
+
+def test_an_invalid_graph_exits_2_naming_operator_and_rule(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+class S(Source):
+    def generate(self):
+        return iter([])
+class W(Operator):
+    pass
+g = Graph("bad")
+s = g.source("src", S())
+g.sink("win", W(), [s.window("sliding, count(3), partitioned")])
+graph = g
+""")
+    proc = _riverbed("run", script, "--no-status")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "operator 'win': input port 0: the window is partitioned" in err
+    assert "[partition-key]" in err
+
+
+def test_a_failing_operator_exits_1_naming_it(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+class S(Source):
+    def generate(self):
+        return iter([{"v": 1}, {"v": 0}])
+class Div(Operator):
+    def on_tuple(self, t, port):
+        self.submit({"r": 1 / t["v"]})
+def build(params):
+    g = Graph("div")
+    s = g.source("src", S())
+    d = g.operator("divide", Div(), [s])
+    g.sink("sink", Div(), [d])
+    return g
+""")
+    proc = _riverbed("run", script, "--no-status", "--log-format", "json")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "operator 'divide', input port 0: ZeroDivisionError" in err
+    assert "{'v': 0}" in err
+
+
+def test_params_reach_build_and_a_script_without_build_refuses_them(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+graph = 42
+""")
+    proc = _riverbed("run", script, "-p", "n=3", "--no-status")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "--param given but the script has no build(params)" in err
