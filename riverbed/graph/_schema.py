@@ -87,6 +87,21 @@ def _checker(spl_type: str) -> Callable[[Any], bool]:
     return lambda v: type(v) is dict and all(key(k) and value(x) for k, x in v.items())
 
 
+def _inline_check(expr: str, spl_type: str, env: dict[str, Any], index: int) -> str:
+    """A Python expression testing one attribute (names in ``env`` for composite types)."""
+    if spl_type in _INT_RANGES:
+        lo, hi = _INT_RANGES[spl_type]
+        return f"(type(v{index} := {expr}) is int and {lo} <= v{index} <= {hi})"
+    if spl_type == "timestamp":
+        return f"type({expr}) is int"
+    if spl_type in ("float32", "float64"):
+        return f"type(v{index} := {expr}) in (float, int)"
+    if spl_type in _SCALARS:
+        return f"type({expr}) is {_SCALARS[spl_type].__name__}"
+    env[f"check{index}"] = _checker(spl_type)
+    return f"check{index}({expr})"
+
+
 @dataclass(frozen=True, slots=True)
 class Schema:
     """The attributes of a stream's tuples, in order: ``Schema(sensor="rstring", temp="float64")``.
@@ -128,7 +143,28 @@ class Schema:
         return dict(self.attributes)
 
     def validator(self) -> Callable[[Any], str | None]:
-        """A function returning None for a valid tuple, else what is wrong with it."""
+        """A function returning None for a valid tuple, else what is wrong with it.
+
+        It runs once per submitted tuple, so the common case is one generated
+        expression over the attributes (scalar checks inlined); only a tuple
+        that fails it goes through the slower check that says what is wrong.
+        """
+        explain = self._explainer()
+        terms = ["type(t) is dict", f"len(t) == {len(self.attributes)}"]
+        env: dict[str, Any] = {"Decimal": Decimal}
+        for i, (name, spl_type) in enumerate(self.attributes):
+            terms.append(_inline_check(f"t[{name!r}]", spl_type.strip(), env, i))
+        code = (f"def fast(t):\n    try:\n        return {' and '.join(terms)}\n"
+                "    except KeyError:\n        return False\n")
+        exec(code, env)  # generated from validated type names only
+        fast: Callable[[Any], bool] = env["fast"]
+
+        def check(tup: Any) -> str | None:
+            return None if fast(tup) else explain(tup)
+
+        return check
+
+    def _explainer(self) -> Callable[[Any], str | None]:
         checks = [(name, spl_type, _checker(spl_type)) for name, spl_type in self.attributes]
         names = frozenset(self.names)
         count = len(names)
