@@ -8,11 +8,12 @@ runs that. Nothing here is tied to a particular executor.
 from ._errors import GraphError, GraphValidationError, SchemaError
 from ._model import Connection, EventTime, FrozenGraph, Graph, InputPort, OperatorDef, PortInput, Stream
 from ._operator import Operator, OperatorContext, Source
-from ._punct import Punct, Watermark
+from ._punct import CheckpointBarrier, Punct, Watermark
 from ._schema import Schema
 from ._validate import event_time_region
 
 __all__ = [
+    "CheckpointBarrier",
     "Connection",
     "EventTime",
     "FrozenGraph",

@@ -103,6 +103,9 @@ class Operator:
 
     # -- state --------------------------------------------------------------
 
+    def drain(self) -> None:
+        """A checkpoint is about to be taken: finish anything in flight (SPL StateHandler.drain)."""
+
     def snapshot(self) -> Any:
         """The operator's state as plain data (None: stateless)."""
         return None
@@ -114,6 +117,10 @@ class Operator:
 
     def reset_to_initial_state(self) -> None:
         """Forget everything, as if just set up (default: nothing to forget)."""
+
+    def on_checkpoint_committed(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id``, which holds this operator's state, is durably stored:
+        a sink can make its output of that checkpoint visible, a source acknowledge input."""
 
 
 class Source(Operator):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Punct", "Watermark"]
+__all__ = ["CheckpointBarrier", "Punct", "Watermark"]
 
 
 class Punct(Enum):
@@ -25,3 +25,11 @@ class Watermark:
     """Event time has reached ``value`` (integer ticks, ns by default) on this connection."""
 
     value: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointBarrier:
+    """Checkpoint ``id`` is being taken: everything before this marker on a connection belongs
+    to it, everything after to the next (aligned checkpoints, Chandy-Lamport style)."""
+
+    id: int

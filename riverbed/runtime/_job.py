@@ -10,6 +10,8 @@ once.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from ..graph import FrozenGraph, Graph, event_time_region
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
@@ -17,9 +19,25 @@ from ._errors import JobError, OperatorError
 from ._metrics import JobMetrics
 from ._runner import OperatorRunner
 
-__all__ = ["Job", "run_graph"]
+__all__ = ["CheckpointSink", "Job", "run_graph"]
 
 DEFAULT_BATCH = 1000
+
+
+class StoredCheckpoint(Protocol):
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def states(self) -> Mapping[str, Any]: ...
+
+
+class CheckpointSink(Protocol):
+    """Where a job's checkpoints go (`riverbed.checkpoint` stores satisfy this)."""
+
+    def save(self, checkpoint_id: int, states: Mapping[str, Any], *, job: str, time_ns: int) -> None: ...
+
+    def latest_good(self) -> StoredCheckpoint | None: ...
 
 
 class Job:
@@ -30,7 +48,9 @@ class Job:
     """
 
     def __init__(self, graph: Graph | FrozenGraph, *, clock: Clock | None = None,
-                 batch_size: int = DEFAULT_BATCH, name: str | None = None) -> None:
+                 batch_size: int = DEFAULT_BATCH, name: str | None = None,
+                 checkpoints: CheckpointSink | None = None, checkpoint_period: float | None = None,
+                 restore: bool = True) -> None:
         self.graph = graph.freeze() if isinstance(graph, Graph) else graph
         self.clock: Clock = clock if clock is not None else RealClock()
         self.name = name or self.graph.name
@@ -42,6 +62,15 @@ class Job:
         self.runners = {op.name: OperatorRunner(self, op, region) for op in self.graph.operators}
         self.metrics = JobMetrics(self.name, {n: r.metrics for n, r in self.runners.items()})
         self._tasks: list[asyncio.Task[None]] = []
+        self._aborted = False
+        self.checkpoints = checkpoints
+        if checkpoint_period is not None and (checkpoints is None or checkpoint_period <= 0):
+            raise ValueError("checkpoint_period needs checkpoints= and a period > 0 seconds")
+        self._period_ns = None if checkpoint_period is None else int(checkpoint_period * 1e9)
+        self._restore = restore
+        self._pending: tuple[int, dict[str, Any]] | None = None
+        self.last_checkpoint: int = 0
+        self.restored_from: int | None = None
 
     def snapshot_metrics(self) -> JobMetrics:
         """The metrics, with queue sizes refreshed."""
@@ -61,6 +90,7 @@ class Job:
                 r.setup()
             for r in runners:
                 r._guard(r.op.on_ports_ready, None)
+            self._restore_latest()
         except OperatorError as exc:
             raise JobError(self.name, [exc]) from exc
         try:
@@ -68,9 +98,80 @@ class Job:
                 for r in runners:
                     kind = "out" if r.odef.kind == "source" else "in"
                     self._tasks.append(tg.create_task(r.run(), name=f"{self.name}/{r.name}/{kind}"))
+                if self._period_ns is not None:
+                    periodic = tg.create_task(self._periodic(), name=f"{self.name}/checkpoints")
+                    self._tasks.append(periodic)
         except* Exception as group:
             raise JobError(self.name, _flatten(group)) from None
+        if self._aborted:
+            raise JobError(self.name, [RuntimeError("aborted: tasks were cancelled, nothing drained")])
         return self.snapshot_metrics()
+
+    # ---------------------------------------------------------- checkpoints
+
+    def _restore_latest(self) -> None:
+        if self.checkpoints is None or not self._restore:
+            return
+        latest = self.checkpoints.latest_good()
+        if latest is None:
+            return
+        missing = [n for n in self.runners if n not in latest.states]
+        if missing:
+            raise OperatorError(missing[0], None, None, ValueError(
+                f"checkpoint {latest.id} has no state for operator(s) {', '.join(missing)}: "
+                "it was taken from a different graph"))
+        for name, r in self.runners.items():
+            r.restore_on_start(latest.states[name])
+        self.last_checkpoint = self.restored_from = latest.id
+
+    async def _periodic(self) -> None:
+        assert self._period_ns is not None
+        due = self.clock.now() + self._period_ns
+        while not all(r.finished for r in self.runners.values()):
+            await self.clock.sleep_until(due)
+            due += self._period_ns
+            self.trigger_checkpoint()
+            if self.stopping:
+                return
+
+    def trigger_checkpoint(self) -> int | None:
+        """Start a checkpoint now: sources emit barriers that align through the graph.
+
+        Returns its id, or None when one is still in progress or there is no store.
+        """
+        if self.checkpoints is None or self._pending is not None:
+            return None
+        checkpoint_id = self.last_checkpoint + 1
+        self._pending = (checkpoint_id, {})
+        for r in self.runners.values():
+            if r.finished:
+                self._report(checkpoint_id, r.name, r.final_state)
+            elif r.odef.kind == "source":
+                r.request_checkpoint(checkpoint_id)
+        return checkpoint_id
+
+    def _report(self, checkpoint_id: int, operator: str, state: Any) -> None:
+        pending = self._pending
+        if pending is None or pending[0] != checkpoint_id:
+            return
+        pending[1][operator] = state
+        if len(pending[1]) == len(self.runners):
+            self._commit(checkpoint_id, pending[1])
+
+    def _finished(self, runner: OperatorRunner) -> None:
+        """An operator ended; a checkpoint it will never see a barrier for takes its final state."""
+        runner.final_state = runner.checkpoint_state()
+        pending = self._pending
+        if pending is not None and runner.name not in pending[1]:
+            self._report(pending[0], runner.name, runner.final_state)
+
+    def _commit(self, checkpoint_id: int, states: dict[str, Any]) -> None:
+        assert self.checkpoints is not None
+        self.checkpoints.save(checkpoint_id, states, job=self.name, time_ns=self.clock.now())
+        self._pending = None
+        self.last_checkpoint = checkpoint_id
+        for r in self.runners.values():
+            r._guard(r.op.on_checkpoint_committed, None, checkpoint_id)
 
     def stop(self) -> None:
         """Ask the sources to end; final punctuation then drains the graph."""
@@ -79,7 +180,8 @@ class Job:
             r.request_stop()
 
     def abort(self) -> None:
-        """Cancel every task now: nothing is drained."""
+        """Cancel every task now: nothing is drained; `run` raises `JobError`."""
+        self._aborted = True
         for task in self._tasks:
             task.cancel()
 
@@ -95,9 +197,11 @@ def _flatten(group: BaseExceptionGroup[Exception]) -> list[BaseException]:
 
 
 def run_graph(graph: Graph | FrozenGraph, *, clock: Clock | None = None,
-              batch_size: int = DEFAULT_BATCH) -> JobMetrics:
+              batch_size: int = DEFAULT_BATCH, checkpoints: CheckpointSink | None = None,
+              checkpoint_period: float | None = None) -> JobMetrics:
     """Run a graph to completion from synchronous code (a `VirtualClock` runs on virtual time)."""
-    job = Job(graph, clock=clock, batch_size=batch_size)
+    job = Job(graph, clock=clock, batch_size=batch_size, checkpoints=checkpoints,
+              checkpoint_period=checkpoint_period)
     if isinstance(job.clock, VirtualClock):
         return run_virtual(job.run(), job.clock)
     return asyncio.run(job.run())

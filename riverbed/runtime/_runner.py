@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..graph import EventTime, Operator, OperatorDef, Punct, Source, Watermark
+from ..graph import CheckpointBarrier, EventTime, Operator, OperatorDef, Punct, Source, Watermark
 from ..windows import (
     EVENT_TIME_MAX,
     EventType,
@@ -135,6 +136,14 @@ class OperatorRunner:
         self._current: tuple[int, Any] | None = None  # (port, tuple) being handled, for errors
         self.finished = False
         self._source_task: asyncio.Task[None] | None = None
+        # Aligned checkpoints: connections that delivered the barrier hold their entries.
+        self._aligning: int | None = None
+        self._aligned: set[int] = set()
+        self._held: deque[tuple[int, Any]] = deque()
+        self._replay: deque[tuple[int, Any]] = deque()
+        self._barrier_request: int | None = None  # sources: start this checkpoint next
+        self._restore: Any = None
+        self.final_state: Any = None  # the state it ended with, for checkpoints taken after
 
     # ------------------------------------------------------------ context API
 
@@ -200,6 +209,8 @@ class OperatorRunner:
 
     async def flush(self) -> None:
         """Send what the operator submitted downstream (waits while downstream is full)."""
+        if self._barrier_request is not None:
+            self._source_checkpoint()
         for out in self.outputs:
             await out.flush()
 
@@ -311,6 +322,9 @@ class OperatorRunner:
         for w in self.windows:
             if w is not None:
                 self._guard(w.activate, None, now)
+        if self._restore is not None:
+            self._apply_restore(self._restore)
+            self._restore = None
         try:
             if isinstance(self.op, Source):
                 await self._run_source()
@@ -318,8 +332,19 @@ class OperatorRunner:
                 self._arm()
                 await self._flush_all()
                 while self._ports_open > 0:
-                    conn, payload = await self.inbox.get()
-                    self._handle(conn, payload)
+                    if self._replay:
+                        conn, payload = self._replay.popleft()
+                    else:
+                        conn, payload = await self.inbox.get()
+                    if self._aligning is not None and conn in self._aligned:
+                        self._held.append((conn, payload))  # after this connection's barrier
+                        continue
+                    if isinstance(payload, CheckpointBarrier):
+                        self._on_barrier(conn, payload.id)
+                    else:
+                        self._handle(conn, payload)
+                        if payload is Punct.FINAL and self._aligning is not None:
+                            self._check_aligned()
                     await self._flush_all()
                     self._arm()
             await self._finish()
@@ -343,6 +368,8 @@ class OperatorRunner:
         it: Iterator[Any] = iter(items)
         submit, control, size = self.submit, self.outputs[0].control, self._job.batch_size
         while not self._job.stopping:
+            if self._barrier_request is not None:
+                self._source_checkpoint()
             chunk = list(itertools.islice(it, size))
             if not chunk:
                 break
@@ -358,6 +385,88 @@ class OperatorRunner:
                         self._fail_or_route(exc, 0, item)
             await self._flush_all()
 
+    # ---------------------------------------------------------- checkpoints
+
+    def request_checkpoint(self, checkpoint_id: int) -> None:
+        """Sources: take checkpoint ``checkpoint_id`` at the next batch boundary or flush."""
+        self._barrier_request = checkpoint_id
+
+    def _source_checkpoint(self) -> None:
+        checkpoint_id = self._barrier_request
+        assert checkpoint_id is not None
+        self._barrier_request = None
+        self._job._report(checkpoint_id, self.name, self.checkpoint_state())
+        for out in self.outputs:
+            out.control(CheckpointBarrier(checkpoint_id))
+
+    def _on_barrier(self, conn: int, checkpoint_id: int) -> None:
+        if self._aligning is None:
+            self._aligning, self._aligned = checkpoint_id, set()
+        elif checkpoint_id != self._aligning:
+            raise OperatorError(self.name, self.conn_port[conn], None, RuntimeError(
+                f"barrier of checkpoint {checkpoint_id} while aligning checkpoint {self._aligning}"))
+        self._aligned.add(conn)
+        self._check_aligned()
+
+    def _check_aligned(self) -> None:
+        """Every live connection delivered the barrier: snapshot, forward it, release the held."""
+        live = {c for c in range(len(self.conn_port))
+                if not self.conn_feedback[c] and not self._final_from[c]}
+        if not live <= self._aligned:
+            return
+        checkpoint_id = self._aligning
+        assert checkpoint_id is not None
+        self._job._report(checkpoint_id, self.name, self.checkpoint_state())
+        for out in self.outputs:
+            out.control(CheckpointBarrier(checkpoint_id))
+        self._aligning = None
+        self._aligned = set()
+        self._replay.extend(self._held)
+        self._held.clear()
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Drain, then this operator's whole state as plain data: its own, its windows', its
+        watermarks and which connections have ended."""
+        self._guard(self.op.drain, None)
+        windows = [None if w is None else self._guard(w.checkpoint, None) for w in self.windows]
+        return {
+            "operator": self._guard(self.op.snapshot, None),
+            "windows": windows,
+            "watermark": {"in": list(self._wm_in), "value": self._watermark, "sent": self._last_sent},
+            "finals": list(self._final_from),
+        }
+
+    def restore_on_start(self, state: Any) -> None:
+        """Restore ``state`` (from `checkpoint_state`) when the job starts, after activation."""
+        self._restore = state
+
+    def _apply_restore(self, state: Any) -> None:
+        try:
+            windows = state["windows"]
+            marks = state["watermark"]
+            finals = state["finals"]
+            if len(windows) != len(self.windows) or len(finals) != len(self._final_from):
+                raise ValueError("the checkpoint has a different number of ports or connections")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise OperatorError(self.name, None, None, ValueError(
+                f"cannot restore from this checkpoint: {exc}")) from None
+        self._guard(self.op.restore, None, state["operator"])
+        for w, snap in zip(self.windows, windows, strict=True):
+            if w is not None:
+                self._guard(w.reset, None, snap)
+        self._wm_in = list(marks["in"])
+        self._watermark = self.metrics.watermark = marks["value"]
+        self._last_sent = marks["sent"]
+        # Connections that had ended stay ended: their ports' finals were already handled
+        # (and are reflected in the operator's restored state).
+        self._final_from = [bool(f) for f in finals]
+        needed = [0] * len(self.odef.inputs)
+        for conn, port in enumerate(self.conn_port):
+            if not self.conn_feedback[conn] and not self._final_from[conn]:
+                needed[port] += 1
+        self._finals_needed = needed
+        self._ports_open = sum(1 for n in needed if n > 0)
+
     async def _finish(self) -> None:
         if self.event_time is not None or self._generates_watermarks:
             self._send_watermark(EVENT_TIME_MAX)  # E23: max watermark right before final
@@ -366,6 +475,7 @@ class OperatorRunner:
         await self._flush_all()
         self._guard(self.op.on_shutdown, None)
         self.finished = self.metrics.finished = True
+        self._job._finished(self)
 
     async def _flush_all(self) -> None:
         for out in self.outputs:
