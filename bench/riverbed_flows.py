@@ -1,0 +1,216 @@
+"""The workloads as riverbed graphs: sources, window operators and sinks written as a user would.
+
+Each operator aggregates the tuples a window event hands it (`workloads`'
+record functions sum them in arrival order), except ``W4inc``, which keeps a
+running sum from the INSERTION and EVICTION events of its sliding window.
+
+Latency: `latency_graph` builds W1 or W4 with a paced source (`PacedReadings`)
+that stamps each reading with its emission time (``perf_counter_ns``) in an
+extra ``emitted`` attribute; the operator copies the stamp of the newest
+reading of the window into its result, and the sink records the difference
+with its own ``perf_counter_ns`` when it sees the result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from workloads import (
+    PANE_MS,
+    SLIDE_MS,
+    W1_COUNT,
+    W4_COUNT,
+    Digest,
+    Reading,
+    Record,
+    pane_record,
+    w1_record,
+    w4_record,
+)
+
+from riverbed.graph import Graph, Operator, Schema, Source
+from riverbed.windows import EventType, PaneEvent, StreamWindowEvent
+
+EVICTION = EventType.EVICTION
+INSERTION = EventType.INSERTION
+TRIGGER = EventType.TRIGGER
+
+READING = Schema(sensor="int64", value="float64", ts="int64")
+STAMPED = Schema(sensor="int64", value="float64", ts="int64", emitted="int64")
+
+CLAUSES = {
+    "W1": f"tumbling, count({W1_COUNT}), partitioned",
+    "W2": f"timeInterval, intervalDuration({PANE_MS // 1000}), partitioned",
+    "W3": f"timeInterval, intervalDuration({PANE_MS // 1000}), creationPeriod({SLIDE_MS // 1000}), "
+          "partitioned",
+    "W4": f"sliding, count({W4_COUNT}), count(1)",
+    "W4inc": f"sliding, count({W4_COUNT}), count(1)",
+}
+PARTITIONED = {"W1", "W2", "W3"}
+EVENT_TIME = {"W2", "W3"}
+
+
+# ----------------------------------------------------------------- sources
+
+
+class Readings(Source):
+    """The pre-generated readings, as fast as the runtime takes them."""
+
+    def __init__(self, readings: Sequence[Reading]) -> None:
+        self.readings = readings
+
+    def generate(self) -> Any:
+        return iter(self.readings)
+
+
+class PacedReadings(Source):
+    """Readings at ``rate`` per second on the real clock, each stamped with its emission time.
+
+    Every millisecond (asyncio's timer resolution) it submits the readings
+    whose scheduled time has come, then sleeps; ``emitted`` is read when each
+    reading is submitted.
+    """
+
+    def __init__(self, readings: Sequence[Reading], rate: float) -> None:
+        # Copies made now, stamped when sent: the paced loop does as little as it can.
+        self.readings = [{**r, "emitted": 0} for r in readings]
+        self.rate = rate
+        self.elapsed_ns = 0  # from the first submission to the last
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        submit = self.submit
+        clock = time.perf_counter_ns
+        readings = self.readings
+        n = len(readings)
+        ns_per_reading = 1e9 / self.rate
+        start = clock()
+        i = 0
+        while i < n and not ctx.stopping:
+            due = min(n, int((clock() - start) / ns_per_reading) + 1)
+            while i < due:
+                r = readings[i]
+                r["emitted"] = clock()
+                submit(r)
+                i += 1
+            self.elapsed_ns = clock() - start
+            await ctx.sleep_until(ctx.now() + 1_000_000)
+
+
+# --------------------------------------------------------------- operators
+
+
+class TumblingAvg(Operator):
+    """W1: sum and average of each tumbling count window (EVICTION carries its tuples)."""
+
+    def __init__(self, stamp: bool = False) -> None:
+        self.stamp = stamp
+
+    def on_window_event(self, event: StreamWindowEvent[Reading], port: int) -> None:
+        if event.type is EVICTION:
+            tuples = event.tuples
+            rec = w1_record(tuples)
+            if self.stamp:
+                rec["emitted"] = tuples[-1]["emitted"]
+            self.submit(rec)
+
+
+class PaneAvg(Operator):
+    """W2, W3: count and average of each pane partition when its pane triggers."""
+
+    def on_window_event(self, event: StreamWindowEvent[Reading], port: int) -> None:
+        if event.type is TRIGGER:
+            assert isinstance(event, PaneEvent)
+            self.submit(pane_record(event.partition, event.interval_start, event.tuples))  # type: ignore[arg-type]
+
+
+class MovingAvg(Operator):
+    """W4: the average of the sliding window's contents on every trigger, summing them each time."""
+
+    def __init__(self, stamp: bool = False) -> None:
+        self.stamp = stamp
+
+    def on_window_event(self, event: StreamWindowEvent[Reading], port: int) -> None:
+        if event.type is TRIGGER:
+            tuples = event.tuples
+            rec = w4_record(tuples)
+            if self.stamp:
+                rec["emitted"] = tuples[-1]["emitted"]
+            self.submit(rec)
+
+
+class RunningAvg(Operator):
+    """W4inc: a running sum kept from INSERTION and EVICTION events; TRIGGER reports it."""
+
+    def __init__(self, stamp: bool = False) -> None:
+        self.stamp = stamp
+        self.total = 0.0
+
+    def on_window_event(self, event: StreamWindowEvent[Reading], port: int) -> None:
+        etype = event.type
+        if etype is INSERTION:
+            self.total += event.tuples[0]["value"]
+        elif etype is EVICTION:
+            for t in event.tuples:
+                self.total -= t["value"]
+        elif etype is TRIGGER:
+            tuples = event.tuples
+            rec = {"ts": tuples[-1]["ts"], "avg": self.total / len(tuples)}
+            if self.stamp:
+                rec["emitted"] = tuples[-1]["emitted"]
+            self.submit(rec)
+
+
+class DigestSink(Operator):
+    def __init__(self, digest: Digest) -> None:
+        self.digest = digest
+
+    def on_tuple(self, tup: Record, port: int) -> None:
+        self.digest.add(tup)
+
+
+class LatencySink(Operator):
+    """Records, per result, the time since its newest reading was emitted (ns)."""
+
+    def __init__(self) -> None:
+        self.latencies: list[int] = []
+
+    def on_tuple(self, tup: Record, port: int) -> None:
+        self.latencies.append(time.perf_counter_ns() - tup["emitted"])
+
+
+# ------------------------------------------------------------------ graphs
+
+
+def _operator(workload: str, stamp: bool = False) -> Operator:
+    if workload == "W1":
+        return TumblingAvg(stamp)
+    if workload in ("W2", "W3"):
+        return PaneAvg()
+    if workload == "W4":
+        return MovingAvg(stamp)
+    return RunningAvg(stamp)
+
+
+def throughput_graph(workload: str, readings: Sequence[Reading], digest: Digest) -> Graph:
+    g = Graph(f"bench-{workload}")
+    # Only the event-time workloads declare event time: it makes the source emit watermarks.
+    src = g.source("readings", Readings(readings), schema=READING,
+                   event_time="ts" if workload in EVENT_TIME else None)
+    port = src.window(CLAUSES[workload], partition_by="sensor" if workload in PARTITIONED else None)
+    out = g.operator("agg", _operator(workload), [port])
+    g.sink("sink", DigestSink(digest), [out])
+    return g
+
+
+def latency_graph(workload: str, source: PacedReadings, sink: LatencySink) -> Graph:
+    if workload not in ("W1", "W4", "W4inc"):
+        raise ValueError(f"latency is measured for W1, W4 and W4inc, not {workload!r}")
+    g = Graph(f"latency-{workload}")
+    src = g.source("readings", source, schema=STAMPED)
+    port = src.window(CLAUSES[workload], partition_by="sensor" if workload in PARTITIONED else None)
+    out = g.operator("agg", _operator(workload, stamp=True), [port])
+    g.sink("sink", sink, [out])
+    return g

@@ -1,0 +1,276 @@
+"""End-to-end throughput of riverbed's asyncio runtime against a hand-written loop and Bytewax.
+
+Usage::
+
+    .venv/bin/python bench/runtime.py [--n N] [--quick] [--no-bytewax] [--only W1,W4]
+    .venv/bin/python bench/runtime.py --profile W2 [--n N]   # cProfile of riverbed on one workload
+
+Four workloads over 1000 sensors (see `workloads` for their exact results),
+each run three ways on the same seeded readings:
+
+  (a) riverbed: a graph ``source -> windowed operator -> sink`` run by
+      ``riverbed.runtime.run_graph`` on the real clock;
+  (b) a hand-written Python loop computing the same records;
+  (c) Bytewax 0.21 (``bench/bytewax_flows.py``), in a subprocess running the
+      Python of ``bench/.venv-bytewax``, which ``bench/setup_bytewax.sh``
+      creates on first use. This process never imports bytewax.
+
+Every variant's records go to the same `workloads.Digest` (count, key hash,
+exact float sum), and the digests must agree. The table gives tuples/s,
+riverbed's slowdown against the loop (loop rate / riverbed rate) and its
+speedup against Bytewax (riverbed rate / Bytewax rate), by wall-clock time
+and again by CPU time (``process_time``), which other processes competing
+for the CPUs disturb less; the script warns when that happened.
+
+Latency: W1, W4 and W4inc run again with a source paced on the real clock
+at half of riverbed's measured throughput for that workload; each result's
+latency is the time from the emission of the newest reading it includes
+(the one that completed the window, or triggered it) to the sink seeing
+it. Reported as p50/p99 over every result.
+
+``W4`` (summing 1000 readings on every trigger) costs ~40 us per reading in
+any engine, so it runs on the first ``--w4-n`` readings (default 200,000).
+Each variant runs ``--repeat`` times (default 2) and keeps its best time.
+At the default N = 2,000,000 a full run takes about 4 minutes on 2 idle cores;
+``--quick`` (N = 200,000) under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import os
+import platform
+import pstats
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from riverbed_flows import LatencySink, PacedReadings, latency_graph, throughput_graph
+from workloads import DESCRIPTIONS, LOOPS, SEED, WORKLOADS, Digest, Reading, make_readings, same_results
+
+from riverbed.runtime import run_graph
+
+HERE = Path(__file__).resolve().parent
+BYTEWAX_PYTHON = HERE / ".venv-bytewax" / "bin" / "python"
+DEFAULT_N = 2_000_000
+DEFAULT_W4_N = 200_000
+QUICK_N = 200_000
+QUICK_W4_N = 50_000
+LATENCY_WORKLOADS = ("W1", "W4", "W4inc")
+
+
+def run_riverbed(name: str, readings: Sequence[Reading], repeat: int
+                 ) -> tuple[float, float, dict[str, Any]]:
+    """Best wall and CPU seconds of ``repeat`` runs, each on a fresh graph, and the last digest."""
+    wall = cpu = float("inf")
+    for _ in range(repeat):
+        digest = Digest(name)
+        graph = throughput_graph(name, readings, digest)
+        w0, c0 = time.perf_counter(), time.process_time()
+        run_graph(graph)
+        wall = min(wall, time.perf_counter() - w0)
+        cpu = min(cpu, time.process_time() - c0)
+    return wall, cpu, digest.summary()
+
+
+def run_loop(name: str, readings: Sequence[Reading], repeat: int) -> tuple[float, float, dict[str, Any]]:
+    wall = cpu = float("inf")
+    for _ in range(repeat):
+        digest = Digest(name)
+        w0, c0 = time.perf_counter(), time.process_time()
+        LOOPS[name](readings, digest.add)
+        wall = min(wall, time.perf_counter() - w0)
+        cpu = min(cpu, time.process_time() - c0)
+    return wall, cpu, digest.summary()
+
+
+def run_latency(name: str, readings: Sequence[Reading], rate: float, seconds: float
+                ) -> tuple[list[int], float]:
+    """Latencies (ns) of every result, and the emission rate the paced source achieved."""
+    count = min(len(readings), max(1, int(rate * seconds)))
+    source = PacedReadings(readings[:count], rate)
+    sink = LatencySink()
+    graph = latency_graph(name, source, sink)
+    gc.collect()
+    gc.freeze()  # the source's stamped copies are input, not runtime state
+    run_graph(graph)
+    return sink.latencies, count / max(source.elapsed_ns, 1) * 1e9
+
+
+def setup_bytewax() -> str | None:
+    """Install Bytewax into bench/.venv-bytewax if needed; None when it works, else why not."""
+    try:
+        proc = subprocess.run(["bash", str(HERE / "setup_bytewax.sh")], capture_output=True, text=True,
+                              timeout=900, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"setup_bytewax.sh could not run: {exc}"
+    if proc.returncode != 0:
+        return f"setup_bytewax.sh failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}"
+    return None
+
+
+def run_bytewax(n: int, w4_n: int, seed: int, only: Sequence[str], repeat: int) -> dict[str, Any]:
+    cmd = [str(BYTEWAX_PYTHON), str(HERE / "bytewax_flows.py"), "--n", str(n), "--seed", str(seed),
+           "--w4-n", str(w4_n), "--only", ",".join(only), "--repeat", str(repeat)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=3600, check=True)
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def percentile(sorted_values: Sequence[int], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))] / 1e6
+
+
+def fmt_rate(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:,.0f}"
+
+
+def fmt_x(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def profile(name: str, readings: Sequence[Reading], top: int) -> None:
+    digest = Digest(name)
+    graph = throughput_graph(name, readings, digest)
+    prof = cProfile.Profile()
+    prof.enable()
+    run_graph(graph)
+    prof.disable()
+    print(f"riverbed {name} ({DESCRIPTIONS[name]}), {len(readings):,} readings, under cProfile:")
+    stats = pstats.Stats(prof)
+    stats.sort_stats("tottime").print_stats(top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, help=f"readings per workload (default {DEFAULT_N:,})")
+    ap.add_argument("--w4-n", type=int, help=f"readings for W4, summing per trigger (default "
+                                             f"min(N, {DEFAULT_W4_N:,}))")
+    ap.add_argument("--quick", action="store_true", help=f"N = {QUICK_N:,}, W4 on {QUICK_W4_N:,}, "
+                                                         "2 s of latency")
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--repeat", type=int, default=2, help="runs per variant, best time kept (default 2)")
+    ap.add_argument("--only", default=",".join(WORKLOADS), help="workloads, comma-separated")
+    ap.add_argument("--no-bytewax", action="store_true", help="skip Bytewax (and its installation)")
+    ap.add_argument("--latency-seconds", type=float, help="paced run length per workload (default 5)")
+    ap.add_argument("--profile", metavar="W", help="only profile riverbed on workload W (cProfile)")
+    ap.add_argument("--top", type=int, default=25, help="lines of profile to print")
+    args = ap.parse_args(argv)
+    n = args.n or (QUICK_N if args.quick else DEFAULT_N)
+    w4_n = min(n, args.w4_n or (QUICK_W4_N if args.quick else DEFAULT_W4_N))
+    lat_seconds = args.latency_seconds or (2.0 if args.quick else 5.0)
+    only = [w.strip() for w in args.only.split(",") if w.strip()]
+    for w in only + ([args.profile] if args.profile else []):
+        if w not in WORKLOADS:
+            ap.error(f"unknown workload {w!r}: expected some of {', '.join(WORKLOADS)}")
+
+    readings = make_readings(n, args.seed)
+    gc.collect()
+    gc.freeze()  # the input list is not garbage: keep the collector from rescanning it
+    if args.profile:
+        profile(args.profile, readings[:w4_n] if args.profile == "W4" else readings, args.top)
+        return 0
+
+    print(f"riverbed runtime bench: N={n:,} readings ({w4_n:,} for W4), 1000 sensors, seed {args.seed}, "
+          f"best of {args.repeat}; Python {platform.python_version()}, {os.cpu_count()} CPUs")
+    bytewax_note: str | None = "skipped (--no-bytewax)" if args.no_bytewax else None
+    if not args.no_bytewax:
+        print("setting up Bytewax in bench/.venv-bytewax ...", flush=True)
+        bytewax_note = setup_bytewax()
+        if bytewax_note is not None:
+            print(f"BYTEWAX NOT AVAILABLE: {bytewax_note}\nreporting riverbed against the loop only.")
+
+    rows: list[dict[str, Any]] = []
+    ok = True
+    for name in only:
+        data = readings[:w4_n] if name == "W4" else readings
+        rb_s, rb_cpu, rb_digest = run_riverbed(name, data, args.repeat)
+        loop_s, loop_cpu, loop_digest = run_loop(name, data, args.repeat)
+        same = same_results(rb_digest, loop_digest)
+        ok &= same
+        n_data = len(data)
+        rows.append({"name": name, "n": n_data, "rb": n_data / rb_s, "loop": n_data / loop_s, "bw": None,
+                     "rb_cpu": n_data / rb_cpu, "loop_cpu": n_data / loop_cpu, "bw_cpu": None,
+                     "busy": min(rb_cpu / rb_s, loop_cpu / loop_s),
+                     "records": rb_digest["records"], "check": "ok" if same else "MISMATCH",
+                     "digests": {"riverbed": rb_digest, "loop": loop_digest}})
+        print(f"  {name}: riverbed {len(data) / rb_s:,.0f}/s, loop {len(data) / loop_s:,.0f}/s, "
+              f"{rb_digest['records']:,} records, {'same results' if same else 'RESULTS DIFFER'}",
+              flush=True)
+
+    bytewax_version = None
+    if bytewax_note is None:
+        print("running Bytewax in a subprocess ...", flush=True)
+        try:
+            bw = run_bytewax(n, w4_n, args.seed, only, args.repeat)
+        except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
+            bytewax_note = f"the Bytewax run failed: {exc}"
+            print(f"BYTEWAX FAILED: {bytewax_note}")
+        else:
+            bytewax_version = bw["version"]
+            for row in rows:
+                res = bw["workloads"][row["name"]]
+                row["bw"] = res["n"] / res["seconds"]
+                row["bw_cpu"] = res["n"] / res["cpu_seconds"]
+                row["busy"] = min(row["busy"], res["cpu_seconds"] / res["seconds"])
+                row["digests"]["bytewax"] = res
+                if not same_results(row["digests"]["riverbed"], res):
+                    row["check"] = "MISMATCH(bytewax)"
+                    ok = False
+
+    print(f"\nthroughput (tuples/s); Bytewax {bytewax_version or 'n/a'}"
+          f"{'' if bytewax_note is None else ' - ' + bytewax_note}")
+    head = (f"{'workload':<7} {'N':>10} {'riverbed':>11} {'loop':>11} {'bytewax':>11} "
+            f"{'rb/loop slowdown':>17} {'rb/bytewax speedup':>19} {'records':>10}  check")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        slowdown = r["loop"] / r["rb"]
+        speedup = r["rb"] / r["bw"] if r["bw"] else None
+        print(f"{r['name']:<7} {r['n']:>10,} {fmt_rate(r['rb']):>11} {fmt_rate(r['loop']):>11} "
+              f"{fmt_rate(r['bw']):>11} {fmt_x(slowdown):>17} {fmt_x(speedup):>19} {r['records']:>10,}  "
+              f"{r['check']}")
+    print("\nthe same per CPU second (process_time; steadier when other processes share the CPUs)")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        speedup = r["rb_cpu"] / r["bw_cpu"] if r["bw_cpu"] else None
+        print(f"{r['name']:<7} {r['n']:>10,} {fmt_rate(r['rb_cpu']):>11} {fmt_rate(r['loop_cpu']):>11} "
+              f"{fmt_rate(r['bw_cpu']):>11} {fmt_x(r['loop_cpu'] / r['rb_cpu']):>17} {fmt_x(speedup):>19} "
+              f"{r['records']:>10,}  {r['check']}")
+    for r in rows:
+        print(f"  {r['name']}: {DESCRIPTIONS[r['name']]}")
+    busy = min(r["busy"] for r in rows) if rows else 1.0
+    if busy < 0.9:
+        print(f"WARNING: a timed run had the CPU only {busy:.0%} of its wall time: other processes are "
+              "competing for the CPUs, so wall-clock rates (and latencies) are pessimistic.")
+    if not ok:
+        for r in rows:
+            if r["check"] != "ok":
+                print(f"digests of {r['name']}: {json.dumps(r['digests'])}")
+
+    lat_rows = [r for r in rows if r["name"] in LATENCY_WORKLOADS]
+    if lat_rows:
+        print(f"\nriverbed end-to-end latency at half its max rate ({lat_seconds:g} s paced on the real "
+              "clock)")
+        print(f"{'workload':<7} {'rate/s':>10} {'achieved':>10} {'results':>9} {'p50 ms':>9} "
+              f"{'p99 ms':>9} {'max ms':>9}")
+        for r in lat_rows:
+            rate = r["rb"] / 2
+            found, achieved = run_latency(r["name"], readings, rate, lat_seconds)
+            lat = sorted(found)
+            if not lat:
+                print(f"{r['name']:<7} {rate:>10,.0f} {achieved:>10,.0f}  no result within the run")
+                continue
+            print(f"{r['name']:<7} {rate:>10,.0f} {achieved:>10,.0f} {len(lat):>9,} "
+                  f"{percentile(lat, 0.5):>9.2f} {percentile(lat, 0.99):>9.2f} {lat[-1] / 1e6:>9.2f}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
