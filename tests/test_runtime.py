@@ -384,3 +384,25 @@ def test_an_operator_name_is_used_once() -> None:
     g.source("s", ListSource([]))
     with pytest.raises(Exception, match="already in the graph"):
         g.source("s", ListSource([]))
+
+
+def test_a_bad_event_time_in_a_batch_goes_to_the_error_port_and_the_rest_is_windowed() -> None:
+    class Panes(Operator):
+        def __init__(self) -> None:
+            self.fired: list[list[int]] = []
+
+        def on_window_event(self, event: Any, port: int) -> None:
+            if event.type.name == "TRIGGER":
+                self.fired.append([t["v"] for t in event.tuples])
+
+    g = Graph("ti-errors")
+    s = g.source("s", ListSource([{"v": 0, "ts": 1 * S}, {"v": 1, "ts": "late"}, {"v": 2, "ts": 2 * S}]),
+                 event_time="ts", manual_watermarks=True)
+    panes = Panes()
+    _, errors = g.operator("w", panes, [s.window("timeInterval, intervalDuration(10)")], error_port=True)
+    sink = Collect()
+    g.sink("errors", sink, [errors])
+    run_graph(g, clock=VirtualClock())
+    assert [e["tuple"]["v"] for e in sink.tuples] == [1]
+    assert "tuple 1 of the batch" in sink.tuples[0]["error"]
+    assert panes.fired == [[0, 2]]  # flushed by the maximum watermark before final

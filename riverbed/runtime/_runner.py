@@ -122,6 +122,10 @@ class OperatorRunner:
         # Event time: own definition (outputEventTime) or inherited (inputWatermark).
         self.event_time = region.get(odef.name)
         self._generates_watermarks = odef.event_time is not None and not odef.event_time.manual
+        own = odef.event_time
+        self._et_attribute = own.attribute if own is not None else ""
+        self._lag_ticks = own.ticks(own.lag_ns) if own is not None else 0
+        self._gap_ticks = own.ticks(own.minimum_gap_ns) if own is not None else 0
         self._wm_in: list[int | None] = []
         for inp in odef.inputs:
             for c in inp.connections:
@@ -512,6 +516,18 @@ class OperatorRunner:
                     self._guard(w.advance_time, None, now)
             insert = window.insert
         start, n = 0, len(batch)
+        if isinstance(window, TimeIntervalWindow):
+            while start < n:  # the window's inlined batch path; errors name their index
+                try:
+                    window.insert_batch(batch if start == 0 else batch[start:])
+                    break
+                except WindowTupleError as exc:
+                    i = start + getattr(exc, "index", 0)
+                    pm.errors += 1
+                    self._fail_or_route(exc, port, batch[i])
+                    start = i + 1
+            pm.tuples_dropped_late = window.dropped
+            return
         while start < n:
             i = start
             try:
@@ -526,8 +542,6 @@ class OperatorRunner:
                 pm.errors += 1
                 self._fail_or_route(exc, port, batch[i])
                 start = i + 1
-        if self._ti and window is not None and isinstance(window, TimeIntervalWindow):
-            pm.tuples_dropped_late = window.dropped
 
     def _handle_window_mark(self, port: int) -> None:
         self.metrics.inputs[port].window_puncts_processed += 1
@@ -574,22 +588,21 @@ class OperatorRunner:
 
     def _watermark_from(self, tup: Any) -> None:
         """E29: after a tuple on the event-time port, candidate = event time - lag."""
-        et = self.odef.event_time
-        assert et is not None
         try:
-            t = tup[et.attribute]
+            t = tup[self._et_attribute]
         except (KeyError, TypeError, IndexError):
-            raise SchemaViolation(self.name, 0, tup, f"the event-time attribute {et.attribute!r} "
-                                                     "is missing") from None
+            raise SchemaViolation(self.name, 0, tup, f"the event-time attribute "
+                                                     f"{self._et_attribute!r} is missing") from None
         if type(t) is not int:
-            raise SchemaViolation(self.name, 0, tup, f"event time {et.attribute!r} = {t!r} is not "
-                                                     "an integer number of ticks")
-        candidate = t - et.ticks(et.lag_ns)
-        if self._watermark is not None and candidate <= self._watermark:
+            raise SchemaViolation(self.name, 0, tup, f"event time {self._et_attribute!r} = {t!r} "
+                                                     "is not an integer number of ticks")
+        candidate = t - self._lag_ticks
+        watermark = self._watermark
+        if watermark is not None and candidate <= watermark:
             return
         self._watermark = self.metrics.watermark = candidate
         last = self._last_sent
-        if last is None or candidate >= last + et.ticks(et.minimum_gap_ns):
+        if last is None or candidate >= last + self._gap_ticks:
             self._send_watermark(candidate)
 
     def _send_watermark(self, value: int) -> None:

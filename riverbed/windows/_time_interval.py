@@ -137,6 +137,7 @@ class TimeIntervalWindow(Generic[T]):
             self.register_partitioner(partition_by)
         self._listeners: dict[EventType, list[Callable[[StreamWindowEvent[T]], None]]] = {
             t: [] for t in _ALL_TYPES}
+        self._on_insert = self._listeners[EventType.INSERTION]  # read per tuple: no enum hashing
         for listener in listeners:
             self.register_listener(listener)
 
@@ -218,7 +219,7 @@ class TimeIntervalWindow(Generic[T]):
             self.unassigned += 1
             return False
         panes = self._panes
-        on_insert = self._listeners[EventType.INSERTION]
+        on_insert = self._on_insert
         while start > low:
             pane = panes.get(start)
             if pane is None:
@@ -238,13 +239,13 @@ class TimeIntervalWindow(Generic[T]):
         """Insert tuples in order, as `insert` one by one would; returns how many were stored.
 
         If a tuple is invalid, the tuples before it stay inserted and the
-        `WindowTupleError` says which index failed.
+        `WindowTupleError` says which failed (message, and its ``index`` attribute).
         """
         read = self._event_time_of
         partitioned = self.spec.partitioned
         key_of = self._key_of
         if (event_times is not None or read is None or (partitioned and key_of is None)
-                or self._listeners[EventType.INSERTION]):
+                or self._on_insert):
             return self._insert_each(tuples, event_times)
         # `insert` inlined: the same steps, with the per-call overhead paid once per batch.
         # Any tuple that is not plainly valid goes through `insert`, which says what is wrong.
@@ -293,7 +294,9 @@ class TimeIntervalWindow(Generic[T]):
         try:
             return self.insert(tup, event_time)
         except WindowTupleError as exc:
-            raise WindowTupleError(f"tuple {index} of the batch: {exc}") from None
+            error = WindowTupleError(f"tuple {index} of the batch: {exc}")
+            error.index = index  # type: ignore[attr-defined]  # hosts route the failed tuple
+            raise error from None
 
     def _time_of(self, tup: T) -> Any:
         reader = self._event_time_of
