@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
+import operator
+import struct
 from collections import deque
+from decimal import Decimal
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.windows import StreamWindow, WindowStateError
+from riverbed.windows import StreamWindow, WindowStateError, WindowTupleError
+from riverbed.windows._delta import make_reader
+from riverbed.windows._policy import Delta
+from riverbed.windows._timers import Timer, TimerQueue
 from tests.window_fuzz import Recorder, apply, clauses, ops
 
 
@@ -198,3 +206,197 @@ def test_insert_batch_equals_one_by_one(flavor_clause: tuple[str, str], rows: li
     many.insert_batch(tuples)
     assert rec_one.events == rec_many.events
     assert one.snapshot() == many.snapshot()
+
+
+# ------------------------------------------------- batches, delta values, timers
+
+_ODD_VALUES = st.one_of(st.integers(0, 12), st.floats(0, 12, width=32), st.sampled_from(
+    [None, "7", float("nan"), float("inf"), True, 2**1100]))
+
+
+def _batch_ops(partitioned: bool) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+    row = st.tuples(st.sampled_from("abc"), st.integers(0, 12) | _ODD_VALUES)
+    batch_op = st.tuples(st.just("batch"), st.lists(row, max_size=8))
+    tuple_op = st.tuples(st.just("t"), row)
+    time_op = st.tuples(st.just("at"), st.sampled_from([0, 1, 250, 999, 1000, 1001, 2500]))
+    punct_op = st.tuples(st.just("punct"), st.sampled_from(["window", "window", "final"]))
+    choices = [batch_op, batch_op, tuple_op, time_op, time_op, punct_op]
+    if partitioned:
+        choices.append(st.tuples(st.just("evict"), st.sampled_from("abc")))
+    return st.lists(st.one_of(*choices), max_size=30)
+
+
+def _apply_batch_op(window: StreamWindow[dict[str, Any]], op: tuple[Any, ...], seq: int) -> str:
+    """Apply one op; return what it raised (type and message), '' when nothing."""
+    try:
+        if op[0] == "batch":
+            window.insert_batch({"id": seq * 100 + i, "k": k, "v": v} for i, (k, v) in enumerate(op[1]))
+        elif op[0] == "t":
+            window.insert({"id": seq * 100, "k": op[1][0], "v": op[1][1]})
+        else:
+            apply(window, op, seq)
+    except (WindowStateError, WindowTupleError, OverflowError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+@st.composite
+def _fast_path_clauses(draw: st.DrawFn) -> tuple[str, str]:
+    """A flavor and a clause that has a fast insert and batch path (see ``_fastpath``)."""
+    flavor = draw(st.sampled_from(["java", "cpp"]))
+    n = draw(st.integers(1, 4))
+    m = draw(st.integers(1, 4))
+    d = draw(st.integers(0, 4))
+    t = draw(st.sampled_from(["1", "0.5", "2.5"]))
+    clause = draw(st.sampled_from([
+        f"tumbling, count({n})", f"tumbling, delta(v, {d})", f"tumbling, time({t})", "tumbling, punct()",
+        f"sliding, count({n}), count({m})", f"sliding, time({t}), count({m})",
+        f"sliding, delta(v, {d}), count({m})"]))
+    return flavor, clause + (", partitioned" if draw(st.booleans()) else "")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_fast_path_clauses(),
+                 st.sampled_from(["java", "cpp"]).flatmap(lambda f: st.tuples(st.just(f), clauses(f)))),
+       st.booleans(), st.sampled_from([None, "int32", "float64", "float32", "timestamp", "decimal64"]),
+       st.data())
+def test_fast_batches_and_inserts_leave_the_state_of_the_generic_engine(
+        flavor_clause: tuple[str, str], listen: bool, v_type: str | None, data: st.DataObject) -> None:
+    """Batches (from generators, with bad tuples) between clock moves, on the fast paths and
+    on the generic engine inserting one by one: same errors, state, timers (and events)."""
+    flavor, clause = flavor_clause
+    types = {"v": v_type} if v_type else None
+    fast, slow = (StreamWindow(clause, flavor=flavor, attribute_types=types,
+                               partition_by="k" if "partitioned" in clause else None) for _ in range(2))
+    slow._use_fast = False
+    rec_fast, rec_slow = Recorder(fast), Recorder(slow)
+    if listen:
+        fast.register_listener(rec_fast)
+        slow.register_listener(rec_slow)
+    for w in (fast, slow):
+        w.activate(0)
+    script = data.draw(_batch_ops(fast.is_partitioned))
+    for seq, op in enumerate(script):
+        assert _apply_batch_op(fast, op, seq) == _apply_batch_op(slow, op, seq)
+        assert fast.snapshot() == slow.snapshot()
+        assert fast.next_deadline() == slow.next_deadline()
+    assert rec_fast.events == rec_slow.events
+
+
+def _old_reader_check(kind: str, v: Any) -> Any:
+    """The delta reader's validation before it had a fast lane (reference model)."""
+    if kind == "timestamp":
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise WindowTupleError("timestamp")
+        return v
+    if kind == "decimal":
+        if isinstance(v, bool) or not isinstance(v, (Decimal, int)):
+            raise WindowTupleError("decimal")
+        if isinstance(v, Decimal) and not v.is_finite():
+            raise WindowTupleError("finite")
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise WindowTupleError("number")
+    if kind == "int":
+        if not isinstance(v, int):
+            raise WindowTupleError("int")
+        return v
+    if math.isnan(v):
+        raise WindowTupleError("nan")
+    if isinstance(v, float) and math.isinf(v):
+        raise WindowTupleError("finite")
+    if kind == "float32":
+        return struct.unpack("f", struct.pack("f", float(v)))[0]
+    if kind == "float":
+        return float(v)
+    return v
+
+
+class _Float(float):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(["number", "int", "float", "float32", "timestamp", "decimal"]),
+       st.one_of(st.integers(), st.integers(2**1020, 2**1030).map(lambda i: -i if i % 2 else i),
+                 st.floats(), st.decimals(), st.booleans(), st.text(max_size=2), st.none(),
+                 st.floats(allow_nan=False).map(_Float), st.integers().map(_Int)))
+def test_delta_reader_accepts_and_rejects_what_the_full_validation_does(kind: str, value: Any) -> None:
+    read = make_reader(Delta("v", 1), kind, "eviction", operator.itemgetter("v"))
+    try:
+        expected: Any = _old_reader_check(kind, value)
+    except (WindowTupleError, OverflowError) as exc:
+        with pytest.raises(type(exc)):
+            read({"v": value})
+        return
+    got = read({"v": value})
+    assert type(got) is type(expected)
+    assert got == expected or (got != got and expected != expected)
+    with pytest.raises(WindowTupleError, match="the tuple has no attribute 'v'"):
+        read({"w": value})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("arm"), st.integers(0, 20)),
+    st.tuples(st.just("rearm"), st.integers(0, 30), st.integers(0, 20)),
+    st.tuples(st.just("cancel"), st.integers(0, 30)),
+    st.tuples(st.just("pop"), st.integers(0, 20))), max_size=60))
+def test_timer_queue_fires_in_due_then_arming_order(ops_: list[tuple[Any, ...]]) -> None:
+    """The heap + in-order lane against a sorted list of (due, arming order) entries."""
+    queue = TimerQueue()
+    timers: list[Timer] = []
+    model: dict[int, tuple[int, int]] = {}  # timer index -> (due, arming order), while armed
+    now = 0
+    for order, op in enumerate(ops_):
+        if op[0] == "arm":
+            due = now + op[1]
+            timers.append(queue.arm(due, lambda: None))
+            model[len(timers) - 1] = (due, order)
+        elif op[0] == "rearm" and op[1] < len(timers) and op[1] not in model:
+            queue.rearm(timers[op[1]], now + op[2])
+            model[op[1]] = (now + op[2], order)
+        elif op[0] == "cancel" and op[1] < len(timers):
+            timers[op[1]].cancel()
+            model.pop(op[1], None)
+        elif op[0] == "pop":
+            now += op[1]
+            expected = sorted((v, i) for i, v in model.items() if v[0] <= now)
+            fired = []
+            while (timer := queue.pop_due(now)) is not None:
+                fired.append(timers.index(timer))
+            assert fired == [i for _, i in expected]
+            for i in fired:
+                del model[i]
+        live = sorted(model.values())
+        assert queue.next_due() == (live[0][0] if live else None)
+
+
+@pytest.mark.parametrize("clause", [
+    "tumbling, count(3)", "tumbling, delta(v, 2)", "tumbling, time(1)", "tumbling, punct()",
+    "sliding, count(3), count(2)", "sliding, time(1), count(2)", "sliding, delta(v, 2), count(2)"])
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_insert_functions_kept_by_a_host_follow_the_window(clause: str, partitioned: bool) -> None:
+    """``insert``/``insert_batch`` fetched once keep working after restore, reset and final."""
+    clause += ", partitioned" if partitioned else ""
+    w: StreamWindow[dict[str, Any]] = StreamWindow(clause, partition_by="k" if partitioned else None)
+    w.activate(0)
+    insert, insert_batch = w.insert, w.insert_batch
+    insert({"id": 0, "k": "a", "v": 1})
+    snap = w.snapshot()
+    insert_batch([{"id": 1, "k": "a", "v": 1}])
+    w.restore(snap)
+    insert({"id": 2, "k": "a", "v": 1})
+    assert [t["id"] for t in w.contents("a" if partitioned else None)] == [0, 2]
+    w.reset_to_initial_state()
+    insert_batch([{"id": 3, "k": "a", "v": 1}])
+    assert [t["id"] for t in w.contents("a" if partitioned else None)] == [3]
+    w.final_mark()
+    with pytest.raises(WindowStateError, match="final punctuation"):
+        insert({"id": 4, "k": "a", "v": 1})
+    with pytest.raises(WindowStateError, match="final punctuation"):
+        insert_batch([{"id": 5, "k": "a", "v": 1}])

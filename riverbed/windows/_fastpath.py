@@ -1,14 +1,27 @@
 """Specialised insert functions for the most common windows.
 
 The generic `StreamWindow._insert_generic` handles every policy combination
-and both flavors, and stays the reference. For the hot combinations (count
-tumbling, delta tumbling, count-evicting and time-evicting sliding windows
-with a count trigger, without partition eviction) this module builds a closure
-that does the same work with its configuration bound in closure cells, which
-roughly halves the per-tuple cost in CPython. Anything a closure does not
-handle (a new partition, a bad tuple, a configuration it was not built for)
-goes to the generic path, so the two can never disagree on a rare case; a
-property test compares them on random inputs.
+and both flavors, and stays the reference. For the hot combinations (count,
+delta, time and punct tumbling windows; count-, time- and delta-evicting
+sliding windows with a count trigger; all without partition eviction) this
+module builds a closure that does the same work with its configuration bound
+in closure cells, which roughly halves the per-tuple cost in CPython. Events
+are built and dispatched inline (`StreamWindow._emit`'s work without its
+call). Anything a closure does not handle (a new partition, a bad tuple, a
+configuration it was not built for) goes to the generic path, so the two can
+never disagree on a rare case; a property test compares them on random inputs.
+
+`compile_batch` builds the matching ``insert_batch``: with no listener there is
+no event to raise, so the per-tuple work is inlined in one loop; with a
+listener it inserts one by one. No timer fires inside a batch (the clock only
+moves in `StreamWindow.advance_time`), so every tuple of a batch arrives at
+the same instant.
+
+The window installs these functions as its ``insert`` and ``insert_batch``
+(instance attributes shadowing the methods: one Python call less per tuple).
+A host may keep them, so each first checks that it is still the installed one
+and otherwise hands over to the one that is: after a final mark, a restore or
+a reset, a kept function never runs on stale state.
 
 `_total` (the tuple count for ``tupleCount``) is not maintained here: the
 fast paths exist only for windows without partition eviction.
@@ -16,23 +29,26 @@ fast paths exist only for windows without partition eviction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ._events import EventType
+from ._delta import MISSING, SAFE_INT_MAX, SAFE_INT_MIN, out_of_delta_cpp, out_of_delta_java
+from ._events import EventType, StreamWindowEvent
 from ._policy import Count, Delta, Time, WindowType
 
 if TYPE_CHECKING:
     from ._window import StreamWindow
 
-__all__ = ["compile_insert"]
+__all__ = ["compile_batch", "compile_insert"]
 
 INSERTION = EventType.INSERTION
 EVICTION = EventType.EVICTION
 TRIGGER = EventType.TRIGGER
 INITIAL_FULL = EventType.INITIAL_FULL
 
+Event = StreamWindowEvent
 Insert = Callable[[Any], None]
+Batch = Callable[[Iterable[Any]], None]
 
 
 def compile_insert(w: StreamWindow[Any]) -> Insert | None:
@@ -42,18 +58,55 @@ def compile_insert(w: StreamWindow[Any]) -> Insert | None:
         return None
     ev, tr = spec.eviction, spec.trigger
     if spec.type is WindowType.TUMBLING:
-        if isinstance(ev, Count) and ev.size > 0:
-            return _tumbling_count(w, ev.size)
+        if isinstance(ev, Count):
+            return _tumbling_count(w, ev.size) if ev.size > 0 else None
         if isinstance(ev, Delta):
             return _tumbling_delta(w)
-        return None
+        return _tumbling_append(w)  # time(T) or punct(): timers and marks tumble, inserting appends
     if not isinstance(tr, Count):
         return None
     if isinstance(ev, Count) and ev.size > 0:
         return _sliding_count(w, ev.size, tr.size)
     if isinstance(ev, Time):
         return _sliding_time(w, tr.size)
+    if isinstance(ev, Delta):
+        return _sliding_delta(w, tr.size)
     return None
+
+
+def compile_batch(w: StreamWindow[Any], insert: Insert) -> Batch | None:
+    """A batch insert matching ``insert`` (from `compile_insert`), or None to insert one by one."""
+    spec = w.spec
+    if w._evictor is not None:
+        return None
+    ev, tr = spec.eviction, spec.trigger
+    if spec.type is WindowType.TUMBLING:
+        if isinstance(ev, Count):
+            return _batch_count(w, insert, ev.size, 0) if ev.size > 0 else None
+        if isinstance(ev, Delta):
+            return _batch_tumbling_delta(w, insert)
+        return _batch_append(w, insert)
+    if not isinstance(tr, Count):
+        return None
+    if isinstance(ev, Count) and ev.size > 0:
+        return _batch_count(w, insert, ev.size, tr.size)
+    if isinstance(ev, Time):
+        return _batch_sliding_time(w, insert, tr.size)
+    if isinstance(ev, Delta):
+        return _batch_sliding_delta(w, insert, tr.size)
+    return None
+
+
+# How a closure compares delta values: inlined for the two exact phrasings, else a call.
+_OUT_JAVA, _OUT_CPP, _OUT_CALL = range(3)
+
+
+def _delta_mode(out: Callable[[Any, Any, Any], bool]) -> int:
+    if out is out_of_delta_java:
+        return _OUT_JAVA
+    if out is out_of_delta_cpp:
+        return _OUT_CPP
+    return _OUT_CALL
 
 
 def _locator(w: StreamWindow[Any]) -> tuple[Any, Any, Any]:
@@ -63,14 +116,19 @@ def _locator(w: StreamWindow[Any]) -> tuple[Any, Any, Any]:
     return single, key_of, parts
 
 
+# ------------------------------------------------------------- per tuple
+
+
 def _tumbling_count(w: StreamWindow[Any], size: int) -> Insert:
     single, key_of, parts = _locator(w)
+    live = w._live
     generic = w._insert_generic
     listeners = w._listeners
-    emit = w._emit
     flush = w._flush
 
     def insert(t: Any) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            return w._insert(t)
         if single is not None:
             part = single
         else:
@@ -83,7 +141,9 @@ def _tumbling_count(w: StreamWindow[Any], size: int) -> Insert:
         tuples = part.tuples
         tuples.append(t)
         if listeners:
-            emit(INSERTION, part.key, (t,))
+            event = Event(w, INSERTION, part.key, (t,))
+            for handle in listeners:
+                handle(event)
         if len(tuples) == size:
             flush(part)
         return None
@@ -91,19 +151,73 @@ def _tumbling_count(w: StreamWindow[Any], size: int) -> Insert:
     return insert
 
 
-def _tumbling_delta(w: StreamWindow[Any]) -> Insert:
+def _tumbling_append(w: StreamWindow[Any]) -> Insert:
+    """Tumbling time(T) and punct(): an insertion only appends (the tumble is a timer's or a mark's)."""
     single, key_of, parts = _locator(w)
+    live = w._live
     generic = w._insert_generic
     listeners = w._listeners
-    emit = w._emit
-    flush = w._flush
-    read = w._ev_read
-    out = w._ev_out
-    bound = w._ev_bound
-    assert read is not None
+
+    if single is not None:
+        def insert_single(t: Any) -> None:
+            if not live[0]:  # kept by a host across a reinstall
+                w._insert(t)
+                return
+            single.tuples.append(t)
+            if listeners:
+                event = Event(w, INSERTION, None, (t,))
+                for handle in listeners:
+                    handle(event)
+
+        return insert_single
 
     def insert(t: Any) -> None:
-        value = read(t)
+        if not live[0]:  # kept by a host across a reinstall
+            return w._insert(t)
+        try:
+            part = parts.get(key_of(t))
+        except Exception:
+            return generic(t)
+        if part is None:
+            return generic(t)
+        part.tuples.append(t)
+        if listeners:
+            event = Event(w, INSERTION, part.key, (t,))
+            for handle in listeners:
+                handle(event)
+        return None
+
+    return insert
+
+
+def _tumbling_delta(w: StreamWindow[Any]) -> Insert:
+    single, key_of, parts = _locator(w)
+    live = w._live
+    generic = w._insert_generic
+    listeners = w._listeners
+    flush = w._flush
+    reader = w._ev_reader
+    assert reader is not None
+    attr_of, missing, check = reader.get, reader.missing, reader.check
+    exact_int, exact_float = reader.exact_int, reader.exact_float
+    out = w._ev_out
+    bound = w._ev_bound
+    mode = _delta_mode(out)
+
+    def insert(t: Any) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            return w._insert(t)
+        try:  # `DeltaReader.read`, inlined
+            v = attr_of(t)
+        except MISSING:
+            raise missing(t) from None
+        cls = v.__class__
+        if cls is float:
+            value = v if exact_float and v - v == 0.0 else check(t, v)
+        elif cls is int and exact_int and SAFE_INT_MIN < v < SAFE_INT_MAX:
+            value = v
+        else:
+            value = check(t, v)
         if single is not None:
             part = single
         else:
@@ -115,7 +229,14 @@ def _tumbling_delta(w: StreamWindow[Any]) -> Insert:
                 return generic(t)
         values = part.values
         if values:
-            if out(value, values[0], bound):
+            old = values[0]
+            if mode == _OUT_JAVA:
+                tumble = value >= old and not old >= value - bound
+            elif mode == _OUT_CPP:
+                tumble = value - old > bound
+            else:
+                tumble = out(value, old, bound)
+            if tumble:
                 flush(part)
                 values.clear()
                 values.append(value)
@@ -123,7 +244,9 @@ def _tumbling_delta(w: StreamWindow[Any]) -> Insert:
             values.append(value)
         part.tuples.append(t)
         if listeners:
-            emit(INSERTION, part.key, (t,))
+            event = Event(w, INSERTION, part.key, (t,))
+            for handle in listeners:
+                handle(event)
         return None
 
     return insert
@@ -131,11 +254,13 @@ def _tumbling_delta(w: StreamWindow[Any]) -> Insert:
 
 def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
     single, key_of, parts = _locator(w)
+    live = w._live
     generic = w._insert_generic
     listeners = w._listeners
-    emit = w._emit
 
     def insert(t: Any) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            return w._insert(t)
         if single is not None:
             part = single
         else:
@@ -146,23 +271,34 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
             if part is None:
                 return generic(t)
         tuples = part.tuples
-        if len(tuples) >= size:
-            old = tuples.popleft()
-            if listeners:
-                emit(EVICTION, part.key, (old,))
-        tuples.append(t)
         if listeners:
-            emit(INSERTION, part.key, (t,))
+            key = part.key
+            if len(tuples) >= size:
+                event = Event(w, EVICTION, key, (tuples.popleft(),))
+                for handle in listeners:
+                    handle(event)
+            tuples.append(t)
+            event = Event(w, INSERTION, key, (t,))
+            for handle in listeners:
+                handle(event)
             if not part.seen_full and len(tuples) == size:
                 part.seen_full = True
-                emit(INITIAL_FULL, part.key, tuples)
-        elif not part.seen_full and len(tuples) == size:
-            part.seen_full = True
+                event = Event(w, INITIAL_FULL, key, tuples)
+                for handle in listeners:
+                    handle(event)
+        else:
+            if len(tuples) >= size:
+                tuples.popleft()
+            tuples.append(t)
+            if not part.seen_full and len(tuples) == size:
+                part.seen_full = True
         count = part.trigger_count + 1
         if count >= every:
             part.trigger_count = 0
             if listeners:
-                emit(TRIGGER, part.key, tuples)
+                event = Event(w, TRIGGER, part.key, tuples)
+                for handle in listeners:
+                    handle(event)
         else:
             part.trigger_count = count
         return None
@@ -172,14 +308,16 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
 
 def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
     single, key_of, parts = _locator(w)
+    live = w._live
     generic = w._insert_generic
     listeners = w._listeners
-    emit = w._emit
     arm = w._arm_evict
     evict_expired = w._evict_expired
     java = w._java
 
     def insert(t: Any) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            return w._insert(t)
         if single is not None:
             part = single
         else:
@@ -197,14 +335,18 @@ def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
         if part.evict_timer is None:
             arm(part)
         if listeners:
-            emit(INSERTION, part.key, (t,))
+            event = Event(w, INSERTION, part.key, (t,))
+            for handle in listeners:
+                handle(event)
         count = part.trigger_count + 1
         if count >= every:
             part.trigger_count = 0
             if java:
                 evict_expired(part)
             if listeners:
-                emit(TRIGGER, part.key, tuples)
+                event = Event(w, TRIGGER, part.key, tuples)
+                for handle in listeners:
+                    handle(event)
         else:
             part.trigger_count = count
         return None
@@ -212,26 +354,102 @@ def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
     return insert
 
 
-def compile_batch(w: StreamWindow[Any], insert: Insert) -> Callable[[Any], None] | None:
-    """A batch insert for count windows: with no listener, the per-tuple work is inlined.
-
-    With a listener registered the batch falls back to ``insert`` per tuple,
-    so events stay exactly those of one-by-one insertion.
-    """
-    spec = w.spec
-    ev, tr = spec.eviction, spec.trigger
-    if w._evictor is not None or not isinstance(ev, Count) or ev.size == 0:
-        return None
-    if spec.type is WindowType.SLIDING and not isinstance(tr, Count):
-        return None
+def _sliding_delta(w: StreamWindow[Any], every: int) -> Insert:
+    """Sliding delta(a, D) with a count trigger; listener-free Java eviction is inlined."""
     single, key_of, parts = _locator(w)
+    live = w._live
+    generic = w._insert_generic
+    listeners = w._listeners
+    delta_evict = w._delta_evict
+    reader = w._ev_reader
+    assert reader is not None
+    attr_of, missing, check = reader.get, reader.missing, reader.check
+    exact_int, exact_float = reader.exact_int, reader.exact_float
+    out = w._ev_out
+    bound = w._ev_bound
+    mode = _delta_mode(out)
+    tracks_order = w.rules.delta_eviction_tracks_order
+
+    def insert(t: Any) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            return w._insert(t)
+        try:  # `DeltaReader.read`, inlined
+            v = attr_of(t)
+        except MISSING:
+            raise missing(t) from None
+        cls = v.__class__
+        if cls is float:
+            value = v if exact_float and v - v == 0.0 else check(t, v)
+        elif cls is int and exact_int and SAFE_INT_MIN < v < SAFE_INT_MAX:
+            value = v
+        else:
+            value = check(t, v)
+        if single is not None:
+            part = single
+        else:
+            try:
+                part = parts.get(key_of(t))
+            except Exception:
+                return generic(t)
+            if part is None:
+                return generic(t)
+        values = part.values
+        tuples = part.tuples
+        if values:
+            if tracks_order or listeners or not part.seen_full:
+                delta_evict(part, value)  # C++ order tracking, events or INITIAL_FULL: the engine's
+            elif mode == _OUT_JAVA:
+                while values and value >= (old := values[0]) and not old >= value - bound:
+                    values.popleft()
+                    tuples.popleft()
+            elif mode == _OUT_CPP:
+                while values and value - values[0] > bound:
+                    values.popleft()
+                    tuples.popleft()
+            else:
+                while values and out(value, values[0], bound):
+                    values.popleft()
+                    tuples.popleft()
+        tuples.append(t)
+        values.append(value)
+        if listeners:
+            event = Event(w, INSERTION, part.key, (t,))
+            for handle in listeners:
+                handle(event)
+        count = part.trigger_count + 1
+        if count >= every:
+            part.trigger_count = 0
+            if listeners:
+                event = Event(w, TRIGGER, part.key, tuples)
+                for handle in listeners:
+                    handle(event)
+        else:
+            part.trigger_count = count
+        return None
+
+    return insert
+
+
+# ----------------------------------------------------------------- batches
+#
+# Each batch function inserts one by one while a listener is registered; else
+# it runs the listener-free body of the matching per-tuple function in one
+# loop, and hands a tuple it does not handle (new partition, bad key) to
+# ``insert``, which passes it on to the generic path.
+
+
+def _batch_count(w: StreamWindow[Any], insert: Insert, size: int, every: int) -> Batch:
+    """Count tumbling (``every`` 0) or count-evicting sliding windows with a count trigger."""
+    single, key_of, parts = _locator(w)
+    live = w._live
     listeners = w._listeners
     flush = w._flush
-    size = ev.size
-    sliding = spec.type is WindowType.SLIDING
-    every = tr.size if isinstance(tr, Count) else 0
+    sliding = w._sliding
 
-    def batch(tuples_in: Any) -> None:
+    def batch(tuples_in: Iterable[Any]) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            w._insert_many(tuples_in)
+            return
         if listeners:
             for t in tuples_in:
                 insert(t)
@@ -244,7 +462,7 @@ def compile_batch(w: StreamWindow[Any], insert: Insert) -> Callable[[Any], None]
                 try:
                     part = get(key_of(t))
                 except Exception:
-                    insert(t)  # the generic path raises the right error
+                    insert(t)
                     continue
                 if part is None:
                     insert(t)
@@ -262,5 +480,221 @@ def compile_batch(w: StreamWindow[Any], insert: Insert) -> Callable[[Any], None]
                 tuples.append(t)
                 if len(tuples) == size:
                     flush(part)
+
+    return batch
+
+
+def _batch_append(w: StreamWindow[Any], insert: Insert) -> Batch:
+    """Tumbling time(T) and punct()."""
+    single, key_of, parts = _locator(w)
+    live = w._live
+    listeners = w._listeners
+
+    def batch(tuples_in: Iterable[Any]) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            w._insert_many(tuples_in)
+            return
+        if listeners:
+            for t in tuples_in:
+                insert(t)
+            return
+        if single is not None:
+            single.tuples.extend(tuples_in)
+            return
+        get = parts.get
+        for t in tuples_in:
+            try:
+                part = get(key_of(t))
+            except Exception:
+                insert(t)
+                continue
+            if part is None:
+                insert(t)
+                continue
+            part.tuples.append(t)
+
+    return batch
+
+
+def _batch_tumbling_delta(w: StreamWindow[Any], insert: Insert) -> Batch:
+    single, key_of, parts = _locator(w)
+    live = w._live
+    listeners = w._listeners
+    flush = w._flush
+    reader = w._ev_reader
+    assert reader is not None
+    attr_of, missing, check = reader.get, reader.missing, reader.check
+    exact_int, exact_float = reader.exact_int, reader.exact_float
+    out = w._ev_out
+    bound = w._ev_bound
+    mode = _delta_mode(out)
+
+    def batch(tuples_in: Iterable[Any]) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            w._insert_many(tuples_in)
+            return
+        if listeners:
+            for t in tuples_in:
+                insert(t)
+            return
+        get = parts.get
+        for t in tuples_in:
+            try:  # `DeltaReader.read`, inlined
+                v = attr_of(t)
+            except MISSING:
+                raise missing(t) from None
+            cls = v.__class__
+            if cls is float:
+                value = v if exact_float and v - v == 0.0 else check(t, v)
+            elif cls is int and exact_int and SAFE_INT_MIN < v < SAFE_INT_MAX:
+                value = v
+            else:
+                value = check(t, v)
+            if single is not None:
+                part = single
+            else:
+                try:
+                    part = get(key_of(t))
+                except Exception:
+                    insert(t)
+                    continue
+                if part is None:
+                    insert(t)
+                    continue
+            values = part.values
+            if values:
+                old = values[0]
+                if mode == _OUT_JAVA:
+                    tumble = value >= old and not old >= value - bound
+                elif mode == _OUT_CPP:
+                    tumble = value - old > bound
+                else:
+                    tumble = out(value, old, bound)
+                if tumble:
+                    flush(part)
+                    values.clear()
+                    values.append(value)
+            else:
+                values.append(value)
+            part.tuples.append(t)
+
+    return batch
+
+
+def _batch_sliding_time(w: StreamWindow[Any], insert: Insert, every: int) -> Batch:
+    single, key_of, parts = _locator(w)
+    live = w._live
+    listeners = w._listeners
+    arm = w._arm_evict
+    evict_expired = w._evict_expired
+    java = w._java
+
+    def batch(tuples_in: Iterable[Any]) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            w._insert_many(tuples_in)
+            return
+        if listeners:
+            for t in tuples_in:
+                insert(t)
+            return
+        now = w._now
+        get = parts.get
+        for t in tuples_in:
+            if single is not None:
+                part = single
+            else:
+                try:
+                    part = get(key_of(t))
+                except Exception:
+                    insert(t)
+                    continue
+                if part is None:
+                    insert(t)
+                    continue
+            if not part.seen_full:
+                insert(t)
+                continue
+            part.tuples.append(t)
+            part.arrivals.append(now)
+            if part.evict_timer is None:
+                arm(part)
+            count = part.trigger_count + 1
+            if count >= every:
+                part.trigger_count = 0
+                if java:
+                    evict_expired(part)
+            else:
+                part.trigger_count = count
+
+    return batch
+
+
+def _batch_sliding_delta(w: StreamWindow[Any], insert: Insert, every: int) -> Batch:
+    single, key_of, parts = _locator(w)
+    live = w._live
+    listeners = w._listeners
+    delta_evict = w._delta_evict
+    reader = w._ev_reader
+    assert reader is not None
+    attr_of, missing, check = reader.get, reader.missing, reader.check
+    exact_int, exact_float = reader.exact_int, reader.exact_float
+    out = w._ev_out
+    bound = w._ev_bound
+    mode = _delta_mode(out)
+    tracks_order = w.rules.delta_eviction_tracks_order
+
+    def batch(tuples_in: Iterable[Any]) -> None:
+        if not live[0]:  # kept by a host across a reinstall
+            w._insert_many(tuples_in)
+            return
+        if listeners:
+            for t in tuples_in:
+                insert(t)
+            return
+        get = parts.get
+        for t in tuples_in:
+            try:  # `DeltaReader.read`, inlined
+                v = attr_of(t)
+            except MISSING:
+                raise missing(t) from None
+            cls = v.__class__
+            if cls is float:
+                value = v if exact_float and v - v == 0.0 else check(t, v)
+            elif cls is int and exact_int and SAFE_INT_MIN < v < SAFE_INT_MAX:
+                value = v
+            else:
+                value = check(t, v)
+            if single is not None:
+                part = single
+            else:
+                try:
+                    part = get(key_of(t))
+                except Exception:
+                    insert(t)
+                    continue
+                if part is None:
+                    insert(t)
+                    continue
+            values = part.values
+            tuples = part.tuples
+            if values:
+                if tracks_order or not part.seen_full:
+                    delta_evict(part, value)
+                elif mode == _OUT_JAVA:
+                    while values and value >= (old := values[0]) and not old >= value - bound:
+                        values.popleft()
+                        tuples.popleft()
+                elif mode == _OUT_CPP:
+                    while values and value - values[0] > bound:
+                        values.popleft()
+                        tuples.popleft()
+                else:
+                    while values and out(value, values[0], bound):
+                        values.popleft()
+                        tuples.popleft()
+            tuples.append(t)
+            values.append(value)
+            count = part.trigger_count + 1
+            part.trigger_count = 0 if count >= every else count
 
     return batch

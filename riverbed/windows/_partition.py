@@ -23,6 +23,7 @@ class Partition:
         "delta_ref",
         "evict_timer",
         "has_delta_ref",
+        "idle_evict_timer",
         "key",
         "last_tick",
         "seen_full",
@@ -45,6 +46,7 @@ class Partition:
         self.last_tick = 0  # periodic policy: time of the last tumble/trigger (or of the start)
         self.tick_timer: Timer | None = None
         self.evict_timer: Timer | None = None
+        self.idle_evict_timer: Timer | None = None  # a fired eviction timer, kept to be armed again
 
     def cancel_timers(self) -> None:
         if self.tick_timer is not None:
@@ -53,3 +55,4 @@ class Partition:
         if self.evict_timer is not None:
             self.evict_timer.cancel()
             self.evict_timer = None
+        self.idle_evict_timer = None

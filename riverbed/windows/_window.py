@@ -20,9 +20,11 @@ from __future__ import annotations
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from functools import partial
+from heapq import heappop
 from typing import Any, Generic, TypeVar
 
-from ._delta import bound_for, delta_kind_for_type, make_reader
+from ._delta import DeltaReader, bound_for, delta_kind_for_type, make_delta_reader
 from ._errors import WindowClauseError, WindowStateError, WindowTupleError
 from ._events import EventType, Listener, StreamWindowEvent
 from ._fastpath import compile_batch, compile_insert
@@ -124,9 +126,12 @@ class StreamWindow(Generic[T]):
         self._tr_ns = tr.ns if isinstance(tr, Time) else 0
         types = dict(attribute_types or {})
         self._getter = getter
-        self._ev_read, self._ev_bound, self._ev_out = self._delta_parts(ev, types, "eviction")
-        self._tr_read, self._tr_bound, self._tr_out = self._delta_parts(tr, types, "trigger")
-        self._lag = rules.time_eviction_lag_ns
+        self._ev_reader, self._ev_bound, self._ev_out = self._delta_parts(ev, types, "eviction")
+        self._tr_reader, self._tr_bound, self._tr_out = self._delta_parts(tr, types, "trigger")
+        self._ev_read = self._ev_reader.read if self._ev_reader is not None else None
+        self._tr_read = self._tr_reader.read if self._tr_reader is not None else None
+        self._evict_after = self._ev_ns + rules.time_eviction_lag_ns  # arrival -> eviction timer
+        self._tick_ns = self._tr_ns if self._sliding else self._ev_ns  # period of a periodic policy
         self._default_partition = default_partition
         self._key_of: Callable[[T], Hashable] | None = None
         self._key_name: str | None = None
@@ -136,7 +141,11 @@ class StreamWindow(Generic[T]):
         for listener in listeners:
             self.register_listener(listener)
         self._timers = TimerQueue()
+        # The same containers for the window's life (cancel_all clears them in place).
+        self._heap = self._timers.heap
+        self._lane = self._timers.lane
         self._use_fast = True
+        self._live = [True]  # cleared when the insert functions built with it are replaced
         self._evictor: PartitionEvictor | None = make_partition_evictor(
             spec.partition_eviction, self._java)
         self._reset_state()
@@ -144,11 +153,11 @@ class StreamWindow(Generic[T]):
     # ------------------------------------------------------------------ setup
 
     def _delta_parts(self, policy: object, types: dict[str, str], role: str
-                     ) -> tuple[Callable[[T], Any] | None, Any, Callable[[Any, Any, Any], bool]]:
+                     ) -> tuple[DeltaReader | None, Any, Callable[[Any, Any, Any], bool]]:
         if not isinstance(policy, Delta):
             return None, None, self.rules.out_of_delta
         kind = delta_kind_for_type(types.get(policy.attribute))
-        reader = make_reader(policy, kind, role, self._getter(policy.attribute))
+        reader = make_delta_reader(policy, kind, role, self._getter(policy.attribute))
         out = self.rules.out_of_delta_f32 if kind == "float32" else self.rules.out_of_delta
         return reader, bound_for(policy, kind), out
 
@@ -298,13 +307,30 @@ class StreamWindow(Generic[T]):
 
         Each timer fires at its own due time, in time order (ties: arming order).
         """
-        self._check_time(now)
+        if now.__class__ is not int or now < self._now:
+            self._check_time(now)  # raises, or accepts an int subclass
         if not self._active:
             self.activate()
-        timers = self._timers
-        while (timer := timers.pop_due(now)) is not None:
-            self._now = timer.due
-            timer.action()
+        # `TimerQueue.pop_due`, unrolled: this runs once per tuple in many hosts.
+        heap, lane = self._heap, self._lane
+        while True:
+            if heap:
+                if lane and lane[0] < heap[0]:
+                    if lane[0][0] > now:
+                        break
+                    due, seq, timer = lane.popleft()
+                else:
+                    if heap[0][0] > now:
+                        break
+                    due, seq, timer = heappop(heap)
+            elif lane and lane[0][0] <= now:
+                due, seq, timer = lane.popleft()
+            else:
+                break
+            if timer.alive and timer.seq == seq:
+                timer.alive = False
+                self._now = due
+                timer.action()
         self._now = now
 
     def next_deadline(self) -> int | None:
@@ -314,17 +340,29 @@ class StreamWindow(Generic[T]):
     # --------------------------------------------------------------- timers
 
     def _arm_tick(self, part: Partition, due: int) -> None:
-        part.tick_timer = self._timers.arm(due, lambda: self._on_tick(part))
+        timer = part.tick_timer
+        if timer is not None and not timer.alive:  # fired (or cancelled): reuse it
+            self._timers.rearm(timer, due)
+        else:
+            part.tick_timer = self._timers.arm(due, partial(self._on_tick, part))
 
     def _on_tick(self, part: Partition) -> None:
-        part.last_tick = self._now
-        self._arm_tick(part, self._now + (self._tr_ns if self._sliding else self._ev_ns))
+        now = self._now
+        part.last_tick = now
+        timer = part.tick_timer
+        if timer is not None and not timer.alive:  # `_arm_tick`, inlined: reuse the timer that fired
+            self._timers.rearm(timer, now + self._tick_ns)
+        else:
+            self._arm_tick(part, now + self._tick_ns)
         if self._sliding:
             if self._ev == _TIME:
                 self._evict_expired(part)
             self._emit_trigger(part)
-        else:
+        elif self._listeners or not self.rules.keeps_emptied_partitions:
             self._flush(part)
+        else:  # `_flush` without events or partition drop, inlined
+            self._total -= len(part.tuples)
+            part.tuples = []
 
     def _arm_window_tick(self, due: int) -> None:
         self._window_tick = self._timers.arm(due, self._on_window_tick)
@@ -332,7 +370,7 @@ class StreamWindow(Generic[T]):
     def _on_window_tick(self) -> None:
         """C++: one timer for the whole window (spec R11, R31)."""
         self._window_last_tick = self._now
-        self._arm_window_tick(self._now + (self._tr_ns if self._sliding else self._ev_ns))
+        self._arm_window_tick(self._now + self._tick_ns)
         evictor = self._evictor
         if evictor is not None and evictor.checks_before_events:
             evictor.check(self)
@@ -360,14 +398,41 @@ class StreamWindow(Generic[T]):
                 self._flush(part)
 
     def _arm_evict(self, part: Partition) -> None:
-        due = part.arrivals[0] + self._ev_ns + self._lag
-        part.evict_timer = self._timers.arm(due, lambda: self._on_evict_timer(part))
+        due = part.arrivals[0] + self._evict_after
+        timer = part.idle_evict_timer
+        if timer is None:
+            part.evict_timer = self._timers.arm(due, partial(self._on_evict_timer, part))
+        else:
+            part.idle_evict_timer = None
+            self._timers.rearm(timer, due)
+            part.evict_timer = timer
 
     def _on_evict_timer(self, part: Partition) -> None:
+        timer = part.evict_timer
         part.evict_timer = None
-        self._evict_expired(part)
-        if part.arrivals and part.evict_timer is None and part.key in self._parts:
-            self._arm_evict(part)
+        arrivals = part.arrivals
+        if self._listeners:
+            self._evict_expired(part)
+        elif arrivals:  # `_evict_expired` without events, inlined: this fires about once per tuple
+            limit = self._now - self._ev_ns
+            if arrivals[0] < limit:
+                tuples = part.tuples
+                n = 0
+                while arrivals and arrivals[0] < limit:
+                    arrivals.popleft()
+                    tuples.popleft()
+                    n += 1
+                self._total -= n
+                if not tuples and not self.rules.keeps_emptied_partitions:
+                    self._drop_emptied(part)
+        if part.evict_timer is None:  # (else a listener's insertion armed one)
+            if not arrivals or part.key not in self._parts:
+                part.idle_evict_timer = timer  # for `_arm_evict` to reuse
+            elif timer is not None:  # `_arm_evict`, inlined: arm the timer that fired again
+                self._timers.rearm(timer, arrivals[0] + self._evict_after)
+                part.evict_timer = timer
+            else:
+                self._arm_evict(part)
 
     # ----------------------------------------------------------- partitions
 
@@ -428,10 +493,17 @@ class StreamWindow(Generic[T]):
 
     def _install_insert(self) -> None:
         """Pick the insert function: a specialised one while active and open, else the generic."""
+        self._live[0] = False  # functions a host kept hand over to the new ones
+        self._live = [True]
         fast = compile_insert(self) if self._active and not self._final and self._use_fast else None
-        self._insert = fast if fast is not None else self._insert_generic
-        batch = compile_batch(self, self._insert) if fast is not None else None
-        self._insert_many = batch if batch is not None else self._insert_each
+        insert: Callable[[T], None] = fast if fast is not None else self._insert_generic
+        batch = compile_batch(self, insert) if fast is not None else None
+        many: Callable[[Iterable[T]], None] = batch if batch is not None else self._insert_each
+        self._insert = insert
+        self._insert_many = many
+        # The chosen functions shadow the `insert` and `insert_batch` methods on the instance,
+        # which saves a Python call per tuple; the methods stay for the class's API and docs.
+        vars(self).update(insert=insert, insert_batch=many)
 
     def _insert_generic(self, t: T) -> None:
         if self._final:
