@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from riverbed.windows import StreamWindow, WindowStateError, WindowTupleError
+from riverbed.windows import EventType, StreamWindow, WindowStateError, WindowTupleError
 from riverbed.windows._delta import make_reader
 from riverbed.windows._policy import Delta
 from riverbed.windows._timers import Timer, TimerQueue
@@ -400,3 +400,33 @@ def test_insert_functions_kept_by_a_host_follow_the_window(clause: str, partitio
         insert({"id": 4, "k": "a", "v": 1})
     with pytest.raises(WindowStateError, match="final punctuation"):
         insert_batch([{"id": 5, "k": "a", "v": 1}])
+
+
+_FAST_PATH_CLAUSES = [
+    "tumbling, count(3)", "tumbling, time(1)", "tumbling, delta(v, 2)", "tumbling, punct()",
+    "sliding, count(3), count(2)", "sliding, time(1), count(2)", "sliding, delta(v, 3), count(2)",
+    "sliding, count(2)", "sliding, time(2.5), time(1)",
+]
+_TYPE_SETS = [{EventType.INSERTION}, {EventType.EVICTION}, {EventType.TRIGGER, EventType.INITIAL_FULL},
+              {EventType.INSERTION, EventType.TRIGGER}, set(), set(EventType)]
+
+
+@pytest.mark.parametrize("clause", [*_FAST_PATH_CLAUSES,
+                                    *(c + ", partitioned" for c in _FAST_PATH_CLAUSES)])
+@pytest.mark.parametrize("types", _TYPE_SETS, ids=lambda t: "+".join(sorted(e.name for e in t)) or "none")
+@settings(max_examples=25, deadline=None)
+@given(flavor=st.sampled_from(["java", "cpp"]), fast=st.booleans(), data=st.data())
+def test_a_listener_restricted_to_some_types_sees_exactly_those_events(
+        clause: str, types: set[EventType], flavor: str, fast: bool, data: st.DataObject) -> None:
+    everything, some = _build(clause, flavor), _build(clause, flavor)
+    for w in (everything, some):
+        w._use_fast = fast
+    rec_all, rec_some = Recorder(everything), Recorder(some)
+    everything.register_listener(rec_all)
+    some.register_listener(rec_some, types)
+    for w in (everything, some):
+        w.activate(0)
+    script = data.draw(ops(everything.is_partitioned))
+    _run(everything, script)
+    _run(some, script)
+    assert rec_some.events == [e for e in rec_all.events if EventType(e[0]) in types]

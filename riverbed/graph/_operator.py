@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from ..windows import EventType
 from ._punct import Punct
 
 if TYPE_CHECKING:
@@ -57,12 +58,18 @@ class Operator:
     are never the operator's business: the host forwards one on every output
     port once all input ports have seen final (SPL rule P1).
 
+    ``window_events`` names the window event types `on_window_event` wants
+    (None: all). A window raises an INSERTION per tuple; an operator that
+    only needs, say, EVICTION and TRIGGER should say so: the events it does
+    not want are then never built.
+
     State: `snapshot` returns the operator's own state as plain data and
     `restore` takes it back; windows on its ports are persisted by the host
     (SPL rule C1), not by the operator.
     """
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
+    window_events: ClassVar[frozenset[EventType] | None] = None
     context: OperatorContext
 
     # -- lifecycle ----------------------------------------------------------

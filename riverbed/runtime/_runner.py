@@ -271,15 +271,16 @@ class OperatorRunner:
             assert et is not None  # validation: a timeInterval window is in the region
             w = TimeIntervalWindow(inp.window, event_time=et.attribute, resolution=et.resolution,
                                    partition_by=inp.partition_by, flavor=inp.flavor)
-            w.register_listener(listener, (EventType.INITIAL_FULL, EventType.TRIGGER,
-                                           EventType.CLOSE))
+            pane_events = {EventType.INITIAL_FULL, EventType.TRIGGER, EventType.CLOSE}
+            wanted = self.op.window_events
+            w.register_listener(listener, pane_events if wanted is None else pane_events & wanted)
         else:
             schema = self._input_schema(port)
             types = schema.as_dict() if schema is not None else dict(inp.attribute_types or {})
             w = StreamWindow(inp.window, flavor=inp.flavor, partition_by=inp.partition_by,
                              attribute_types=types,
                              default_partition=_default_key(types, inp.partition_by))
-            w.register_listener(listener)
+            w.register_listener(listener, self.op.window_events)
         return w
 
     def replace_window(self, port: int, window: StreamWindow[Any] | TimeIntervalWindow[Any]) -> None:

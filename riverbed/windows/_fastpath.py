@@ -123,7 +123,7 @@ def _tumbling_count(w: StreamWindow[Any], size: int) -> Insert:
     single, key_of, parts = _locator(w)
     live = w._live
     generic = w._insert_generic
-    listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
     flush = w._flush
 
     def insert(t: Any) -> None:
@@ -140,9 +140,9 @@ def _tumbling_count(w: StreamWindow[Any], size: int) -> Insert:
                 return generic(t)
         tuples = part.tuples
         tuples.append(t)
-        if listeners:
+        if inserted:
             event = Event(w, INSERTION, part.key, (t,))
-            for handle in listeners:
+            for handle in inserted:
                 handle(event)
         if len(tuples) == size:
             flush(part)
@@ -156,7 +156,7 @@ def _tumbling_append(w: StreamWindow[Any]) -> Insert:
     single, key_of, parts = _locator(w)
     live = w._live
     generic = w._insert_generic
-    listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
 
     if single is not None:
         def insert_single(t: Any) -> None:
@@ -164,9 +164,9 @@ def _tumbling_append(w: StreamWindow[Any]) -> Insert:
                 w._insert(t)
                 return
             single.tuples.append(t)
-            if listeners:
+            if inserted:
                 event = Event(w, INSERTION, None, (t,))
-                for handle in listeners:
+                for handle in inserted:
                     handle(event)
 
         return insert_single
@@ -181,9 +181,9 @@ def _tumbling_append(w: StreamWindow[Any]) -> Insert:
         if part is None:
             return generic(t)
         part.tuples.append(t)
-        if listeners:
+        if inserted:
             event = Event(w, INSERTION, part.key, (t,))
-            for handle in listeners:
+            for handle in inserted:
                 handle(event)
         return None
 
@@ -194,7 +194,7 @@ def _tumbling_delta(w: StreamWindow[Any]) -> Insert:
     single, key_of, parts = _locator(w)
     live = w._live
     generic = w._insert_generic
-    listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
     flush = w._flush
     reader = w._ev_reader
     assert reader is not None
@@ -243,9 +243,9 @@ def _tumbling_delta(w: StreamWindow[Any]) -> Insert:
         else:
             values.append(value)
         part.tuples.append(t)
-        if listeners:
+        if inserted:
             event = Event(w, INSERTION, part.key, (t,))
-            for handle in listeners:
+            for handle in inserted:
                 handle(event)
         return None
 
@@ -257,6 +257,7 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
     live = w._live
     generic = w._insert_generic
     listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
 
     def insert(t: Any) -> None:
         if not live[0]:  # kept by a host across a reinstall
@@ -271,16 +272,17 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
             if part is None:
                 return generic(t)
         tuples = part.tuples
-        if listeners:
+        if listeners or inserted:
             key = part.key
             if len(tuples) >= size:
                 event = Event(w, EVICTION, key, (tuples.popleft(),))
                 for handle in listeners:
                     handle(event)
             tuples.append(t)
-            event = Event(w, INSERTION, key, (t,))
-            for handle in listeners:
-                handle(event)
+            if inserted:
+                event = Event(w, INSERTION, key, (t,))
+                for handle in inserted:
+                    handle(event)
             if not part.seen_full and len(tuples) == size:
                 part.seen_full = True
                 event = Event(w, INITIAL_FULL, key, tuples)
@@ -311,6 +313,7 @@ def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
     live = w._live
     generic = w._insert_generic
     listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
     arm = w._arm_evict
     evict_expired = w._evict_expired
     java = w._java
@@ -334,9 +337,9 @@ def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
         part.arrivals.append(w._now)
         if part.evict_timer is None:
             arm(part)
-        if listeners:
+        if inserted:
             event = Event(w, INSERTION, part.key, (t,))
-            for handle in listeners:
+            for handle in inserted:
                 handle(event)
         count = part.trigger_count + 1
         if count >= every:
@@ -360,6 +363,7 @@ def _sliding_delta(w: StreamWindow[Any], every: int) -> Insert:
     live = w._live
     generic = w._insert_generic
     listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
     delta_evict = w._delta_evict
     reader = w._ev_reader
     assert reader is not None
@@ -412,9 +416,9 @@ def _sliding_delta(w: StreamWindow[Any], every: int) -> Insert:
                     tuples.popleft()
         tuples.append(t)
         values.append(value)
-        if listeners:
+        if inserted:
             event = Event(w, INSERTION, part.key, (t,))
-            for handle in listeners:
+            for handle in inserted:
                 handle(event)
         count = part.trigger_count + 1
         if count >= every:
@@ -443,6 +447,7 @@ def _batch_count(w: StreamWindow[Any], insert: Insert, size: int, every: int) ->
     single, key_of, parts = _locator(w)
     live = w._live
     listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
     flush = w._flush
     sliding = w._sliding
 
@@ -450,7 +455,7 @@ def _batch_count(w: StreamWindow[Any], insert: Insert, size: int, every: int) ->
         if not live[0]:  # kept by a host across a reinstall
             w._insert_many(tuples_in)
             return
-        if listeners:
+        if listeners or inserted:
             for t in tuples_in:
                 insert(t)
             return
@@ -489,12 +494,13 @@ def _batch_append(w: StreamWindow[Any], insert: Insert) -> Batch:
     single, key_of, parts = _locator(w)
     live = w._live
     listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
 
     def batch(tuples_in: Iterable[Any]) -> None:
         if not live[0]:  # kept by a host across a reinstall
             w._insert_many(tuples_in)
             return
-        if listeners:
+        if listeners or inserted:
             for t in tuples_in:
                 insert(t)
             return
@@ -520,6 +526,7 @@ def _batch_tumbling_delta(w: StreamWindow[Any], insert: Insert) -> Batch:
     single, key_of, parts = _locator(w)
     live = w._live
     listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
     flush = w._flush
     reader = w._ev_reader
     assert reader is not None
@@ -533,7 +540,7 @@ def _batch_tumbling_delta(w: StreamWindow[Any], insert: Insert) -> Batch:
         if not live[0]:  # kept by a host across a reinstall
             w._insert_many(tuples_in)
             return
-        if listeners:
+        if listeners or inserted:
             for t in tuples_in:
                 insert(t)
             return
@@ -585,6 +592,7 @@ def _batch_sliding_time(w: StreamWindow[Any], insert: Insert, every: int) -> Bat
     single, key_of, parts = _locator(w)
     live = w._live
     listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
     arm = w._arm_evict
     evict_expired = w._evict_expired
     java = w._java
@@ -593,7 +601,7 @@ def _batch_sliding_time(w: StreamWindow[Any], insert: Insert, every: int) -> Bat
         if not live[0]:  # kept by a host across a reinstall
             w._insert_many(tuples_in)
             return
-        if listeners:
+        if listeners or inserted:
             for t in tuples_in:
                 insert(t)
             return
@@ -633,6 +641,7 @@ def _batch_sliding_delta(w: StreamWindow[Any], insert: Insert, every: int) -> Ba
     single, key_of, parts = _locator(w)
     live = w._live
     listeners = w._listeners
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
     delta_evict = w._delta_evict
     reader = w._ev_reader
     assert reader is not None
@@ -647,7 +656,7 @@ def _batch_sliding_delta(w: StreamWindow[Any], insert: Insert, every: int) -> Ba
         if not live[0]:  # kept by a host across a reinstall
             w._insert_many(tuples_in)
             return
-        if listeners:
+        if listeners or inserted:
             for t in tuples_in:
                 insert(t)
             return

@@ -138,6 +138,8 @@ class StreamWindow(Generic[T]):
         if partition_by is not None:
             self.register_partitioner(partition_by)
         self._listeners: list[Callable[[StreamWindowEvent[T]], None]] = []
+        # Listeners for INSERTION events, raised by their own code paths (one per tuple).
+        self._insertion_listeners: list[Callable[[StreamWindowEvent[T]], None]] = []
         for listener in listeners:
             self.register_listener(listener)
         self._timers = TimerQueue()
@@ -209,15 +211,32 @@ class StreamWindow(Generic[T]):
         """The window's current time in nanoseconds (the last `advance_time`)."""
         return self._now
 
-    def register_listener(self, listener: Listener[T]) -> None:
-        """Add a listener: an object with ``handle_event(event)`` or a callable."""
+    def register_listener(self, listener: Listener[T], types: Iterable[EventType] | None = None) -> None:
+        """Add a listener: an object with ``handle_event(event)`` or a callable.
+
+        ``types`` restricts it to some event types. A window raises one
+        INSERTION per tuple; a listener that does not ask for them costs
+        nothing per insertion, which is most of a window's event traffic.
+        """
         handle = getattr(listener, "handle_event", None)
         if handle is None:
             if not callable(listener):
                 raise TypeError(f"a window listener needs handle_event(event) or must be callable, "
                                 f"got {listener!r}")
             handle = listener
-        self._listeners.append(handle)
+        wanted = None if types is None else frozenset(types)
+        if wanted is None or INSERTION in wanted:
+            self._insertion_listeners.append(handle)
+        others = None if wanted is None else wanted - {INSERTION}
+        if others is None:
+            self._listeners.append(handle)
+        elif others:
+            def filtered(event: StreamWindowEvent[T], handle: Callable[..., None] = handle,
+                         others: frozenset[EventType] = others) -> None:
+                if event.type in others:
+                    handle(event)
+
+            self._listeners.append(filtered)
 
     def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
         """Set how a tuple's partition key is computed: an attribute name or a function."""
@@ -268,6 +287,11 @@ class StreamWindow(Generic[T]):
     def _emit(self, etype: EventType, key: Hashable | None, tuples: Sequence[T]) -> None:
         event = StreamWindowEvent(self, etype, key, tuples)
         for handle in self._listeners:
+            handle(event)
+
+    def _emit_insertion(self, key: Hashable | None, t: T) -> None:
+        event = StreamWindowEvent(self, INSERTION, key, (t,))
+        for handle in self._insertion_listeners:
             handle(event)
 
     # ------------------------------------------------------------ lifecycle
@@ -571,7 +595,6 @@ class StreamWindow(Generic[T]):
 
     def _insert_tumbling(self, part: Partition, t: T, ev_val: Any) -> None:
         ev = self._ev
-        listeners = self._listeners
         if ev == _DELTA:
             values = part.values
             if values and self._ev_out(ev_val, values[0], self._ev_bound):
@@ -581,8 +604,8 @@ class StreamWindow(Generic[T]):
                 values.append(ev_val)
         part.tuples.append(t)
         self._total += 1
-        if listeners:
-            self._emit(INSERTION, part.key, (t,))
+        if self._insertion_listeners:
+            self._emit_insertion(part.key, t)
         if self.rules.partition_eviction_after_insertion and self._evictor is not None:
             self._evictor.after_insert(self, False)
             if self._parts.get(part.key) is not part:
@@ -635,8 +658,8 @@ class StreamWindow(Generic[T]):
                 part.arrivals.append(self._now)
                 if part.evict_timer is None:
                     self._arm_evict(part)
-            if listeners:
-                self._emit(INSERTION, part.key, (t,))
+            if self._insertion_listeners:
+                self._emit_insertion(part.key, t)
         if rules.partition_eviction_after_insertion and self._evictor is not None:
             self._evictor.after_insert(self, False)
         # 4. A count eviction is initially full when it first holds N tuples.
