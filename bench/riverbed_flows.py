@@ -105,6 +105,8 @@ class PacedReadings(Source):
 class TumblingAvg(Operator):
     """W1: sum and average of each tumbling count window (EVICTION carries its tuples)."""
 
+    window_events = frozenset({EVICTION})
+
     def __init__(self, stamp: bool = False) -> None:
         self.stamp = stamp
 
@@ -120,6 +122,8 @@ class TumblingAvg(Operator):
 class PaneAvg(Operator):
     """W2, W3: count and average of each pane partition when its pane triggers."""
 
+    window_events = frozenset({TRIGGER})
+
     def on_window_event(self, event: StreamWindowEvent[Reading], port: int) -> None:
         if event.type is TRIGGER:
             assert isinstance(event, PaneEvent)
@@ -128,6 +132,8 @@ class PaneAvg(Operator):
 
 class MovingAvg(Operator):
     """W4: the average of the sliding window's contents on every trigger, summing them each time."""
+
+    window_events = frozenset({TRIGGER})
 
     def __init__(self, stamp: bool = False) -> None:
         self.stamp = stamp
@@ -143,6 +149,8 @@ class MovingAvg(Operator):
 
 class RunningAvg(Operator):
     """W4inc: a running sum kept from INSERTION and EVICTION events; TRIGGER reports it."""
+
+    window_events = frozenset({INSERTION, EVICTION, TRIGGER})
 
     def __init__(self, stamp: bool = False) -> None:
         self.stamp = stamp

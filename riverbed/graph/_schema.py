@@ -162,6 +162,7 @@ class Schema:
         def check(tup: Any) -> str | None:
             return None if fast(tup) else explain(tup)
 
+        check.fast = fast  # type: ignore[attr-defined]  # hosts call it directly on the hot path
         return check
 
     def _explainer(self) -> Callable[[Any], str | None]:

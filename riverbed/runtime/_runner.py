@@ -182,14 +182,30 @@ class OperatorRunner:
             why = out.validate(tup)
             if why is not None:
                 raise SchemaViolation(self.name, port, tup, why)
-        out.buf.append(tup)
         if self._generates_watermarks and port == 0:
-            self._watermark_from(tup)
+            candidate = self._event_time_of(tup)  # refuses a bad event time before taking the tuple
+            out.buf.append(tup)
+            self._watermark_after(candidate)  # E29: the watermark follows the tuple
+            return
+        out.buf.append(tup)
 
     def _fast_submit(self) -> Callable[..., None]:
-        if self._generates_watermarks or any(o.validate is not None for o in self.outputs):
-            return self.submit
         appends = [o.buf.append for o in self.outputs]  # the buffers live as long as the job
+        if self._generates_watermarks:
+            return self._event_time_submit(appends)
+        if any(o.validate is not None for o in self.outputs):
+            valid: Callable[[Any], bool] | None = getattr(self.outputs[0].validate, "fast", None)
+            if valid is None or len(appends) != 1:
+                return self.submit
+            append, slow = appends[0], self.submit
+
+            def submit_checked(tup: Any, port: int = 0) -> None:
+                if port or not valid(tup):
+                    slow(tup, port)  # says what is wrong, or handles another port
+                else:
+                    append(tup)
+
+            return submit_checked
         if len(appends) == 1:
             append = appends[0]
 
@@ -204,6 +220,38 @@ class OperatorRunner:
             appends[port](tup)
 
         return submit
+
+    def _event_time_submit(self, appends: list[Callable[[Any], None]]) -> Callable[..., None]:
+        """A source's submit with E29 inlined: the watermark follows each tuple's event time."""
+        validate = self.outputs[0].validate
+        valid = getattr(validate, "fast", None) if validate is not None else None
+        if validate is not None and valid is None:
+            return self.submit
+        append, slow, attr, lag, gap = appends[0], self.submit, self._et_attribute, \
+            self._lag_ticks, self._gap_ticks
+        metrics = self.metrics
+
+        def submit_et(tup: Any, port: int = 0) -> None:
+            if port or (valid is not None and not valid(tup)):
+                slow(tup, port)
+                return
+            try:
+                t = tup[attr]
+            except (KeyError, TypeError, IndexError):
+                t = None
+            if type(t) is not int:
+                slow(tup, port)  # raises the error that says what is wrong
+                return
+            append(tup)
+            candidate = t - lag  # E29: the watermark follows the tuple
+            watermark = self._watermark
+            if watermark is None or candidate > watermark:
+                self._watermark = metrics.watermark = candidate
+                last = self._last_sent
+                if last is None or candidate >= last + gap:
+                    self._send_watermark(candidate)
+
+        return submit_et
 
     def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None:
         if punct is not Punct.WINDOW:
@@ -587,8 +635,8 @@ class OperatorRunner:
         self._guard(self.op.on_watermark, None, value)
         self._send_watermark(value)
 
-    def _watermark_from(self, tup: Any) -> None:
-        """E29: after a tuple on the event-time port, candidate = event time - lag."""
+    def _event_time_of(self, tup: Any) -> int:
+        """E29: the watermark candidate of a tuple: its event time minus the lag."""
         try:
             t = tup[self._et_attribute]
         except (KeyError, TypeError, IndexError):
@@ -597,7 +645,9 @@ class OperatorRunner:
         if type(t) is not int:
             raise SchemaViolation(self.name, 0, tup, f"event time {self._et_attribute!r} = {t!r} "
                                                      "is not an integer number of ticks")
-        candidate = t - self._lag_ticks
+        return t - self._lag_ticks
+
+    def _watermark_after(self, candidate: int) -> None:
         watermark = self._watermark
         if watermark is not None and candidate <= watermark:
             return
