@@ -23,6 +23,8 @@ timeInterval windows, then forwarding the new value on every output port.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -353,6 +355,12 @@ class OperatorRunner:
 
     def _listener_for(self, port: int) -> Callable[[StreamWindowEvent[Any]], None]:
         handle = self.op.on_window_event
+        try:
+            names = list(inspect.signature(handle).parameters)
+        except (TypeError, ValueError):
+            names = []
+        if len(names) == 2 and names[1] == "port":
+            return functools.partial(handle, port=port)  # no Python frame per event
 
         def listener(event: StreamWindowEvent[Any]) -> None:
             handle(event, port)

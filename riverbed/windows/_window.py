@@ -231,9 +231,12 @@ class StreamWindow(Generic[T]):
         if others is None:
             self._listeners.append(handle)
         elif others:
+            # A tuple, not a set: `in` then compares enum members by identity, in C.
+            chosen = tuple(others)
+
             def filtered(event: StreamWindowEvent[T], handle: Callable[..., None] = handle,
-                         others: frozenset[EventType] = others) -> None:
-                if event.type in others:
+                         chosen: tuple[EventType, ...] = chosen) -> None:
+                if event.type in chosen:
                     handle(event)
 
             self._listeners.append(filtered)
