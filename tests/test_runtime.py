@@ -406,3 +406,20 @@ def test_a_bad_event_time_in_a_batch_goes_to_the_error_port_and_the_rest_is_wind
     assert [e["tuple"]["v"] for e in sink.tuples] == [1]
     assert "tuple 1 of the batch" in sink.tuples[0]["error"]
     assert panes.fired == [[0, 2]]  # flushed by the maximum watermark before final
+
+
+def test_tuples_breaking_the_output_schema_are_routed_and_the_rest_of_the_batch_flows() -> None:
+    class Emit(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            self.submit({"v": tup["v"]} if tup["v"] % 3 else {"v": str(tup["v"])})
+
+    g = Graph("out-schema")
+    s = g.source("s", ListSource([{"v": i} for i in range(1, 10)]))
+    good, errors = g.operator("emit", Emit(), [s], [Schema(v="int64")], error_port=True)
+    ok, bad = Collect(), Collect()
+    g.sink("ok", ok, [good])
+    g.sink("bad", bad, [errors])
+    run_graph(g, clock=VirtualClock())
+    assert [t["v"] for t in ok.tuples] == [1, 2, 4, 5, 7, 8]
+    assert [e["tuple"]["v"] for e in bad.tuples] == ["3", "6", "9"]
+    assert all("attribute 'v' = " in e["error"] and "int64" in e["error"] for e in bad.tuples)

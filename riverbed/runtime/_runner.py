@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..graph import CheckpointBarrier, EventTime, Operator, OperatorDef, Punct, Source, Watermark
+from ..graph import CheckpointBarrier, EventTime, Operator, OperatorDef, Punct, Schema, Source, Watermark
 from ..windows import (
     EVENT_TIME_MAX,
     EventType,
@@ -55,27 +55,59 @@ _TICK_CONNECTION = -1
 
 
 class _Output:
-    """One output port: a buffer of tuples and the entries waiting to go downstream."""
+    """One output port: a buffer of tuples and the entries waiting to go downstream.
 
-    __slots__ = ("buf", "metrics", "pending", "targets", "validate")
+    A declared schema is checked once per batch, when the buffer is sealed
+    (before a control item or a flush): one generated loop instead of a call
+    per submitted tuple. An invalid tuple is taken out and handed to
+    ``on_invalid``, which raises or routes it to the error port.
+    """
 
-    def __init__(self, validate: Callable[[Any], str | None] | None, metrics: OutputPortMetrics) -> None:
+    __slots__ = ("buf", "first_invalid", "metrics", "on_invalid", "pending", "targets", "validate")
+
+    def __init__(self, schema: Schema | None, metrics: OutputPortMetrics,
+                 on_invalid: Callable[[Any, str], None]) -> None:
         self.buf: list[Any] = []
         self.pending: list[Any] = []  # batches (lists) and control items, in order
         self.targets: list[tuple[Inbox, int]] = []
-        self.validate = validate
+        self.validate = schema.validator() if schema is not None else None
+        self.first_invalid = schema.batch_checker() if schema is not None else None
+        self.on_invalid = on_invalid
         self.metrics = metrics
+
+    def _seal(self) -> None:
+        buf = self.buf
+        check = self.first_invalid
+        if check is not None:
+            i = check(buf)
+            if i >= 0:
+                self._drop_invalid(i)
+        self.pending.append(buf.copy())
+        buf.clear()
+
+    def _drop_invalid(self, first: int) -> None:
+        buf, check, validate = self.buf, self.first_invalid, self.validate
+        assert check is not None and validate is not None
+        good: list[Any] = buf[:first]
+        rest = buf[first:]
+        while rest:
+            i = check(rest)
+            if i < 0:
+                good.extend(rest)
+                break
+            good.extend(rest[:i])
+            self.on_invalid(rest[i], validate(rest[i]) or "invalid")
+            rest = rest[i + 1:]
+        buf[:] = good
 
     def control(self, item: Any) -> None:
         if self.buf:
-            self.pending.append(self.buf.copy())
-            self.buf.clear()
+            self._seal()
         self.pending.append(item)
 
     async def flush(self) -> None:
         if self.buf:
-            self.pending.append(self.buf.copy())
-            self.buf.clear()
+            self._seal()
         if not self.pending:
             return
         pending, self.pending = self.pending, []
@@ -108,8 +140,9 @@ class OperatorRunner:
         self.metrics = OperatorMetrics(odef.name, queue_capacity=odef.queue_batches)
         self.metrics.inputs = [InputPortMetrics() for _ in odef.inputs]
         self.metrics.outputs = [OutputPortMetrics() for _ in odef.outputs]
-        self.outputs = [_Output(s.validator() if s is not None else None, m)
-                        for s, m in zip(odef.outputs, self.metrics.outputs, strict=True)]
+        self.outputs = [_Output(s, m, functools.partial(self._invalid_output, port))
+                        for port, (s, m) in enumerate(zip(odef.outputs, self.metrics.outputs,
+                                                          strict=True))]
         self._data_ports = [p for p in range(len(self.outputs)) if p != odef.error_port]
         # Connections, numbered in port order: which port each feeds.
         self.conn_port: list[int] = []
@@ -179,11 +212,7 @@ class OperatorRunner:
         return w
 
     def submit(self, tup: Any, port: int = 0) -> None:
-        out = self.outputs[port]
-        if out.validate is not None:
-            why = out.validate(tup)
-            if why is not None:
-                raise SchemaViolation(self.name, port, tup, why)
+        out = self.outputs[port]  # the schema is checked per batch (`_Output._seal`)
         if self._generates_watermarks and port == 0:
             candidate = self._event_time_of(tup)  # refuses a bad event time before taking the tuple
             out.buf.append(tup)
@@ -195,19 +224,6 @@ class OperatorRunner:
         appends = [o.buf.append for o in self.outputs]  # the buffers live as long as the job
         if self._generates_watermarks:
             return self._event_time_submit(appends)
-        if any(o.validate is not None for o in self.outputs):
-            valid: Callable[[Any], bool] | None = getattr(self.outputs[0].validate, "fast", None)
-            if valid is None or len(appends) != 1:
-                return self.submit
-            append, slow = appends[0], self.submit
-
-            def submit_checked(tup: Any, port: int = 0) -> None:
-                if port or not valid(tup):
-                    slow(tup, port)  # says what is wrong, or handles another port
-                else:
-                    append(tup)
-
-            return submit_checked
         if len(appends) == 1:
             append = appends[0]
 
@@ -225,16 +241,12 @@ class OperatorRunner:
 
     def _event_time_submit(self, appends: list[Callable[[Any], None]]) -> Callable[..., None]:
         """A source's submit with E29 inlined: the watermark follows each tuple's event time."""
-        validate = self.outputs[0].validate
-        valid = getattr(validate, "fast", None) if validate is not None else None
-        if validate is not None and valid is None:
-            return self.submit
         append, slow, attr, lag, gap = appends[0], self.submit, self._et_attribute, \
             self._lag_ticks, self._gap_ticks
         metrics = self.metrics
 
         def submit_et(tup: Any, port: int = 0) -> None:
-            if port or (valid is not None and not valid(tup)):
+            if port:
                 slow(tup, port)
                 return
             try:
@@ -704,7 +716,14 @@ class OperatorRunner:
         except Exception as exc:
             raise OperatorError(self.name, None, None, exc) from exc
 
-    def _fail_or_route(self, exc: Exception, port: int, tup: Any) -> None:
+    def _invalid_output(self, port: int, tup: Any, why: str) -> None:
+        """A submitted tuple does not match its output port's schema: stop, or route it."""
+        exc = SchemaViolation(self.name, port, tup, why)
+        if self.odef.error_port is None or port == self.odef.error_port:
+            raise exc
+        self._fail_or_route(exc, None, tup)
+
+    def _fail_or_route(self, exc: Exception, port: int | None, tup: Any) -> None:
         if isinstance(exc, OperatorError):
             raise exc
         error_port = self.odef.error_port
