@@ -56,6 +56,10 @@ class FlavorRules:
     final_events: bool
     # C++ evicts any out-of-delta tuple once arrivals went out of order; Java only the oldest run.
     delta_eviction_tracks_order: bool
+    # C++ (in a consistent region): drain and reset suspend the window's timer thread until the
+    # next tuple arrives; ticks in between are skipped, the phase is kept, a time eviction due
+    # meanwhile is polled again one period later (spec C14). Java re-arms at once (C7).
+    suspends_time_until_insert: bool
 
 
 JAVA = FlavorRules(
@@ -73,6 +77,7 @@ JAVA = FlavorRules(
     count_zero_keeps_nothing=False,
     final_events=True,
     delta_eviction_tracks_order=False,
+    suspends_time_until_insert=False,
 )
 
 CPP = FlavorRules(
@@ -90,6 +95,7 @@ CPP = FlavorRules(
     count_zero_keeps_nothing=True,
     final_events=False,
     delta_eviction_tracks_order=True,
+    suspends_time_until_insert=True,
 )
 
 

@@ -169,6 +169,7 @@ class StreamWindow(Generic[T]):
         self._now = 0
         self._active = False
         self._final = False
+        self._suspended = False  # C14 (cpp): time stands still until the next tuple
         self._parts: dict[Any, Partition] = {}
         self._lru: OrderedDict[Any, int] = OrderedDict()
         self._memory: dict[Any, tuple[bool, int, Any, bool]] = {}  # C++: state of dropped partitions
@@ -398,6 +399,8 @@ class StreamWindow(Generic[T]):
         """C++: one timer for the whole window (spec R11, R31)."""
         self._window_last_tick = self._now
         self._arm_window_tick(self._now + self._tick_ns)
+        if self._suspended:
+            return  # C14: a suspended window thread skips the tick, keeping its phase
         evictor = self._evictor
         if evictor is not None and evictor.checks_before_events:
             evictor.check(self)
@@ -437,6 +440,14 @@ class StreamWindow(Generic[T]):
     def _on_evict_timer(self, part: Partition) -> None:
         timer = part.evict_timer
         part.evict_timer = None
+        if self._suspended:  # C14: evict nothing now; poll again one period later
+            poll = self._now + self._ev_ns
+            if timer is not None:
+                self._timers.rearm(timer, poll)
+                part.evict_timer = timer
+            else:
+                part.evict_timer = self._timers.arm(poll, partial(self._on_evict_timer, part))
+            return
         arrivals = part.arrivals
         if self._listeners:
             self._evict_expired(part)
@@ -522,7 +533,8 @@ class StreamWindow(Generic[T]):
         """Pick the insert function: a specialised one while active and open, else the generic."""
         self._live[0] = False  # functions a host kept hand over to the new ones
         self._live = [True]
-        fast = compile_insert(self) if self._active and not self._final and self._use_fast else None
+        fast = (compile_insert(self) if self._active and not self._final and self._use_fast
+                and not self._suspended else None)
         insert: Callable[[T], None] = fast if fast is not None else self._insert_generic
         batch = compile_batch(self, insert) if fast is not None else None
         many: Callable[[Iterable[T]], None] = batch if batch is not None else self._insert_each
@@ -539,6 +551,9 @@ class StreamWindow(Generic[T]):
         ev_val = self._ev_read(t) if self._ev_read is not None else None
         tr_val = self._tr_read(t) if self._tr_read is not None else None
         key = self._partition_key(t) if self._single is None else None
+        if self._suspended:  # C14: the first tuple after a drain or reset resumes time
+            self._suspended = False
+            self._install_insert()
         if not self._active:
             self.activate()
         rules = self.rules
@@ -825,10 +840,20 @@ class StreamWindow(Generic[T]):
                 self._emit(FINAL, part.key, part.tuples)
 
     def drain(self) -> None:
-        """Report evictions that are due but pending (Java's 1 ms re-check lag)."""
+        """Report evictions that are due but pending (Java's 1 ms re-check lag).
+
+        ``cpp``: also suspend time-based activity until the next tuple (spec C14), as
+        IBM's C++ window does in a consistent region.
+        """
         if self._ev == _TIME and self._sliding:
             for part in list(self._parts.values()):
                 self._evict_expired(part)
+        self._suspend()
+
+    def _suspend(self) -> None:
+        if self.rules.suspends_time_until_insert and self.spec.uses_system_time:
+            self._suspended = True
+            self._install_insert()  # the generic insert resumes the window
 
     # ---------------------------------------------- checkpoint and restore
 
@@ -867,13 +892,26 @@ class StreamWindow(Generic[T]):
             self.reset_to_initial_state()
         else:
             self.restore(checkpoint)
+        self._suspend()
 
     def reset_to_initial_state(self) -> None:
-        """Discard everything without events; the window is as if just built and activated now."""
-        now = self._now
+        """Discard everything without events; the window is as if just built and activated now.
+
+        ``cpp``: the window-wide timer keeps its phase (IBM's C++ reset leaves the
+        window thread's schedule alone) and stays suspended until the next tuple (C14).
+        """
+        now, last_tick, was_active = self._now, self._window_last_tick, self._active
         self._reset_state()
         self._now = now
         self.activate()
+        tick = self._window_tick
+        if not self._java and was_active and tick is not None:
+            tick.cancel()
+            due = last_tick + self._tick_ns
+            while due <= now:
+                due += self._tick_ns
+            self._window_last_tick = due - self._tick_ns
+            self._arm_window_tick(due)
 
     def _rearm_after_restore(self) -> None:
         for part in list(self._parts.values()):
