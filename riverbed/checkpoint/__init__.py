@@ -1,1 +1,52 @@
-"""Checkpoint stores for window and operator snapshots (issue: checkpoints)."""
+"""Checkpoint stores: every operator's state of a job, saved atomically, restored from the newest good one.
+
+A checkpoint is a mapping ``operator key -> plain data`` under an increasing
+id, with the job's name and the time it was taken. `CheckpointStore.save`
+writes it in one atomic, synced batch; `CheckpointStore.latest_good` returns
+the newest checkpoint whose every record validates, skipping (and reporting)
+damaged ones, so a restart never restores half a checkpoint or someone
+else's bytes. States are encoded as tagged, versioned msgpack with a checksum
+per record, never pickled: decoding what is on disk cannot run code.
+
+`RocksDBStore` is the durable store (one directory per job, exclusively
+locked); `MemoryStore` has the same semantics in a dict, for tests.
+"""
+
+from ._codec import FORMAT, FORMAT_VERSION
+from ._errors import (
+    CheckpointCorrupt,
+    CheckpointEncodeError,
+    CheckpointError,
+    CheckpointForeign,
+    CheckpointIdError,
+    CheckpointNotFound,
+    CheckpointVersionError,
+    StoreClosed,
+    StoreError,
+    StoreIOError,
+    StoreLocked,
+)
+from ._rocksdb import RocksDBStore
+from ._store import Checkpoint, CheckpointInfo, CheckpointStore, MemoryStore, SkipHook
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "Checkpoint",
+    "CheckpointCorrupt",
+    "CheckpointEncodeError",
+    "CheckpointError",
+    "CheckpointForeign",
+    "CheckpointIdError",
+    "CheckpointInfo",
+    "CheckpointNotFound",
+    "CheckpointStore",
+    "CheckpointVersionError",
+    "MemoryStore",
+    "RocksDBStore",
+    "SkipHook",
+    "StoreClosed",
+    "StoreError",
+    "StoreIOError",
+    "StoreLocked",
+]

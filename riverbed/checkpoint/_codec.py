@@ -1,0 +1,269 @@
+"""How one checkpoint record is turned into bytes and back, validating everything on the way in.
+
+A checkpoint is stored as records (one per operator state plus a manifest),
+and every record is self-describing::
+
+    b"riverbed.checkpoint\\0"   20 bytes, the magic: tells our records from anyone else's
+    digest                     16 bytes, blake2b-128 of the body
+    body                       msgpack [version, kind, checkpoint id, job, time_ns, key, payload]
+
+The magic and the digest are the *framing*; they never change between format
+versions, so a reader checks them before it looks at the version. That order
+decides which error a reader raises: bytes without the magic are
+`CheckpointForeign`; bytes with the magic whose digest does not match are
+`CheckpointCorrupt` (a flipped version byte is damage, not a newer format);
+only an intact body with another version number is `CheckpointVersionError`.
+
+The payload is the state itself, msgpack-encoded **plain data**: dict, list,
+tuple, str, int (64-bit), float, bool, None, bytes and `decimal.Decimal`
+(an extension type holding its exact text, so ``Decimal("1.20")`` keeps its
+exponent). Tuples come back as lists, except as dict keys, where they come
+back as tuples because a list cannot be a key. Anything else (datetime, set,
+objects, ints beyond 64 bits) is refused when *saving*, with the path to the
+offending value, so that a checkpoint that was written can always be read.
+
+Never pickle: decoding arbitrary bytes from disk must not be able to run code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final
+
+import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
+
+from ._errors import CheckpointCorrupt, CheckpointEncodeError, CheckpointForeign, CheckpointVersionError
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "KIND_MANIFEST",
+    "KIND_STATE",
+    "RecordHeader",
+    "decode_record",
+    "decode_value",
+    "encode_record",
+    "encode_value",
+    "record_digest",
+    "short_repr",
+]
+
+FORMAT: Final = "riverbed.checkpoint"
+FORMAT_VERSION: Final = 1
+MAGIC: Final = FORMAT.encode("ascii") + b"\0"
+DIGEST_SIZE: Final = 16
+HEADER_SIZE: Final = len(MAGIC) + DIGEST_SIZE
+
+KIND_MANIFEST: Final = "manifest"
+KIND_STATE: Final = "state"
+_KINDS: Final = (KIND_MANIFEST, KIND_STATE)
+
+DECIMAL_EXT: Final = 1
+INT_MIN: Final = -(2**63)
+INT_MAX: Final = 2**64 - 1
+_MAX_DEPTH: Final = 511  # msgpack's own nesting limit when packing
+_BODY_FIELDS: Final = 7
+
+_FALLBACK = "this checkpoint cannot be used: restore an older one (CheckpointStore.latest_good does)"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordHeader:
+    """What a record says about itself; the store checks it against the key it was read from."""
+
+    kind: str
+    checkpoint_id: int
+    job: str
+    time_ns: int
+    key: str
+
+
+# ------------------------------------------------------------------- values
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, Decimal):
+        return msgpack.ExtType(DECIMAL_EXT, str(obj).encode("ascii"))
+    raise TypeError(f"cannot serialize {type(obj).__qualname__}")
+
+
+def encode_value(value: Any, *, checkpoint_id: int, key: str) -> bytes:
+    """``value`` as msgpack bytes; `CheckpointEncodeError` naming the path to what cannot be stored."""
+    try:
+        return msgpack.packb(value, default=_default)  # type: ignore[no-any-return]
+    except (TypeError, ValueError, OverflowError) as exc:  # UnicodeEncodeError is a ValueError
+        found = _locate(value, "", 0, set())
+        where = f"checkpoint {checkpoint_id}: state {key!r}"
+        if found is None:
+            message = f"{where}: msgpack cannot encode it ({exc}); keep states to plain data"
+        else:
+            path, problem = found
+            message = f"{where}: cannot encode the value at {path or 'the top level'}: {problem}"
+        raise CheckpointEncodeError(message, checkpoint_id=checkpoint_id) from exc
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters, for messages."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_PLAIN = ("dict, list, tuple, str, int, float, bool, None, bytes or Decimal; convert it in the "
+          "operator's snapshot(), e.g. a datetime to int nanoseconds, a set to a sorted list")
+
+
+def _locate(value: Any, path: str, depth: int, active: set[int]) -> tuple[str, str] | None:
+    """The first place in ``value`` msgpack refuses, and why; None if there is none."""
+    if depth > _MAX_DEPTH:
+        return path, (f"the data is nested deeper than {_MAX_DEPTH} levels; "
+                      "flatten it (msgpack limits the nesting)")
+    if value is None or isinstance(value, bool | float | bytes | bytearray | memoryview | Decimal):
+        return None
+    if isinstance(value, int):
+        if INT_MIN <= value <= INT_MAX:
+            return None
+        return path, (f"int {short_repr(value)} does not fit in 64 bits (msgpack holds -2**63 .. 2**64-1); "
+                      "store it as a str or a Decimal")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return path, (f"str {short_repr(value)} is not valid Unicode ({exc.reason}); "
+                          "store undecodable text as bytes")
+        return None
+    if isinstance(value, list | tuple | dict):
+        if id(value) in active:
+            return path, "the data contains itself (a reference cycle); snapshot() must return a tree"
+        active.add(id(value))
+        try:
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    found = _locate(k, f"{path}<key {short_repr(k)}>", depth + 1, active)
+                    if found is None:
+                        found = _locate(v, f"{path}[{short_repr(k)}]", depth + 1, active)
+                    if found is not None:
+                        return found
+            else:
+                for i, item in enumerate(value):
+                    found = _locate(item, f"{path}[{i}]", depth + 1, active)
+                    if found is not None:
+                        return found
+        finally:
+            active.discard(id(value))
+        return None
+    return path, f"a {type(value).__qualname__} is not plain data: use {_PLAIN}"
+
+
+class _BadExt(ValueError):
+    pass
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == DECIMAL_EXT:
+        try:
+            return Decimal(data.decode("ascii"))
+        except (UnicodeDecodeError, InvalidOperation) as exc:
+            raise _BadExt(f"a Decimal extension holds {data[:40]!r}, which is not a number") from exc
+    raise _BadExt(f"unknown msgpack extension type {code} (this format uses only {DECIMAL_EXT}, Decimal)")
+
+
+def _freeze(key: Any) -> Any:
+    return tuple(_freeze(k) for k in key) if isinstance(key, list) else key
+
+
+def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    return {_freeze(k): v for k, v in pairs}
+
+
+def decode_value(payload: bytes, *, checkpoint_id: int, key: str) -> Any:
+    """The plain data in ``payload``; `CheckpointCorrupt` if it is not valid msgpack of this format."""
+    try:
+        try:
+            return msgpack.unpackb(payload, ext_hook=_ext_hook, strict_map_key=False)
+        except TypeError:
+            # A dict key that was a tuple comes back as an (unhashable) list: decode again, slower,
+            # turning list keys back into tuples.
+            return msgpack.unpackb(payload, ext_hook=_ext_hook, strict_map_key=False,
+                                   object_pairs_hook=_pairs_to_dict)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CheckpointCorrupt(
+            f"checkpoint {checkpoint_id}: state {key!r}: the payload passed its checksum but is not "
+            f"valid msgpack of this format ({type(exc).__name__}: {exc}); it was written by a buggy or "
+            f"foreign writer; {_FALLBACK}", checkpoint_id=checkpoint_id) from exc
+
+
+# ------------------------------------------------------------------ records
+
+
+def record_digest(record: bytes) -> bytes:
+    """The digest stored in a record's framing (not verified here)."""
+    return record[len(MAGIC):HEADER_SIZE]
+
+
+def encode_record(header: RecordHeader, payload: bytes) -> bytes:
+    """One stored record: magic, digest, and the msgpack body holding ``header`` and ``payload``."""
+    body: bytes = msgpack.packb([FORMAT_VERSION, header.kind, header.checkpoint_id, header.job,
+                                 header.time_ns, header.key, payload])
+    return b"".join((MAGIC, hashlib.blake2b(body, digest_size=DIGEST_SIZE).digest(), body))
+
+
+def decode_record(data: bytes, *, checkpoint_id: int, where: str) -> tuple[RecordHeader, bytes]:
+    """Validate a stored record's framing, version and header fields; return them and the payload.
+
+    ``where`` names the record in messages (e.g. ``"checkpoint 7, record 'op/window/0'"``).
+    Checks, in this order: magic (`CheckpointForeign`), length and digest
+    (`CheckpointCorrupt`), version (`CheckpointVersionError`), then the header
+    fields' shape (`CheckpointCorrupt`). The payload is not decoded here.
+    """
+    if not data.startswith(MAGIC):
+        if MAGIC.startswith(data):
+            raise CheckpointCorrupt(f"{where}: the record is {len(data)} bytes, only part of the "
+                                    f"{HEADER_SIZE}-byte header: it was truncated; {_FALLBACK}",
+                                    checkpoint_id=checkpoint_id)
+        raise CheckpointForeign(
+            f"{where}: the record does not start with the {FORMAT!r} magic (it starts with "
+            f"{bytes(data[:24])!r}): it was not written by riverbed's checkpoint store; give the "
+            "checkpoints a directory of their own, not shared with another program or format",
+            checkpoint_id=checkpoint_id)
+    if len(data) <= HEADER_SIZE:
+        raise CheckpointCorrupt(f"{where}: the record is {len(data)} bytes, no longer than its "
+                                f"{HEADER_SIZE}-byte header: it was truncated; {_FALLBACK}",
+                                checkpoint_id=checkpoint_id)
+    stored = data[len(MAGIC):HEADER_SIZE]
+    body = data[HEADER_SIZE:]
+    computed = hashlib.blake2b(body, digest_size=DIGEST_SIZE).digest()
+    if computed != stored:
+        raise CheckpointCorrupt(
+            f"{where}: checksum mismatch (stored {stored.hex()}, computed {computed.hex()} over "
+            f"{len(body)} bytes): the record was truncated or altered after it was written; {_FALLBACK}",
+            checkpoint_id=checkpoint_id)
+    try:
+        fields = msgpack.unpackb(body)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CheckpointCorrupt(f"{where}: the record passed its checksum but its body is not msgpack "
+                                f"({exc}); it was written by a buggy writer; {_FALLBACK}",
+                                checkpoint_id=checkpoint_id) from exc
+    if not isinstance(fields, list) or not fields or type(fields[0]) is not int:
+        raise CheckpointCorrupt(f"{where}: the record's body is not [version, ...] but "
+                                f"{short_repr(fields)}; {_FALLBACK}", checkpoint_id=checkpoint_id)
+    version = fields[0]
+    if version != FORMAT_VERSION:
+        raise CheckpointVersionError(
+            f"{where}: format version {version} is not supported (this riverbed reads version "
+            f"{FORMAT_VERSION}): it was written by {'a newer' if version > FORMAT_VERSION else 'an older'} "
+            "riverbed; open the store with that version, or start without this checkpoint",
+            checkpoint_id=checkpoint_id)
+    expected = (int, str, int, str, int, str, bytes)
+    if len(fields) != _BODY_FIELDS or any(type(f) is not t for f, t in zip(fields, expected, strict=False)):
+        shape = ", ".join(type(f).__name__ for f in fields)
+        raise CheckpointCorrupt(
+            f"{where}: the record's header should be [int version, str kind, int id, str job, int time_ns, "
+            f"str key, bytes payload], got [{shape}]; {_FALLBACK}", checkpoint_id=checkpoint_id)
+    _, kind, ckpt_id, job, time_ns, key, payload = fields
+    if kind not in _KINDS:
+        raise CheckpointCorrupt(f"{where}: unknown record kind {kind!r} (expected one of {_KINDS}); "
+                                f"{_FALLBACK}", checkpoint_id=checkpoint_id)
+    return RecordHeader(kind, ckpt_id, job, time_ns, key), payload
