@@ -35,22 +35,41 @@ class Sensors(Source):
     def __init__(self, sensors: int, rate: float, seconds: float, seed: int) -> None:
         self.sensors, self.rate, self.seconds, self.seed = sensors, rate, seconds, seed
 
+        self.round = 0
+        self.rng = random.Random(seed)
+        self.temps = [20.0 + self.rng.uniform(-2, 2) for _ in range(sensors)]
+
     async def run(self) -> None:
-        rng = random.Random(self.seed)
-        temps = [20.0 + rng.uniform(-2, 2) for _ in range(self.sensors)]
+        rng, temps = self.rng, self.temps
         names = [f"sensor-{i:04d}" for i in range(self.sensors)]
         ctx: Any = self.context
         start = ctx.now()
         step = int(NS / self.rate)
         rounds = int(self.seconds * self.rate)
-        for r in range(rounds):
+        first = self.round
+        while self.round < rounds:
             if ctx.stopping:
                 return
-            now = start + r * step
+            now = start + (self.round - first) * step
             await ctx.sleep_until(now)
             for i, name in enumerate(names):
                 temps[i] += rng.gauss(0, 0.05) + (rng.choice((-3, 3)) if rng.random() < 0.002 else 0)
                 self.submit({"sensor": name, "temp": round(temps[i], 3), "ts": now})
+            self.round += 1
+
+    def snapshot(self) -> Any:
+        """Replayable: the round to produce next, the temperatures and the generator's state."""
+        version, internal, gauss = self.rng.getstate()
+        return {"round": self.round, "temps": self.temps,
+                "rng": [version, list(internal), gauss]}
+
+    def restore(self, state: Any) -> None:
+        if state is None:
+            return
+        self.round = state["round"]
+        self.temps = list(state["temps"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
 
 
 class MovingAverage(Operator):

@@ -35,6 +35,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--status-interval", type=float, default=1.0, metavar="SECONDS")
     run.add_argument("--virtual-clock", action="store_true",
                      help="run on simulated time: time jumps to the next timer when idle")
+    run.add_argument("--checkpoint-dir", metavar="DIR",
+                     help="checkpoint the job into DIR (RocksDB) and resume from its last good "
+                          "checkpoint on start")
+    run.add_argument("--checkpoint-period", metavar="PERIOD",
+                     help="take a checkpoint every PERIOD (5s, 500ms, 2m); needs --checkpoint-dir")
+    ckpt = sub.add_parser("checkpoints", help="what a checkpoint directory holds")
+    ckpt.add_argument("action", choices=("list", "show"))
+    ckpt.add_argument("directory", metavar="DIR")
+    ckpt.add_argument("id", nargs="?", type=int, help="checkpoint id for show (default: the newest)")
     demo = sub.add_parser("demo", help="run an SPL window over a generated sensor stream")
     demo.add_argument("--window", default="sliding, count(10), count(5), partitioned, partitionCount(100)",
                       help="the SPL window clause")
@@ -56,7 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run(args.script, params=args.param, log_format=args.log_format,
                    log_level=args.log_level, metrics_port=args.metrics_port, status=args.status,
-                   status_interval=args.status_interval, virtual_clock=args.virtual_clock)
+                   status_interval=args.status_interval, virtual_clock=args.virtual_clock,
+                   checkpoint_dir=args.checkpoint_dir, checkpoint_period=args.checkpoint_period)
+    if args.command == "checkpoints":
+        from .run import checkpoints_command
+
+        return checkpoints_command(args.action, args.directory, args.id)
     from .demo import main as demo_main
 
     return demo_main(args.window, args.sensors, args.readings, args.flavor, args.seed)

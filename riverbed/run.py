@@ -91,20 +91,70 @@ def load_graph(script: str | Path, params: dict[str, Any]) -> FrozenGraph:
                       f"'graph'; got {type(graph).__name__}")
 
 
+def parse_period(text: str) -> float:
+    """``5s``, ``500ms``, ``2m`` or plain seconds, as seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0}
+    for suffix in ("ms", "s", "m"):
+        if text.endswith(suffix):
+            number, scale = text[: -len(suffix)], units[suffix]
+            break
+    else:
+        number, scale = text, 1.0
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise ScriptError(f"period {text!r}: expected seconds such as 5, 5s, 500ms or 2m") from None
+    if not value > 0:
+        raise ScriptError(f"period {text!r}: must be > 0")
+    return value
+
+
+class _LoggedStore:
+    """A checkpoint store whose skipped (damaged) checkpoints are logged, then the next tried."""
+
+    def __init__(self, store: Any, log: Any) -> None:
+        self.store = store
+        self.log = log
+
+    def save(self, checkpoint_id: int, states: Any, *, job: str, time_ns: int) -> None:
+        self.store.save(checkpoint_id, states, job=job, time_ns=time_ns)
+
+    def latest_good(self) -> Any:
+        def skipped(checkpoint_id: int, error: Exception) -> None:
+            self.log.warning("checkpoint skipped", checkpoint=checkpoint_id, reason=str(error),
+                             action="falling back to the previous checkpoint")
+
+        return self.store.latest_good(on_skip=skipped)
+
+
 def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", log_level: str = "info",
         metrics_port: int | None = None, status: bool = True, status_interval: float = 1.0,
-        virtual_clock: bool = False, echo: Callable[[str], None] | None = None) -> int:
+        virtual_clock: bool = False, checkpoint_dir: str | None = None,
+        checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None) -> int:
     """The ``riverbed run`` command; returns the exit code."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
     try:
         configure_logging(log_format, log_level)  # type: ignore[arg-type]
         graph = load_graph(script, parse_params(params))
+        period = parse_period(checkpoint_period) if checkpoint_period is not None else None
+        if period is not None and checkpoint_dir is None:
+            raise ScriptError("--checkpoint-period needs --checkpoint-dir")
     except (ScriptError, GraphError, GraphValidationError, ValueError) as exc:
         err(f"riverbed run: {exc}")
         return EXIT_INVALID
     clock = VirtualClock() if virtual_clock else RealClock()
-    job = Job(graph, clock=clock)
-    log = get_logger(job.name)
+    log = get_logger(graph.name)
+    store = None
+    if checkpoint_dir is not None:
+        from .checkpoint import CheckpointError, RocksDBStore
+
+        try:
+            store = RocksDBStore(checkpoint_dir)
+        except CheckpointError as exc:
+            err(f"riverbed run: checkpoint directory {checkpoint_dir}: {exc}")
+            return EXIT_INVALID
+    job = Job(graph, clock=clock, checkpoints=_LoggedStore(store, log) if store else None,
+              checkpoint_period=period if store else None)
     server = None
     if metrics_port is not None:
         try:
@@ -165,8 +215,67 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
     finally:
         if server is not None:
             server.close()
+        if store is not None:
+            store.close()
     if aborted:
         err(f"riverbed run: job {job.name!r} aborted")
         return EXIT_ABORTED
-    log.info("job finished", stopped=job.stopping)
+    log.info("job finished", stopped=job.stopping, restored_from=job.restored_from,
+             last_checkpoint=job.last_checkpoint or None)
     return EXIT_OK
+
+
+def checkpoints_command(action: str, directory: str, checkpoint_id: int | None,
+                        echo: Callable[[str], None] | None = None) -> int:
+    """``riverbed checkpoints list|show DIR [ID]``: what a checkpoint directory holds."""
+    from .checkpoint import CheckpointError, RocksDBStore
+
+    out = echo or print
+    if not Path(directory).is_dir():
+        out(f"riverbed checkpoints: {directory}: no such checkpoint directory")
+        return EXIT_INVALID
+    try:
+        with RocksDBStore(directory, read_only=True) as store:
+            infos = store.list()
+            if action == "list":
+                if not infos:
+                    out(f"{directory}: no checkpoints")
+                for entry in infos:
+                    status = entry.status if entry.status == "ok" else f"{entry.status}: {entry.reason}"
+                    out(f"{entry.id:>8}  {entry.job}  {entry.total_bytes:>12,} bytes  "
+                        f"{len(entry.sizes)} states  {status}")
+                return EXIT_OK
+            wanted = checkpoint_id if checkpoint_id is not None else (infos[-1].id if infos else None)
+            if wanted is None:
+                out(f"{directory}: no checkpoints")
+                return EXIT_INVALID
+            info = next((i for i in infos if i.id == wanted), None)
+            if info is None:
+                out(f"{directory}: no checkpoint {wanted}")
+                return EXIT_INVALID
+            out(f"checkpoint {info.id} of job {info.job!r}, {info.total_bytes:,} bytes, {info.status}")
+            for key, size in sorted(info.sizes.items()):
+                out(f"  {key:<40} {size:>12,} bytes")
+            if info.status == "ok":
+                for name, state in store.load(wanted).states.items():
+                    for line in _describe_state(name, state):
+                        out(line)
+            return EXIT_OK
+    except CheckpointError as exc:
+        out(f"riverbed checkpoints: {exc}")
+        return EXIT_FAILED
+
+
+def _describe_state(name: str, state: Any) -> list[str]:
+    """Per operator: its own state's size and, per windowed port, the partitions and tuples."""
+    lines = []
+    if isinstance(state, dict) and "windows" in state:
+        for port, window in enumerate(state.get("windows") or []):
+            if isinstance(window, dict):
+                parts = window.get("partitions") or window.get("panes") or []
+                count = sum(len(p.get("tuples", ())) if isinstance(p, dict) else 0 for p in parts)
+                if "tuples" in window and isinstance(window["tuples"], list):
+                    count = len(window["tuples"])
+                lines.append(f"  {name} port {port}: {window.get('clause')}: {len(parts)} "
+                             f"{'panes' if 'panes' in window else 'partitions'}, {count} tuples")
+    return lines

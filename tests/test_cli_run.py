@@ -99,3 +99,24 @@ graph = 42
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "--param given but the script has no build(params)" in err
+
+
+def test_checkpoint_dir_resumes_from_the_last_good_checkpoint_and_lists_it(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    args = ("run", "examples/sensors.py", "-p", "seconds=1", "-p", "sensors=20", "-p",
+            f"out={tmp_path / 'a.jsonl'}", "--checkpoint-dir", str(ckpt), "--checkpoint-period",
+            "200ms", "--no-status", "--log-format", "json")
+    first = _riverbed(*args)
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    done = next(e for e in _log_lines(err) if e["event"] == "job finished")
+    assert done["restored_from"] is None and isinstance(done["last_checkpoint"], int)
+    listing = _riverbed("checkpoints", "list", str(ckpt))
+    out, _ = listing.communicate(timeout=60)
+    assert listing.returncode == 0
+    assert f"{done['last_checkpoint']:>8}  sensors" in out and out.rstrip().endswith("ok")
+    second = _riverbed(*args)
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    again = next(e for e in _log_lines(err) if e["event"] == "job finished")
+    assert again["restored_from"] == done["last_checkpoint"]
