@@ -32,6 +32,8 @@ ALERT = Schema(sensor="rstring", start="float64", end="float64", readings="int64
 class Sensors(Source):
     """Readings from simulated sensors, ``rate`` rounds a second for ``seconds`` seconds."""
 
+    replayable = True
+
     def __init__(self, sensors: int, rate: float, seconds: float, seed: int) -> None:
         self.sensors, self.rate, self.seconds, self.seed = sensors, rate, seconds, seed
 

@@ -155,6 +155,9 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
             return EXIT_INVALID
     job = Job(graph, clock=clock, checkpoints=_LoggedStore(store, log) if store else None,
               checkpoint_period=period if store else None)
+    if store is not None:
+        guarantee, why = graph.guarantee()
+        log.info("checkpoints", directory=checkpoint_dir, guarantee=guarantee, because=why or None)
     server = None
     if metrics_port is not None:
         try:

@@ -45,6 +45,8 @@ class MemoryCheckpoints:
 class Readings(Source):
     """A replayable source: its state is the offset of the next reading."""
 
+    replayable = True
+
     def __init__(self, n: int) -> None:
         self.n = n
         self.offset = 0
@@ -208,3 +210,20 @@ def test_a_fan_in_operator_aligns_barriers_from_both_connections() -> None:
         # Aligned: merge saw exactly what both sources had emitted at their barriers.
         assert s["merge"]["operator"] == s["a"]["operator"] + s["b"]["operator"]
         assert len(s["out"]["operator"]) == s["merge"]["operator"]
+
+
+def test_the_graph_says_what_checkpoints_can_guarantee() -> None:
+    class Transactional(Output):
+        transactional = True
+
+    assert build(10, Output()).freeze().guarantee() == (
+        "at-least-once", ["sink 'out' is not transactional"])
+    assert build(10, Transactional()).freeze().guarantee() == ("exactly-once", [])
+    g = Graph("lossy")
+    g.sink("out", Transactional(), [g.source("s", ListLike())])
+    assert g.freeze().guarantee() == ("at-most-once", ["source 's' cannot replay"])
+
+
+class ListLike(Source):
+    def generate(self) -> Any:
+        return iter([])

@@ -130,6 +130,22 @@ class FrozenGraph:
     def stream_schema(self, name: str, port: int) -> Schema | None:
         return self.operator(name).outputs[port]
 
+    def guarantee(self) -> tuple[str, list[str]]:
+        """What checkpointing can promise for this graph, and why not more.
+
+        ``exactly-once``: every source replays and every sink is transactional;
+        ``at-least-once``: sources replay, but some sink may repeat output after a
+        restart; ``at-most-once``: some source cannot replay, so a crash loses
+        what it had emitted after the last checkpoint.
+        """
+        reasons = [f"source {op.name!r} cannot replay" for op in self.operators
+                   if op.kind == "source" and not getattr(op.operator, "replayable", False)]
+        if reasons:
+            return "at-most-once", reasons
+        reasons = [f"sink {op.name!r} is not transactional" for op in self.operators
+                   if op.kind == "sink" and not op.operator.transactional]
+        return ("at-least-once" if reasons else "exactly-once"), reasons
+
 
 class Stream:
     """An output port of an operator in a graph being built; feed it to other operators."""

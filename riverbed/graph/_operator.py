@@ -70,6 +70,9 @@ class Operator:
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
     window_events: ClassVar[frozenset[EventType] | None] = None
+    # Checkpoint guarantees (`FrozenGraph.guarantee`): a sink whose output becomes visible only
+    # on `on_checkpoint_committed`, and whose `restore` drops what came after, is transactional.
+    transactional: ClassVar[bool] = False
     context: OperatorContext
 
     # -- lifecycle ----------------------------------------------------------
@@ -133,6 +136,11 @@ class Operator:
 class Source(Operator):
     """An operator without input ports that produces a stream.
 
+    ``replayable`` says that `restore` resumes exactly after the last item
+    the checkpoint covers (a file offset, a broker's unacknowledged
+    messages, a deterministic generator's position); with checkpoints, a
+    graph whose sources all replay loses nothing on a crash.
+
     Override `generate` for a synchronous source: the host pulls items
     (tuples, or `Punct.WINDOW` marks) in batches, fast. Override ``run`` (an
     ``async def``) for a source that waits on the outside world or on the
@@ -140,6 +148,8 @@ class Source(Operator):
     it submits with `submit`. Either way the host sends final punctuation
     when the source ends.
     """
+
+    replayable: ClassVar[bool] = False
 
     def generate(self) -> Iterable[Any]:
         """The items of a synchronous source: tuples, and `Punct.WINDOW` marks between them."""
