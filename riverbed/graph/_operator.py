@@ -13,11 +13,12 @@ a plain port go to `on_tuple`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from ..windows import EventType
 from ._punct import Punct
+from ._schema import Schema
 
 if TYPE_CHECKING:
     from ..windows import StreamWindow, StreamWindowEvent, TimeIntervalWindow
@@ -46,6 +47,26 @@ class OperatorContext(Protocol):
 
     @property
     def watermark(self) -> int | None: ...
+
+    def call_at(self, when: int, callback: Callable[[], None]) -> Any:
+        """Run ``callback`` in the operator's task at clock time ``when`` (ns); returns a handle
+        with ``cancel()``. Operators that wait on time (Delay, Throttle) use it."""
+        ...
+
+    def defer_final(self) -> Callable[[], None]:
+        """Keep the operator running after its inputs ended until the returned function is
+        called; final punctuation is forwarded only then."""
+        ...
+
+    @property
+    def input_ports(self) -> int: ...
+
+    @property
+    def output_ports(self) -> int: ...
+
+    def output_schema(self, port: int = 0) -> Schema | None: ...
+
+    def request_checkpoint(self) -> int | None: ...
 
 
 class Operator:

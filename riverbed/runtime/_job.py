@@ -147,7 +147,7 @@ class Job:
             if r.finished:
                 self._report(checkpoint_id, r.name, r.final_state)
             elif r.odef.kind == "source":
-                r.request_checkpoint(checkpoint_id)
+                r.start_checkpoint(checkpoint_id)
         return checkpoint_id
 
     def _report(self, checkpoint_id: int, operator: str, state: Any) -> None:

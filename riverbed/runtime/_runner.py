@@ -51,7 +51,30 @@ if TYPE_CHECKING:
 __all__ = ["OperatorRunner"]
 
 _TICK = object()  # a control item: one of this operator's window timers is due
+_RELEASE = object()  # a control item: a deferred final was released
 _TICK_CONNECTION = -1
+
+
+class _Wake:
+    """A control item: an operator timer (`OperatorRunner.call_at`) is due."""
+
+    __slots__ = ("callback", "cancelled")
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.cancelled = False
+
+
+class _WakeHandle:
+    __slots__ = ("_handle", "_wake")
+
+    def __init__(self, handle: TimerHandle, wake: _Wake) -> None:
+        self._handle = handle
+        self._wake = wake
+
+    def cancel(self) -> None:
+        self._wake.cancelled = True  # also if it already fired and waits in the inbox
+        self._handle.cancel()
 
 
 class _Output:
@@ -182,6 +205,8 @@ class OperatorRunner:
         self._replay: deque[tuple[int, Any]] = deque()
         self._barrier_request: int | None = None  # sources: start this checkpoint next
         self._restore: Any = None
+        self._holds = 0  # deferred finals not yet released
+        self._op_timers: list[_WakeHandle] = []
         self.final_state: Any = None  # the state it ended with, for checkpoints taken after
 
     # ------------------------------------------------------------ context API
@@ -295,6 +320,54 @@ class OperatorRunner:
         self._watermark = self.metrics.watermark = value
         self._send_watermark(value)
 
+    def call_at(self, when: int, callback: Callable[[], None]) -> _WakeHandle:
+        """Run ``callback`` in this operator's task once the clock reaches ``when`` (ns).
+
+        It comes as a control entry after what the inbox already holds, so it
+        runs between two items, never inside a handler; what it submits is
+        flushed right after, as for any entry. Pending timers die with the
+        operator.
+        """
+        wake = _Wake(callback)
+        inbox = self.inbox
+        handle = self.clock.call_at(when, lambda: inbox.put_control(_TICK_CONNECTION, wake))
+        timer = _WakeHandle(handle, wake)
+        self._op_timers.append(timer)
+        if len(self._op_timers) > 64:
+            self._op_timers = [t for t in self._op_timers if not t._wake.cancelled]
+        return timer
+
+    def defer_final(self) -> Callable[[], None]:
+        """Keep running after every input ended, until the returned function is called;
+        final punctuation is forwarded only then (operators that still hold items: Delay)."""
+        self._holds += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._holds -= 1
+                self.inbox.put_control(_TICK_CONNECTION, _RELEASE)
+
+        return release
+
+    @property
+    def input_ports(self) -> int:
+        return len(self.odef.inputs)
+
+    @property
+    def output_ports(self) -> int:
+        """Data output ports (an error port, if the graph asked for one, is not counted)."""
+        return len(self.outputs) - (1 if self.odef.error_port is not None else 0)
+
+    def output_schema(self, port: int = 0) -> Schema | None:
+        return self.odef.outputs[port]
+
+    def request_checkpoint(self) -> int | None:
+        """Ask the job for a checkpoint now (SPL operator-driven regions); its id, or None."""
+        return self._job.trigger_checkpoint()
+
     def request_stop(self) -> None:
         """A stop was requested: an async source is cancelled (a sync one stops between batches)."""
         if self._source_task is not None:
@@ -404,7 +477,7 @@ class OperatorRunner:
             else:
                 self._arm()
                 await self._flush_all()
-                while self._ports_open > 0:
+                while self._ports_open > 0 or self._holds > 0:
                     if self._replay:
                         conn, payload = self._replay.popleft()
                     else:
@@ -424,6 +497,8 @@ class OperatorRunner:
         finally:
             if self._timer is not None:
                 self._timer.cancel()
+            for timer in self._op_timers:
+                timer.cancel()
 
     async def _run_source(self) -> None:
         src = self.op
@@ -460,7 +535,7 @@ class OperatorRunner:
 
     # ---------------------------------------------------------- checkpoints
 
-    def request_checkpoint(self, checkpoint_id: int) -> None:
+    def start_checkpoint(self, checkpoint_id: int) -> None:
         """Sources: take checkpoint ``checkpoint_id`` at the next batch boundary or flush."""
         self._barrier_request = checkpoint_id
 
@@ -560,6 +635,12 @@ class OperatorRunner:
     def _handle(self, conn: int, payload: Any) -> None:
         if type(payload) is list:
             self._handle_batch(self.conn_port[conn], payload)
+        elif type(payload) is _Wake:
+            if not payload.cancelled:
+                payload.cancelled = True
+                self._guard(payload.callback, None)
+        elif payload is _RELEASE:
+            pass  # wakes the loop so that it can end
         elif payload is _TICK:
             self._timer = self._timer_at = None
             now = self.clock.now()

@@ -1,0 +1,389 @@
+"""What the relational and utility operators share: parameters, port shapes, output clauses,
+hashable keys, and waking an operator on the clock.
+
+SPL operators learn their port counts and output schemas from the compiler;
+here they read them from the host when they are set up (`port_shape`,
+`output_schema`). An SPL output clause (``output O : a = expr, b = expr``)
+is an `OutputClause`: each assignment is a callable of the input tuple or a
+constant, and every attribute left unassigned is copied from the input
+attribute of the same name (SPL auto-assignment, rule P4). When the output
+stream declares a schema, the output holds exactly its attributes; without
+one, the input's attributes plus the assigned ones.
+
+Handlers are synchronous, so an operator that must act later (Delay,
+Throttle) cannot sleep. `OperatorTimer` wakes it on the host's clock inside
+its own task, in order with its input, and lets it hold back final
+punctuation until it has emitted what it still holds. The asyncio runtime
+has no public hook for that yet; the adapter uses the runner's clock and
+inbox, and is the one place to change when the host offers
+``context.call_at`` and a way to defer final (see `OperatorTimer`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..graph import Operator, Schema
+from ._params import OperatorParameterError, spl_aliases
+
+__all__ = [
+    "WAKE",
+    "KeyFn",
+    "OperatorTimer",
+    "OutputClause",
+    "PortShape",
+    "check_callable",
+    "freeze_key",
+    "has_nan",
+    "int_param",
+    "iter_indices",
+    "key_fn",
+    "key_out",
+    "output_schema",
+    "params",
+    "port_shape",
+    "seconds_ns",
+    "thaw_key",
+]
+
+_NS = 1_000_000_000
+
+
+# ------------------------------------------------------------------ parameters
+
+
+def params(operator: str, explicit: dict[str, Any], spl: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge Pythonic keyword arguments (``explicit``, None = not given) with SPL spellings.
+
+    ``explicit`` lists every parameter the operator has under its Pythonic
+    name; ``spl`` holds the extra keyword arguments (``timeOut=``,
+    ``bufferSize=``). A parameter given both ways is refused.
+    """
+    out = dict(explicit)
+    for name, value in spl_aliases(operator, spl, frozenset(explicit)).items():
+        if out[name] is not None:
+            raise OperatorParameterError(f"{operator}: parameter {name!r} given twice (once under "
+                                         "its SPL name)")
+        out[name] = value
+    return out
+
+
+def check_callable(operator: str, name: str, value: Any, *, optional: bool = True) -> Any:
+    """``value`` if it is callable (or None when optional), else a clear error."""
+    if value is None and optional:
+        return None
+    if not callable(value):
+        raise OperatorParameterError(f"{operator}: {name} must be a callable of the tuple "
+                                     f"(e.g. lambda t: t['price'] > 10), got {value!r}")
+    return value
+
+
+def seconds_ns(operator: str, name: str, value: Any, *, positive: bool = False) -> int:
+    """A duration in seconds (int or float, >= 0, or > 0 if ``positive``) as integer ns."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise OperatorParameterError(f"{operator}: {name}={value!r}: expected a finite number of "
+                                     "seconds")
+    if value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise OperatorParameterError(f"{operator}: {name}={value!r}: the duration must be {bound} "
+                                     "seconds")
+    return round(value * _NS)
+
+
+KeyFn = Callable[[Any], Any]
+
+
+def key_fn(operator: str, name: str, value: Any, *, optional: bool = True) -> KeyFn | None:
+    """A key expression: a callable of the tuple, or an attribute name."""
+    if value is None:
+        if optional:
+            return None
+        raise OperatorParameterError(f"{operator}: {name} is required (a callable of the tuple or "
+                                     "an attribute name)")
+    if isinstance(value, str):
+        attr = value
+        return lambda t: t[attr]
+    if callable(value):
+        return value  # type: ignore[no-any-return]
+    raise OperatorParameterError(f"{operator}: {name} must be a callable of the tuple or an "
+                                 f"attribute name, got {value!r}")
+
+
+def int_param(operator: str, name: str, value: Any, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OperatorParameterError(f"{operator}: {name}={value!r}: expected an int >= {minimum}")
+    return value
+
+
+# ------------------------------------------------------------------ port shapes
+
+
+@dataclass(frozen=True, slots=True)
+class PortShape:
+    """How many input and data output ports an operator instance has in its graph."""
+
+    inputs: int
+    outputs: int
+
+
+def _definition(op: Operator) -> Any:
+    odef = getattr(op.context, "odef", None)
+    if odef is None:
+        raise RuntimeError(f"{type(op).__name__}: the host does not describe the operator's ports "
+                           "(riverbed's asyncio runtime does); run it in a riverbed Job")
+    return odef
+
+
+def port_shape(op: Operator, *, inputs: tuple[int, int | None], outputs: tuple[int, int | None],
+               windowed: bool = False) -> PortShape:
+    """The operator's port counts, checked against ``(min, max)`` ranges (max None: any).
+
+    Unless ``windowed``, every input port must be a plain (unwindowed) port.
+    The error port, if the graph asked for one, is not counted as an output.
+    """
+    odef = _definition(op)
+    n_in = len(odef.inputs)
+    n_out = len(odef.outputs) - (1 if odef.error_port is not None else 0)
+    name = type(op).__name__
+    for what, n, (lo, hi) in (("input", n_in, inputs), ("output", n_out, outputs)):
+        if n < lo or (hi is not None and n > hi):
+            if hi is None:
+                allowed = f"at least {lo}"
+            elif lo == hi:
+                allowed = f"exactly {lo}"
+            else:
+                allowed = f"{lo} to {hi}"
+            raise ValueError(f"{name} {odef.name!r}: has {n} {what} port{'s' if n != 1 else ''}; "
+                             f"{name} takes {allowed}")
+    if not windowed:
+        for i, port in enumerate(odef.inputs):
+            if port.window is not None:
+                raise ValueError(f"{name} {odef.name!r}: input port {i} has a window "
+                                 f"({port.window.clause()}); {name} takes no window: connect the "
+                                 "stream itself, without .window(...)")
+    return PortShape(n_in, n_out)
+
+
+def output_schema(op: Operator, port: int) -> Schema | None:
+    """The schema declared for output ``port`` (None: undeclared)."""
+    schema = _definition(op).outputs[port]
+    return schema if isinstance(schema, Schema) else None
+
+
+# ---------------------------------------------------------------- output clauses
+
+
+Assignment = Callable[..., Any] | Any
+
+
+class OutputClause:
+    """SPL's ``output`` clause for one port: assignments, the rest auto-assigned from the input.
+
+    ``assign`` maps output attributes to a callable of the input tuple(s) or
+    a constant. Call `bind` with the port's schema once the graph is known;
+    it returns the function that builds an output tuple from the input
+    tuples (one per input port for Barrier, else one). With several inputs,
+    an unassigned attribute comes from the first input port that has it.
+    """
+
+    __slots__ = ("assign", "operator", "port")
+
+    def __init__(self, operator: str, port: int, assign: Mapping[str, Assignment] | None) -> None:
+        if assign is not None and not isinstance(assign, Mapping):
+            raise OperatorParameterError(f"{operator}: the output clause of port {port} must be a "
+                                         f"mapping attribute -> callable or constant, got {assign!r}")
+        for attr in assign or {}:
+            if not isinstance(attr, str) or not attr.isidentifier():
+                raise OperatorParameterError(f"{operator}: output attribute {attr!r} (port {port}) "
+                                             "is not an attribute name")
+        self.operator = operator
+        self.port = port
+        self.assign = dict(assign or {})
+
+    def bind(self, schema: Schema | None) -> Callable[..., Any]:
+        """The builder ``f(*inputs) -> output tuple`` for a port with this schema."""
+        calls = {a: v for a, v in self.assign.items() if callable(v)}
+        consts = {a: v for a, v in self.assign.items() if not callable(v)}
+        operator, port = self.operator, self.port
+        if schema is None:
+            if not self.assign:
+                return _first
+            def build_free(*inputs: Any) -> Any:
+                out = _merge(inputs)
+                out.update(consts)
+                for attr, fn in calls.items():
+                    out[attr] = fn(*inputs)
+                return out
+            return build_free
+        unknown = sorted(set(self.assign) - set(schema.names))
+        if unknown:
+            raise ValueError(f"{operator}: output port {port} assigns {', '.join(map(repr, unknown))}, "
+                             f"which the port's schema {schema} does not have")
+        names = schema.names
+
+        def build(*inputs: Any) -> Any:
+            out: dict[str, Any] = {}
+            for attr in names:
+                if attr in calls:
+                    out[attr] = calls[attr](*inputs)
+                elif attr in consts:
+                    out[attr] = consts[attr]
+                else:
+                    for tup in inputs:
+                        if attr in tup:
+                            out[attr] = tup[attr]
+                            break
+                    else:
+                        raise KeyError(f"{operator}: output port {port} attribute {attr!r} is neither "
+                                       "assigned nor in the input tuple; add it to the output clause")
+            return out
+        return build
+
+
+def _first(*inputs: Any) -> Any:
+    return inputs[0] if len(inputs) == 1 else _merge(inputs)
+
+
+def _merge(inputs: Sequence[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for tup in reversed(inputs):  # the first port that has an attribute wins
+        out.update(tup)
+    return out
+
+
+# ------------------------------------------------------------------------ keys
+
+
+def freeze_key(value: Any) -> Hashable:
+    """A hashable, comparable form of a key: lists become tuples, dicts sorted item tuples,
+    sets sorted tuples (so the key survives a msgpack round trip through `thaw_key`)."""
+    if isinstance(value, list | tuple):
+        return tuple(freeze_key(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, freeze_key(v)) for k, v in sorted(value.items(), key=lambda kv: repr(kv[0])))
+    if isinstance(value, set | frozenset):
+        return tuple(sorted((freeze_key(v) for v in value), key=repr))
+    return value  # type: ignore[no-any-return]
+
+
+def key_out(key: Hashable) -> Any:
+    """A frozen key as plain data (tuples as lists)."""
+    if isinstance(key, tuple):
+        return [key_out(k) for k in key]
+    return key
+
+
+def thaw_key(data: Any) -> Hashable:
+    """`key_out`'s data back to the frozen key (msgpack returns tuples as lists)."""
+    if isinstance(data, list | tuple):
+        return tuple(thaw_key(k) for k in data)
+    return data  # type: ignore[no-any-return]
+
+
+def has_nan(key: Any) -> bool:
+    """True if the (frozen) key holds a float NaN, which can never equal itself."""
+    if isinstance(key, float):
+        return math.isnan(key)
+    if isinstance(key, tuple):
+        return any(has_nan(k) for k in key)
+    return False
+
+
+# ----------------------------------------------------------------------- timers
+
+
+class _Wake:
+    """The marker an `OperatorTimer` feeds through the operator's inbox."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<timer wake-up>"
+
+
+WAKE: Any = _Wake()
+
+
+class OperatorTimer:
+    """Wakes an operator at clock instants, in its own task, in order with its input.
+
+    ``on_wake`` runs like any handler: the host flushes what it submitted
+    right after. Only the earliest pending instant is kept (`set` moves it);
+    the operator recomputes the next one on each wake-up. `hold_final`
+    keeps the operator running after its inputs ended, until `release_final`,
+    so final punctuation follows everything it still holds.
+
+    It rests on the host's operator timers (``context.call_at``: the
+    callback runs in the operator's task, between two items, outputs flushed
+    after it) and deferred final (``context.defer_final``).
+    """
+
+    __slots__ = ("_at", "_handle", "_on_wake", "_op", "_release")
+
+    def __init__(self, op: Operator, on_wake: Callable[[], None]) -> None:
+        self._op = op
+        self._on_wake = on_wake
+        self._at: int | None = None
+        self._handle: Any = None
+        self._release: Callable[[], None] | None = None
+
+    @staticmethod
+    def is_wake(item: Any) -> bool:
+        return item is WAKE
+
+    @property
+    def pending(self) -> int | None:
+        """The instant (ns) the next wake-up is due, if one is set."""
+        return self._at
+
+    def set(self, when: int | None) -> None:
+        """Be woken at ``when`` (ns; now or earlier: as soon as possible); None: not at all."""
+        if when == self._at:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._at = when
+        if when is not None:
+            self._handle = self._op.context.call_at(when, self.wake)
+
+    def wake(self) -> None:
+        """The host's timer fired (in the operator's task): run ``on_wake``."""
+        self._handle = None
+        self._at = None
+        self._on_wake()
+
+    def hold_final(self) -> None:
+        """Keep the operator running after its last input ended (call from on_punct(FINAL))."""
+        if self._release is None:
+            self._release = self._op.context.defer_final()
+
+    def release_final(self) -> None:
+        """Let final punctuation go (after the operator emitted everything it held)."""
+        if self._release is not None:
+            release, self._release = self._release, None
+            release()
+
+    def cancel(self) -> None:
+        """Forget the pending wake-up (the job is ending, or the state was reset)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._at = None
+
+
+def iter_indices(value: Any) -> Iterable[int]:
+    """An SPL index expression's value (an int or a list of ints) as ints."""
+    if isinstance(value, bool):
+        raise TypeError(f"an output port index must be an int or a list of ints, got {value!r}")
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, list | tuple):
+        for v in value:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"an output port index must be an int, got {v!r} in {value!r}")
+        return value
+    raise TypeError(f"an output port index must be an int or a list of ints, got {value!r}")

@@ -1,0 +1,480 @@
+"""The utility operators that act on the clock: Beacon, Delay and Throttle.
+
+All three read time from the runtime's clock (``context.now()``), never
+the wall clock, so on a `VirtualClock` they are exact and tests never sleep.
+
+- Beacon is a source: it submits a tuple, sleeps ``period``, and so on for
+  ``iterations`` tuples (or forever), then a window mark, then it ends
+  (the runtime sends final).
+- Delay re-emits every tuple and window mark ``delay`` seconds after it
+  arrived, so the gaps between items are kept; final follows ``delay``
+  after it arrived, after everything else.
+- Throttle paces tuples to ``rate`` per second with IBM's rate-adjustment
+  scheme; final is not paced but follows every tuple.
+
+Delay and Throttle are not sources: their handlers cannot sleep. They keep
+the items still to be sent, in order, and an `OperatorTimer` wakes them on
+the clock inside their own task; while they still hold items after the
+input ended, they hold final punctuation back. Their snapshots hold those
+items with absolute clock times (IBM's Delay drains before a checkpoint;
+a synchronous ``drain`` cannot wait, so riverbed keeps them in the state
+instead, and a restored operator sends them when due, or at once if the
+restore comes later).
+
+Watermarks are forwarded by the runtime as they arrive, so in an event-time
+region they can overtake the tuples these operators still hold (IBM's Delay
+and Throttle queue them with the tuples).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, ClassVar
+
+from ..graph import Operator, Punct, Schema, Source
+from ..graph._operator import WindowPunctuationMode
+from ._params import OperatorParameterError
+from ._utility_support import OperatorTimer, output_schema, params, port_shape, seconds_ns
+
+__all__ = ["Beacon", "Delay", "Throttle"]
+
+_NS = 1_000_000_000
+_YIELD_EVERY = 1024  # a Beacon without period hands control back this often
+
+
+# ----------------------------------------------------------------------- Beacon
+
+
+def _spl_default(spl_type: str) -> Any:
+    """The value an unassigned SPL attribute of this type holds."""
+    t = spl_type.strip()
+    if t.startswith(("int", "uint")) or t == "timestamp":
+        return 0
+    if t.startswith("float"):
+        return 0.0
+    if t.startswith("decimal"):
+        return Decimal(0)
+    if t in ("rstring", "ustring"):
+        return ""
+    if t == "boolean":
+        return False
+    if t == "blob":
+        return b""
+    if t.startswith("list"):
+        return []
+    if t.startswith("map"):
+        return {}
+    if t.startswith("set"):
+        return set()
+    return None
+
+
+class Beacon(Source):
+    """SPL ``Beacon``: a source of generated tuples, paced on the clock.
+
+    ``iterations``: how many tuples (absent: forever); ``period`` (seconds
+    between tuples, default 0: as fast as downstream takes them);
+    ``init_delay`` (``initDelay``, seconds before the first tuple).
+    ``output``: attribute -> callable of the 0-based iteration count (SPL's
+    ``IterationCount()``) or constant; with a declared output schema,
+    unassigned attributes take their type's default value (0, 0.0, "",
+    False, empty collections), as in SPL; without one the tuple holds only
+    the assigned attributes. The k-th tuple (from 0) is submitted at
+    ``start + init_delay + k * period``.
+    ``trigger_count`` (``triggerCount``): every that many tuples, ask the
+    job for a checkpoint (SPL's consistent-region trigger; nothing happens
+    when the job has no checkpoint store).
+
+    Punctuation: after the last iteration a window mark, then the source
+    ends and the runtime sends final. A Beacon stopped early (job stop)
+    sends no window mark. State: the iteration count (and whether the mark
+    was sent), so a restored Beacon continues with the next iteration.
+    """
+
+    window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
+
+    def __init__(self, *, iterations: int | None = None, period: float | None = None,
+                 init_delay: float | None = None, trigger_count: int | None = None,
+                 output: Mapping[str, Any] | None = None, **spl: Any) -> None:
+        p = params("Beacon", {"iterations": iterations, "period": period, "init_delay": init_delay,
+                              "trigger_count": trigger_count, "output": output}, spl)
+        for name in ("iterations", "trigger_count"):
+            v = p[name]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0
+                                  or (name == "trigger_count" and v == 0)):
+                bound = ">= 1" if name == "trigger_count" else ">= 0"
+                raise OperatorParameterError(f"Beacon: {name}={v!r}: expected an int {bound}")
+        self.iterations: int | None = p["iterations"]
+        self.trigger_count: int | None = p["trigger_count"]
+        self.period_ns = seconds_ns("Beacon", "period", p["period"] or 0)
+        self.init_delay_ns = seconds_ns("Beacon", "init_delay", p["init_delay"] or 0)
+        out = p["output"]
+        if out is not None and not isinstance(out, Mapping):
+            raise OperatorParameterError(f"Beacon: output must be a mapping attribute -> callable of "
+                                         f"the iteration count or constant, got {out!r}")
+        self.output: dict[str, Any] = dict(out or {})
+        self.count = 0
+        self.marked = False
+        self._template: dict[str, Any] = {}
+
+    def setup(self) -> None:
+        port_shape(self, inputs=(0, 0), outputs=(1, 1))
+        schema: Schema | None = output_schema(self, 0)
+        if schema is None:
+            self._template = {}
+            return
+        unknown = sorted(set(self.output) - set(schema.names))
+        if unknown:
+            raise ValueError(f"Beacon {self.context.name!r}: output assigns "
+                             f"{', '.join(map(repr, unknown))}, which the schema {schema} lacks")
+        self._template = {n: _spl_default(t) for n, t in schema.attributes if n not in self.output}
+
+    def make(self, iteration: int) -> dict[str, Any]:
+        """The tuple of iteration ``iteration`` (0-based)."""
+        tup = {k: (v.copy() if isinstance(v, list | dict | set) else v)
+               for k, v in self._template.items()}
+        for attr, value in self.output.items():
+            tup[attr] = value(iteration) if callable(value) else value
+        return tup
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        due = ctx.now() + self.init_delay_ns
+        if self.init_delay_ns:
+            await ctx.sleep_until(due)
+        limit = self.iterations
+        while not ctx.stopping and (limit is None or self.count < limit):
+            self.submit(self.make(self.count), 0)
+            self.count += 1
+            if self.trigger_count is not None and self.count % self.trigger_count == 0:
+                _request_checkpoint(ctx)
+            if limit is not None and self.count >= limit:
+                break  # no pause after the last tuple: the mark and final follow at once
+            if self.period_ns:
+                due += self.period_ns
+                await ctx.sleep_until(due)
+            elif self.count % _YIELD_EVERY == 0:
+                await ctx.flush()
+                await asyncio.sleep(0)
+        if limit is not None and self.count >= limit and not self.marked:
+            self.submit_punct(Punct.WINDOW, 0)
+            self.marked = True
+        await ctx.flush()
+
+    def snapshot(self) -> Any:
+        return {"count": self.count, "marked": self.marked}
+
+    def restore(self, state: Any) -> None:
+        self.count = int(state["count"])
+        self.marked = bool(state["marked"])
+
+    def reset_to_initial_state(self) -> None:
+        self.count = 0
+        self.marked = False
+
+
+def _request_checkpoint(ctx: Any) -> None:
+    """Ask the job for a checkpoint now (SPL Beacon ``triggerCount``)."""
+    ctx.request_checkpoint()
+
+
+# ----------------------------------------------------------- items held on the clock
+
+
+def _item_out(item: Any) -> list[Any]:
+    return ["w"] if item is Punct.WINDOW else ["t", item]
+
+
+def _item_in(data: list[Any]) -> Any:
+    return Punct.WINDOW if data[0] == "w" else data[1]
+
+
+class _Holding(Operator):
+    """An operator holding items for later: a timer to wake it, final held while it holds items."""
+
+    _operator: ClassVar[str] = ""
+    window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
+
+    def __init__(self) -> None:
+        self._timer: OperatorTimer | None = None
+        self._final_seen = False
+
+    def setup(self) -> None:
+        port_shape(self, inputs=(1, 1), outputs=(1, 1))
+        self._timer = OperatorTimer(self, self._on_wake)
+
+    def on_ports_ready(self) -> None:
+        self._pump(self.context.now())  # restored items, if any
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if OperatorTimer.is_wake(tup):
+            assert self._timer is not None
+            self._timer.wake()
+            return
+        self._arrive(tup)
+
+    def on_punct(self, punct: Punct, port: int) -> None:
+        if punct is Punct.WINDOW:
+            self._arrive(Punct.WINDOW)
+            return
+        self._final_seen = True
+        self._on_final(self.context.now())
+
+    def _on_wake(self) -> None:
+        self._pump(self.context.now())
+
+    def _hold(self, held: bool) -> None:
+        timer = self._timer
+        assert timer is not None
+        if held:
+            timer.hold_final()
+        else:
+            timer.release_final()
+
+    def _wake_at(self, when: int | None) -> None:
+        if self._timer is not None:
+            self._timer.set(when)
+
+    def on_shutdown(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _arrive(self, item: Any) -> None:
+        raise NotImplementedError
+
+    def _pump(self, now: int) -> None:
+        raise NotImplementedError
+
+    def _on_final(self, now: int) -> None:
+        raise NotImplementedError
+
+    def _rearm_after_restore(self) -> None:
+        ctx = getattr(self, "context", None)
+        if ctx is not None and self._timer is not None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return  # not running yet: on_ports_ready pumps
+            self._pump(ctx.now())
+
+    def _emit(self, item: Any) -> None:
+        if item is Punct.WINDOW:
+            self.submit_punct(Punct.WINDOW, 0)
+        else:
+            self.submit(item, 0)
+
+
+# ------------------------------------------------------------------------ Delay
+
+
+class Delay(_Holding):
+    """SPL ``Delay``: every tuple and window mark re-emitted ``delay`` seconds after it arrived.
+
+    ``delay`` (seconds, required, >= 0). The gaps between items are kept
+    exactly: an item that arrived at t leaves at t + delay, in arrival
+    order. ``buffer_size`` (``bufferSize``, default 1000): IBM blocks the
+    input while that many items wait; a riverbed handler cannot block, so
+    the buffer is not bounded (the output times are the same: IBM computes
+    an item's departure when it arrives).
+
+    One input port without window, one output port. Punctuation: window
+    marks are delayed like tuples (preserved, in order); final, when the
+    input ends, is forwarded ``delay`` seconds after it arrived, once every
+    held item has left. State: the held items with their departure times;
+    `reset_to_initial_state` discards them (as IBM's reset does).
+    """
+
+    _operator: ClassVar[str] = "Delay"
+
+    def __init__(self, delay: float | None = None, *, buffer_size: int | None = None,
+                 **spl: Any) -> None:
+        super().__init__()
+        p = params("Delay", {"delay": delay, "buffer_size": buffer_size}, spl)
+        if p["delay"] is None:
+            raise OperatorParameterError("Delay: delay (seconds) is required")
+        self.delay_ns = seconds_ns("Delay", "delay", p["delay"])
+        size = 1000 if p["buffer_size"] is None else p["buffer_size"]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise OperatorParameterError(f"Delay: buffer_size={size!r}: expected an int >= 0")
+        self.buffer_size = max(1, size)
+        self.held: deque[tuple[int, Any]] = deque()  # (departure ns, tuple or Punct.WINDOW)
+        self._final_at: int | None = None
+
+    def _arrive(self, item: Any) -> None:
+        now = self.context.now()
+        self.held.append((now + self.delay_ns, item))
+        self._pump(now)
+
+    def _on_final(self, now: int) -> None:
+        self._final_at = now + self.delay_ns
+        if self.held or self._final_at > now:
+            self._hold(True)
+        self._pump(now)
+
+    def _pump(self, now: int) -> None:
+        held = self.held
+        while held and held[0][0] <= now:
+            self._emit(held.popleft()[1])
+        final_at = self._final_at
+        if held:
+            self._wake_at(held[0][0])
+        elif final_at is not None and final_at > now:
+            self._wake_at(final_at)
+        else:
+            self._wake_at(None)
+            if final_at is not None:
+                self._hold(False)
+
+    def snapshot(self) -> Any:
+        return {"held": [[t, *_item_out(x)] for t, x in self.held]}
+
+    def restore(self, state: Any) -> None:
+        self.held = deque((int(x[0]), _item_in(x[1:])) for x in state["held"])
+        self._rearm_after_restore()
+
+    def reset_to_initial_state(self) -> None:
+        self.held = deque()
+        self._wake_at(None)
+
+
+# --------------------------------------------------------------------- Throttle
+
+
+class Throttle(_Holding):
+    """SPL ``Throttle``: tuples leave at no more than ``rate`` per second.
+
+    ``rate`` (tuples per second, required, > 0). ``period`` (seconds,
+    default 10 / rate): the span over which the rate is measured: like
+    IBM's operator, Throttle keeps two sync points half a period apart and
+    lets a tuple go at once while the rate projected since the older one is
+    below ``rate``, else it waits just long enough to bring it down to
+    ``rate`` (so after an idle spell a short burst may pass at once, and a
+    steady backlog leaves exactly 1/rate apart). It starts as if half a
+    period of tuples had already passed at the full rate.
+    ``include_punctuations`` (``includePunctuations``, default False):
+    window marks are paced and counted like tuples; when False they are
+    forwarded without pacing (still in order after the tuples before them).
+    ``precise`` (busy waiting in IBM) is accepted; the clock's own timers
+    are used either way.
+
+    One input port without window, one output port. Punctuation: window
+    marks as above; final is not paced: it is forwarded as soon as the last
+    held tuple has left. State: the held items, the item being waited for
+    and the rate-measurement state (with absolute clock times).
+    """
+
+    _operator: ClassVar[str] = "Throttle"
+
+    def __init__(self, rate: float | None = None, *, period: float | None = None,
+                 include_punctuations: bool | None = None, precise: bool | None = None,
+                 **spl: Any) -> None:
+        super().__init__()
+        p = params("Throttle", {"rate": rate, "period": period,
+                                "include_punctuations": include_punctuations, "precise": precise}, spl)
+        r = p["rate"]
+        if r is None:
+            raise OperatorParameterError("Throttle: rate (tuples per second) is required")
+        if isinstance(r, bool) or not isinstance(r, int | float) or not r > 0 or r == float("inf"):
+            raise OperatorParameterError(f"Throttle: rate={r!r}: expected a number of tuples per "
+                                         "second > 0")
+        self.rate = float(r)
+        period_s = 10.0 / self.rate if p["period"] is None else p["period"]
+        self.period_ns = seconds_ns("Throttle", "period", period_s, positive=True)
+        if self.period_ns < 2:
+            raise OperatorParameterError(f"Throttle: period={period_s!r}: too short to measure a rate")
+        self._half_ns = self.period_ns // 2
+        self._half_full = int(self.rate * (self.period_ns / _NS) / 2)
+        for flag in ("include_punctuations", "precise"):
+            if p[flag] is not None and not isinstance(p[flag], bool):
+                raise OperatorParameterError(f"Throttle: {flag}={p[flag]!r}: expected True or False")
+        self.include_punctuations: bool = p["include_punctuations"] is True
+        self.precise: bool = p["precise"] is True
+        self.held: deque[Any] = deque()
+        self._release_at: int | None = None  # the head item is accounted and leaves then
+        # IBM's sync points: (time relative to the start, count) of the two latest.
+        self._started = False
+        self._init = 0
+        self._first = (0, 0)
+        self._last = (0, 0)
+        self._seen = 0
+
+    def _arrive(self, item: Any) -> None:
+        self.held.append(item)
+        self._pump(self.context.now())
+
+    def _on_final(self, now: int) -> None:
+        if self.held:
+            self._hold(True)
+        self._pump(now)
+
+    def _wait_ns(self, t: int) -> int:
+        """Account one paced item starting at clock time ``t``; how long it must wait."""
+        half = self._half_ns
+        if not self._started:
+            self._started = True
+            self._seen = self._half_full
+            self._last = (half, self._half_full)
+            self._first = (0, 0)
+            self._init = t - half
+            return 0
+        rel = t - self._init
+        new_last = half * (rel // half)
+        if new_last - half != self._first[0]:
+            self._first = (new_last - half, self._last[1])
+            self._last = (new_last, self._seen)
+        interval = (rel - self._first[0]) / _NS
+        count = 1 + self._seen - self._first[1]
+        self._seen += 1
+        if count / interval < self.rate:
+            return 0
+        return max(0, round((count / self.rate - interval) * _NS))
+
+    def _pump(self, now: int) -> None:
+        held = self.held
+        while held:
+            if self._release_at is not None:
+                if now < self._release_at:
+                    self._wake_at(self._release_at)
+                    return
+                self._release_at = None
+                self._emit(held.popleft())
+                continue
+            if held[0] is Punct.WINDOW and not self.include_punctuations:
+                self._emit(held.popleft())
+                continue
+            wait = self._wait_ns(now)
+            if wait > 0:
+                self._release_at = now + wait
+                continue
+            self._emit(held.popleft())
+        self._wake_at(None)
+        if self._final_seen:
+            self._hold(False)
+
+    def snapshot(self) -> Any:
+        return {
+            "held": [_item_out(x) for x in self.held],
+            "release_at": self._release_at,
+            "pacing": None if not self._started else
+            [self._init, list(self._first), list(self._last), self._seen],
+        }
+
+    def restore(self, state: Any) -> None:
+        self.held = deque(_item_in(x) for x in state["held"])
+        self._release_at = state["release_at"]
+        pacing = state["pacing"]
+        self._started = pacing is not None
+        if pacing is not None:
+            init, first, last, seen = pacing
+            self._init, self._first, self._last, self._seen = (
+                int(init), (int(first[0]), int(first[1])), (int(last[0]), int(last[1])), int(seen))
+        self._rearm_after_restore()
+
+    def reset_to_initial_state(self) -> None:
+        self.held = deque()
+        self._release_at = None
+        self._started = False
+        self._wake_at(None)
