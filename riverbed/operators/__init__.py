@@ -5,6 +5,17 @@ behaviour; constructors take Pythonic keyword arguments and SPL's own
 parameter names alike (``group_by=`` or ``groupBy=``).
 """
 
+from ._files import (
+    DirectoryScan,
+    DirectoryScanError,
+    FileFormatError,
+    FileSink,
+    FileSinkError,
+    FileSource,
+    FileSourceError,
+    FileSourceOfFile,
+    FileSourceWithInput,
+)
 from ._params import OperatorParameterError
 from ._relational import Custom, Filter, Functor, Punctor
 from ._utility import DeDuplicate, Split, ThreadedSplit, Union
@@ -17,7 +28,16 @@ __all__ = [
     "Custom",
     "DeDuplicate",
     "Delay",
+    "DirectoryScan",
+    "DirectoryScanError",
     "DynamicFilter",
+    "FileFormatError",
+    "FileSink",
+    "FileSinkError",
+    "FileSource",
+    "FileSourceError",
+    "FileSourceOfFile",
+    "FileSourceWithInput",
     "Filter",
     "Functor",
     "Gate",
