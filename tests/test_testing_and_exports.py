@@ -11,7 +11,8 @@ from riverbed.graph import Operator, Punct
 from riverbed.testing import at, run_operator
 from riverbed.windows import EventType
 
-PACKAGES = ["riverbed", "riverbed.windows", "riverbed.graph", "riverbed.runtime", "riverbed.testing"]
+PACKAGES = ["riverbed", "riverbed.windows", "riverbed.graph", "riverbed.runtime", "riverbed.testing",
+            "riverbed.operators", "riverbed.checkpoint"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

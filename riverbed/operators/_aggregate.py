@@ -1,0 +1,546 @@
+"""SPL ``Aggregate``: one result tuple per group each time a window flushes or triggers.
+
+The window on input port 0 decides *when* (it is declared on the graph port,
+as SPL declares it on the operator invocation); Aggregate decides *what*:
+for each group of the window's tuples (all of them, without ``group_by``) it
+builds one output tuple from the output functions of
+`riverbed.operators._aggregate_functions`, submits the batch, then a window
+mark::
+
+    g.operator("avg", Aggregate(output={"avg": Average("price"), "n": Count()},
+                                group_by="sym", copy=("exchange",)),
+               [quotes.window("sliding, time(60), time(1), partitioned", partition_by="exchange")])
+
+Tumbling windows are aggregated from the EVICTION (flush) event's tuples.
+Sliding windows keep, per partition and group, the tuples in arrival order
+and incremental accumulators (Sum, Average, Min, Max) updated on each
+INSERTION and EVICTION event, so a trigger costs O(groups), not O(window).
+Whenever that state and the window disagree (after a restore, or when IBM's
+C++ delta eviction removes tuples out of arrival order) it is rebuilt from
+the window's contents, which a trigger event carries anyway.
+timeInterval windows are aggregated from each pane partition's TRIGGER.
+
+Output attributes: each ``output`` entry is an output function
+(``Average("price")``), a plain function of a tuple (an SPL expression,
+evaluated on the group's **last** tuple, as IBM's generated code does), or a
+constant. ``copy`` names input attributes to carry over with ``Last(attr)``,
+which is what SPL does for every output-schema attribute left unassigned
+(pass the output `Schema` itself to get exactly that); ``group_by``
+attribute names are carried over too. Nothing else is: a dict tuple has no
+schema to complete.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ..graph import Operator, Punct, Schema
+from ..windows import EventType, PaneEvent, StreamWindow, StreamWindowEvent, TimeIntervalWindow, WindowType
+from ._aggregate_functions import Accumulator, AggregateFunction, Last, Scope
+from ._aggregate_math import freeze
+from ._params import OperatorParameterError, spl_aliases
+
+__all__ = ["Aggregate"]
+
+INSERTION = EventType.INSERTION
+EVICTION = EventType.EVICTION
+TRIGGER = EventType.TRIGGER
+INITIAL_FULL = EventType.INITIAL_FULL
+PARTITION_EVICTION = EventType.PARTITION_EVICTION
+EMPTY_WINDOW_PUNCT = EventType.EMPTY_WINDOW_PUNCT
+
+GroupBy = str | Sequence[str] | Callable[[Any], Hashable]
+OutputValue = AggregateFunction | Callable[[Any], Any] | object
+
+# Column kinds: how one output attribute is computed for one group.
+_FUNCTION, _INCREMENTAL, _EXPRESSION, _CONSTANT = range(4)
+_DEFAULTS: dict[str, Any] = {"output": None, "group_by": None, "copy": (),
+                             "aggregate_incomplete_windows": False,
+                             "aggregate_evicted_partitions": False, "incremental": True}
+_KNOWN = frozenset(_DEFAULTS)
+_FORMAT = "riverbed.aggregate/1"
+_WINDOWS_ALLOWED = (
+    "tumbling with count, delta, time or punct() eviction; sliding with count, delta or time "
+    "eviction and a count, delta or time trigger; either optionally partitioned (with a "
+    "partition eviction policy); or timeInterval")
+
+
+class _Group:
+    """One group's tuples, oldest first, and (sliding, incremental) its accumulators."""
+
+    __slots__ = ("accs", "adds", "removes", "seqs", "tuples")
+
+    def __init__(self, tuples: Any, accs: list[Accumulator] | None) -> None:
+        self.tuples = tuples
+        self.accs = accs
+        # Bound methods, looked up once per group rather than once per tuple.
+        self.adds = [acc.add for acc in accs] if accs else []
+        self.removes = [acc.remove for acc in accs] if accs else []
+        self.seqs: deque[int] = deque()  # arrival numbers, parallel to tuples (grouped state only)
+
+
+class _Partition:
+    """Incremental state of one sliding-window partition: its tuples in window order, by group."""
+
+    __slots__ = ("gkeys", "groups", "key_of", "make_accs", "order", "seq", "single")
+
+    def __init__(self, key_of: Callable[[Any], Hashable] | None,
+                 make_accs: Callable[[], list[Accumulator]]) -> None:
+        self.key_of = key_of
+        self.make_accs = make_accs
+        self.seq = 0
+        self.groups: dict[Hashable, _Group] = {}
+        if key_of is None:
+            self.single: _Group | None = _Group(deque(), make_accs())
+            self.order: deque[Any] = self.single.tuples
+        else:
+            self.single = None
+            self.order = deque()
+        self.gkeys: deque[Hashable] = deque()  # group key of each tuple in `order`
+
+    def insert(self, t: Any) -> None:
+        single = self.single
+        if single is not None:
+            single.tuples.append(t)
+            for add in single.adds:
+                add(t)
+            return
+        assert self.key_of is not None
+        k = _group_key(self.key_of, t)
+        group = self.groups.get(k)
+        if group is None:
+            group = self.groups[k] = _Group(deque(), self.make_accs())
+        self.seq += 1
+        self.order.append(t)
+        self.gkeys.append(k)
+        group.tuples.append(t)
+        group.seqs.append(self.seq)
+        for add in group.adds:
+            add(t)
+
+    def evict(self, tuples: Sequence[Any]) -> bool:
+        """Remove evicted tuples; False if they are not the oldest ones (the state is then stale)."""
+        order = self.order
+        single = self.single
+        for t in tuples:
+            if not order or order[0] is not t:
+                return False
+            order.popleft()
+            if single is not None:
+                for remove in single.removes:
+                    remove(t)
+                continue
+            k = self.gkeys.popleft()
+            group = self.groups[k]
+            group.tuples.popleft()
+            group.seqs.popleft()
+            for remove in group.removes:
+                remove(t)
+            if not group.tuples:
+                del self.groups[k]
+        return True
+
+    def matches(self, tuples: Sequence[Any]) -> bool:
+        """A cheap check that this state mirrors the window's contents ``tuples``."""
+        order = self.order
+        return len(order) == len(tuples) and (not tuples or (order[0] is tuples[0]
+                                                             and order[-1] is tuples[-1]))
+
+    def output_groups(self) -> list[_Group]:
+        if self.single is not None:
+            return [self.single]
+        groups = list(self.groups.values())
+        if len(groups) > 1:
+            groups.sort(key=_oldest)
+        return groups
+
+
+def _oldest(group: _Group) -> int:
+    return group.seqs[0]
+
+
+def _group_key(key_of: Callable[[Any], Hashable], t: Any) -> Hashable:
+    k = key_of(t)
+    try:
+        hash(k)
+    except TypeError:
+        return freeze(k)
+    return k
+
+
+def _key_out(key: Hashable) -> Any:
+    """Partition keys as plain data: tuples become lists (msgpack has no tuples)."""
+    return [_key_out(k) for k in key] if isinstance(key, tuple) else key
+
+
+def _key_in(key: Any) -> Hashable:
+    return tuple(_key_in(k) for k in key) if isinstance(key, list) else key
+
+
+class Aggregate(Operator):
+    """SPL ``Aggregate``: per group, one tuple of aggregations at each flush/trigger, then a mark.
+
+    ``output`` maps output attribute names to an output function
+    (``Average("price")``, see ``riverbed.operators``), a function of a
+    tuple (evaluated on the group's last tuple) or a constant. ``copy``
+    names input attributes carried over as ``Last(attr)`` (or give a
+    `Schema`: its attributes not in ``output``). ``group_by`` is an
+    attribute name, a sequence of names (also copied to the output) or a
+    function of the tuple. SPL spellings (``groupBy=``,
+    ``aggregateIncompleteWindows=``, ``aggregateEvictedPartitions=``) are
+    accepted.
+
+    Windows (input port 0): tumbling with count, delta, time or punct()
+    eviction; sliding with count, delta or time eviction and count, delta or
+    time trigger; both optionally partitioned with partitionAge,
+    partitionCount or tupleCount eviction; and timeInterval (event time).
+    Declare the window with ``flavor="cpp"`` to follow IBM's C++ window, the
+    one IBM's Aggregate uses (one window timer, emptied partitions dropped).
+
+    When it outputs:
+
+    * tumbling: at each flush of a partition, one tuple per group then a
+      window mark; a time or punct() flush of an empty window: only a mark.
+      ``aggregate_evicted_partitions=True`` (tumbling with a partition
+      eviction policy only) aggregates an evicted partition like a flush.
+    * sliding: at each trigger of a partition, one tuple per group then a
+      mark, but only once the partition has been full (INITIAL_FULL), unless
+      ``aggregate_incomplete_windows=True`` (not allowed on tumbling
+      windows). Triggers before that output nothing, not even a mark;
+      time-evicting windows are full from the start. A trigger of an empty
+      window outputs only a mark. (IBM's documentation says windows with a
+      *time trigger* are full from the start; its code gates on
+      INITIAL_FULL, which we follow.)
+    * timeInterval: at each TRIGGER of a pane partition (on completion and
+      for late data), with the same "full" gate: a partition must have had
+      INITIAL_FULL in some pane; CLOSE outputs nothing. ``IntervalStart()``
+      etc. give the pane.
+
+    Punctuation: generating. Incoming window marks are dropped (a punct()
+    window consumes them); the operator submits one mark after each batch.
+    Final punctuation does not flush pending windows: what they hold is not
+    output; the runtime forwards final.
+
+    Group order within a batch: by each group's oldest tuple in the window
+    (IBM: hash order, unspecified).
+
+    ``incremental=False`` recomputes every trigger from the window contents
+    instead of keeping accumulators: same results, for checking and
+    debugging.
+
+    State: which partitions have been full, and the window's tuple count
+    (for ``CountAll``); accumulators are rebuilt from the restored window.
+    """
+
+    window_punctuation = "generating"
+
+    def __init__(self, output: Mapping[str, OutputValue] | None = None, *,
+                 group_by: GroupBy | None = None, copy: Iterable[str] | Schema = (),
+                 aggregate_incomplete_windows: bool = False,
+                 aggregate_evicted_partitions: bool = False, incremental: bool = True,
+                 **spl: Any) -> None:
+        explicit: dict[str, Any] = {
+            "output": output, "group_by": group_by, "copy": copy,
+            "aggregate_incomplete_windows": aggregate_incomplete_windows,
+            "aggregate_evicted_partitions": aggregate_evicted_partitions, "incremental": incremental}
+        for name, value in spl_aliases("Aggregate", spl, _KNOWN).items():
+            if explicit[name] is not _DEFAULTS[name]:
+                raise OperatorParameterError(f"Aggregate: parameter {name!r} given twice")
+            explicit[name] = value
+        output = explicit["output"]
+        group_by = explicit["group_by"]
+        copy = explicit["copy"]
+        for name in ("aggregate_incomplete_windows", "aggregate_evicted_partitions", "incremental"):
+            if not isinstance(explicit[name], bool):
+                raise OperatorParameterError(f"Aggregate: {name}={explicit[name]!r}: expected True or False")
+        self.aggregate_incomplete_windows: bool = explicit["aggregate_incomplete_windows"]
+        self.aggregate_evicted_partitions: bool = explicit["aggregate_evicted_partitions"]
+        self.incremental: bool = explicit["incremental"]
+        self._key_of, group_names = _group_by(group_by)
+        self.group_by = group_by
+        self._columns = _columns(output, copy, group_names)
+        self._functions = [obj for _n, kind, obj in self._columns if kind == _FUNCTION]
+        self._needs_sizes = any(f.needs_group_sizes for f in self._functions)
+        self._handler: Callable[[StreamWindowEvent[Any]], None] = self._not_set_up
+        self._incremental = False
+        self._counts_insertions = False  # sliding windows: INSERTION events update the state
+        self._plan: list[tuple[str, int, Any, int]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._full: set[Hashable] = set()
+        self._total = 0  # tuples in the whole window (sliding), for CountAll
+        self._states: dict[Hashable, _Partition] = {}
+        self._resyncs = 0  # times the incremental state had to be rebuilt from the window
+
+    # ------------------------------------------------------------------ setup
+
+    def setup(self) -> None:
+        name = self.context.name
+        try:
+            window = self.context.window(0)
+        except (ValueError, IndexError):
+            raise OperatorParameterError(
+                f"Aggregate {name!r}: input port 0 must be windowed: {_WINDOWS_ALLOWED}") from None
+        tumbling = False
+        incremental = False
+        if isinstance(window, TimeIntervalWindow):
+            self._handler = self._pane_event
+            where = window.spec.clause()
+        elif isinstance(window, StreamWindow):
+            where = window.spec.clause()
+            tumbling = window.spec.type is WindowType.TUMBLING
+            if tumbling:
+                self._handler = self._tumbling_event
+            else:
+                self._handler = self._sliding_event
+                self._counts_insertions = True
+                incremental = self.incremental
+        else:
+            raise OperatorParameterError(f"Aggregate {name!r}: unsupported window {window!r}: "
+                                         f"{_WINDOWS_ALLOWED}")
+        if self.aggregate_incomplete_windows and tumbling:
+            raise OperatorParameterError(
+                f"Aggregate {name!r}: aggregate_incomplete_windows=True needs a sliding (or "
+                f"timeInterval) window; '{where}' is tumbling and only aggregates whole windows")
+        if self.aggregate_evicted_partitions and not (
+                tumbling and isinstance(window, StreamWindow)
+                and window.spec.partition_eviction is not None):
+            raise OperatorParameterError(
+                f"Aggregate {name!r}: aggregate_evicted_partitions=True needs a tumbling, partitioned "
+                f"window with a partition eviction policy (partitionAge, partitionCount or "
+                f"tupleCount); got '{where}'")
+        if not isinstance(window, TimeIntervalWindow):
+            for attr, kind, obj in self._columns:
+                if kind == _FUNCTION and obj.needs_pane:
+                    raise OperatorParameterError(
+                        f"Aggregate {name!r}: output {attr!r} = {obj!r} describes a timeInterval "
+                        f"pane; the window is '{where}'")
+        self._incremental = incremental
+        plan: list[tuple[str, int, Any, int]] = []
+        self._acc_functions: list[AggregateFunction] = []
+        for attr, kind, obj in self._columns:
+            if incremental and kind == _FUNCTION and obj.accumulator() is not None:
+                plan.append((attr, _INCREMENTAL, obj, len(self._acc_functions)))
+                self._acc_functions.append(obj)
+            else:
+                plan.append((attr, kind, obj, -1))
+        self._plan = plan
+
+    def _make_accs(self) -> list[Accumulator]:
+        return [f.accumulator() for f in self._acc_functions]  # type: ignore[misc]
+
+    # ----------------------------------------------------------------- events
+
+    def on_window_event(self, event: StreamWindowEvent[Any], port: int) -> None:
+        if event.type is INSERTION and self._counts_insertions:
+            # A sliding window's insertion, the event of every tuple: handled here, inline.
+            self._total += 1
+            if self._incremental:
+                state = self._states.get(event.partition)
+                if state is None:  # a new partition, or one whose state was dropped: from the window
+                    window: Any = self.context.window(0)
+                    self._rebuild(event.partition, window.contents(event.partition))
+                else:
+                    t = event.tuples[0]
+                    single = state.single
+                    if single is None:
+                        state.insert(t)
+                    else:
+                        single.tuples.append(t)
+                        for add in single.adds:
+                            add(t)
+            return
+        self._handler(event)
+
+    def _not_set_up(self, event: StreamWindowEvent[Any]) -> None:
+        raise RuntimeError("Aggregate: a window event arrived before setup()")
+
+    def on_punct(self, punct: Punct, port: int) -> None:
+        """Window marks: consumed by a punct() window (the runtime gives them to it first),
+        ignored otherwise; final: pending windows are not flushed."""
+
+    def _tumbling_event(self, event: StreamWindowEvent[Any]) -> None:
+        etype = event.type
+        if etype is INSERTION:
+            return
+        if etype is EVICTION:
+            self._aggregate(event.tuples, len(event.tuples), None)
+        elif etype is EMPTY_WINDOW_PUNCT:
+            self.submit_punct(Punct.WINDOW)
+        elif etype is PARTITION_EVICTION and self.aggregate_evicted_partitions:
+            self._aggregate(event.tuples, len(event.tuples), None)
+
+    def _sliding_event(self, event: StreamWindowEvent[Any]) -> None:
+        etype = event.type  # INSERTION: see `on_window_event`
+        if etype is EVICTION:
+            tuples = event.tuples
+            self._total -= len(tuples)
+            key = event.partition
+            state = self._states.get(key)
+            if state is not None:
+                if not state.evict(tuples):
+                    self._resyncs += 1
+                    del self._states[key]
+                elif not state.order:
+                    del self._states[key]
+        elif etype is TRIGGER:
+            key = event.partition
+            if key not in self._full and not self.aggregate_incomplete_windows:
+                return
+            tuples = event.tuples
+            if not tuples:
+                self.submit_punct(Punct.WINDOW)
+                return
+            if not self._incremental:
+                self._aggregate(tuples, self._total, None)
+                return
+            state = self._states.get(key)
+            if state is None or not state.matches(tuples):
+                self._resyncs += state is not None
+                state = self._rebuild(key, tuples)
+            self._emit(state.output_groups(), self._total, None)
+        elif etype is INITIAL_FULL:
+            self._full.add(event.partition)
+        elif etype is PARTITION_EVICTION:
+            self._total -= len(event.tuples)
+            self._states.pop(event.partition, None)
+            self._full.discard(event.partition)
+
+    def _pane_event(self, event: StreamWindowEvent[Any]) -> None:
+        etype = event.type
+        if etype is TRIGGER:
+            if event.partition in self._full or self.aggregate_incomplete_windows:
+                pane = event if isinstance(event, PaneEvent) else None
+                self._aggregate(event.tuples, len(event.tuples), pane)
+        elif etype is INITIAL_FULL:
+            self._full.add(event.partition)
+
+    # ------------------------------------------------------------ aggregation
+
+    def _rebuild(self, key: Hashable, tuples: Iterable[Any]) -> _Partition:
+        state = _Partition(self._key_of, self._make_accs)
+        for t in tuples:
+            state.insert(t)
+        self._states[key] = state
+        return state
+
+    def _aggregate(self, tuples: Sequence[Any], count_all: int, pane: PaneEvent[Any] | None) -> None:
+        """Recompute: group ``tuples`` (first-occurrence order) and output them, then a mark."""
+        if not tuples:
+            self.submit_punct(Punct.WINDOW)
+            return
+        key_of = self._key_of
+        if key_of is None:
+            groups = [_Group(tuples, None)]
+        else:
+            by_key: dict[Hashable, list[Any]] = {}
+            for t in tuples:
+                k = _group_key(key_of, t)
+                members = by_key.get(k)
+                if members is None:
+                    by_key[k] = [t]
+                else:
+                    members.append(t)
+            groups = [_Group(members, None) for members in by_key.values()]
+        self._emit(groups, count_all, pane)
+
+    def _emit(self, groups: list[_Group], count_all: int, pane: PaneEvent[Any] | None) -> None:
+        sizes = [len(g.tuples) for g in groups] if self._needs_sizes else []
+        scope = Scope(count_all, len(groups), sizes, self._key_of is not None, pane)
+        plan = self._plan
+        submit = self.submit
+        for g in groups:
+            tuples = g.tuples
+            row: dict[str, Any] = {}
+            for attr, kind, obj, index in plan:
+                if kind == _INCREMENTAL:
+                    accs = g.accs
+                    acc = accs[index] if accs is not None else None
+                    row[attr] = obj.compute(tuples, scope) if acc is None or acc.broken else acc.result()
+                elif kind == _FUNCTION:
+                    row[attr] = obj.compute(tuples, scope)
+                elif kind == _EXPRESSION:
+                    row[attr] = obj(tuples[-1])
+                else:
+                    row[attr] = obj
+            submit(row)
+        self.submit_punct(Punct.WINDOW)
+
+    # ------------------------------------------------------------------ state
+
+    def snapshot(self) -> Any:
+        """Which partitions have been full, and the window's tuple count, as plain data."""
+        return {"format": _FORMAT, "full": [_key_out(k) for k in self._full], "total": self._total}
+
+    def restore(self, state: Any) -> None:
+        """Take back a `snapshot`. Accumulators are rebuilt from the window as it is restored."""
+        try:
+            if state["format"] != _FORMAT:
+                raise ValueError(f"format {state['format']!r}, expected {_FORMAT!r}")
+            full = {_key_in(k) for k in state["full"]}
+            total = state["total"]
+            if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+                raise ValueError(f"total {total!r} is not a tuple count")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"Aggregate: cannot restore from {type(state).__name__} state: {exc}") from None
+        self._reset()
+        self._full = full
+        self._total = total
+
+    def reset_to_initial_state(self) -> None:
+        self._reset()
+
+
+def _group_by(group_by: object) -> tuple[Callable[[Any], Hashable] | None, list[str]]:
+    if group_by is None:
+        return None, []
+    if isinstance(group_by, str):
+        return operator.itemgetter(group_by), [group_by]
+    if callable(group_by):
+        return group_by, []
+    if isinstance(group_by, Sequence) and group_by and all(isinstance(n, str) for n in group_by):
+        names = list(group_by)
+        return operator.itemgetter(*names), names
+    raise OperatorParameterError(
+        f"Aggregate: group_by={group_by!r}: expected an attribute name, a non-empty sequence of "
+        "names, or a function of the tuple")
+
+
+def _columns(output: object, copy: object, group_names: list[str]) -> list[tuple[str, int, Any]]:
+    if output is None:
+        output = {}
+    if not isinstance(output, Mapping) or not all(isinstance(k, str) for k in output):
+        raise OperatorParameterError(
+            f"Aggregate: output={output!r}: expected a mapping of attribute names to output "
+            "functions, functions of the tuple, or constants")
+    if isinstance(copy, Schema):
+        copy_names = list(copy.names)
+    elif isinstance(copy, str) or not isinstance(copy, Iterable):
+        raise OperatorParameterError(
+            f"Aggregate: copy={copy!r}: expected a sequence of attribute names or a Schema")
+    else:
+        copy_names = list(copy)
+        if not all(isinstance(n, str) for n in copy_names):
+            raise OperatorParameterError(f"Aggregate: copy={copy!r}: attribute names must be strings")
+    columns: list[tuple[str, int, Any]] = []
+    seen: set[str] = set()
+    for attr in [*copy_names, *group_names, *output]:
+        if attr in seen:
+            continue
+        seen.add(attr)
+        value = output.get(attr, Last(attr))
+        if isinstance(value, AggregateFunction):
+            columns.append((attr, _FUNCTION, value))
+        elif callable(value):
+            columns.append((attr, _EXPRESSION, value))
+        else:
+            columns.append((attr, _CONSTANT, value))
+    if not columns:
+        raise OperatorParameterError(
+            "Aggregate: nothing to output; give output= assignments, copy= attribute names or "
+            "group_by= attribute names")
+    return columns

@@ -1,0 +1,362 @@
+"""Arithmetic behind the Aggregate output functions: exact sums, folds, accumulators.
+
+Float sums are exact: a finite float is n / 2**k with k <= 1074, so scaled by
+2**1074 every float is an integer and a sum of floats is an integer sum,
+rounded to a float once at the end (Python's int / int division is
+correctly rounded). An incremental sum can then add and subtract floats for
+ever without drifting, and it equals a sum recomputed from scratch bit for
+bit. IEEE infinities and NaN are counted aside.
+
+The folds (`extreme`, `count_extreme`, `arg_extreme`, `collect_arg_extreme`)
+reproduce IBM's ``Aggregate.h`` loops: seeded with the first value, updated
+on a strict comparison, so ties keep the oldest value.
+
+The accumulators keep Sum, Average, Min and Max of a FIFO window: values
+leave in the order they came.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "AverageAccumulator",
+    "MaxAccumulator",
+    "MinAccumulator",
+    "Numbers",
+    "SumAccumulator",
+    "arg_extreme",
+    "average_values",
+    "collect_arg_extreme",
+    "count_extreme",
+    "distinct",
+    "extreme",
+    "freeze",
+    "numbers_of",
+    "squared_deviations",
+    "sum_values",
+]
+
+_SCALE_BITS = 1074
+_SCALE = 1 << _SCALE_BITS
+
+
+def _scaled(x: float) -> int:
+    n, d = x.as_integer_ratio()
+    return n << (_SCALE_BITS + 1 - d.bit_length())
+
+
+def _divide(numerator: int, denominator: int) -> float:
+    """``numerator / denominator`` rounded once; beyond the float range: an infinity."""
+    try:
+        return numerator / denominator
+    except OverflowError:
+        return math.inf if numerator > 0 else -math.inf
+
+
+class Numbers:
+    """The exact sum of ints and floats, with the IEEE special values counted aside."""
+
+    __slots__ = ("floats", "ints", "n", "nan", "ninf", "other", "pinf", "scaled")
+
+    def __init__(self) -> None:
+        self.ints = 0  # sum of the integers
+        self.scaled = 0  # sum of the finite floats, times 2**1074
+        self.n = 0
+        self.floats = 0  # how many floats (finite or not): any makes the result a float
+        self.nan = self.pinf = self.ninf = 0
+        self.other = False  # a value that is neither int nor float was seen
+
+    def take(self, v: Any, sign: int) -> None:
+        """Add (sign 1) or subtract (sign -1) one value."""
+        tv = type(v)
+        if tv is int:
+            self.ints += v if sign > 0 else -v
+        elif tv is float or isinstance(v, float):
+            self.floats += sign
+            if v - v == 0.0:
+                self.scaled += _scaled(v) if sign > 0 else -_scaled(v)
+            elif math.isnan(v):
+                self.nan += sign
+            elif v > 0:
+                self.pinf += sign
+            else:
+                self.ninf += sign
+        elif isinstance(v, int):
+            self.ints += int(v) if sign > 0 else -int(v)
+        else:
+            self.other = True
+        self.n += sign
+
+    def special(self) -> float | None:
+        if self.nan or (self.pinf and self.ninf):
+            return math.nan
+        if self.pinf:
+            return math.inf
+        if self.ninf:
+            return -math.inf
+        return None
+
+    def total(self) -> int | float:
+        if not self.floats:
+            return self.ints
+        special = self.special()
+        if special is not None:
+            return special
+        return _divide(self.ints * _SCALE + self.scaled, _SCALE)
+
+    def mean(self) -> int | float:
+        if not self.floats:
+            q = abs(self.ints) // self.n  # SPL integer Average: truncated toward zero
+            return q if self.ints >= 0 else -q
+        special = self.special()
+        if special is not None:
+            return special
+        return _divide(self.ints * _SCALE + self.scaled, _SCALE * self.n)
+
+
+def numbers_of(values: Iterable[Any]) -> Numbers | None:
+    acc = Numbers()
+    for v in values:
+        acc.take(v, 1)
+        if acc.other:
+            return None
+    return acc
+
+
+def sum_values(values: list[Any], fname: str) -> Any:
+    first = values[0]
+    if isinstance(first, str):
+        return "".join(values)
+    if isinstance(first, list):
+        return [sum_values(list(column), fname) for column in columns(values, fname)]
+    acc = numbers_of(values)
+    if acc is not None:
+        return acc.total()
+    total = first
+    for v in values[1:]:
+        total = total + v
+    return total
+
+
+def average_values(values: list[Any]) -> Any:
+    first = values[0]
+    if isinstance(first, list):
+        return [average_values(list(column)) for column in columns(values, "Average")]
+    acc = numbers_of(values)
+    if acc is not None:
+        return acc.mean()
+    total = first
+    for v in values[1:]:
+        total = total + v
+    return total / len(values)
+
+
+def columns(values: list[Any], fname: str) -> Iterable[tuple[Any, ...]]:
+    size = len(values[0])
+    for v in values:
+        if len(v) != size:
+            raise ValueError(f"Aggregate {fname}: list size mismatch: {len(v)} elements where the "
+                             f"first list has {size}; element-wise {fname} needs equal lengths")
+    return zip(*values, strict=True)
+
+
+def extreme(values: list[Any], better: Callable[[Any, Any], bool], fname: str) -> Any:
+    first = values[0]
+    if isinstance(first, list):
+        return [extreme(list(column), better, fname) for column in columns(values, fname)]
+    best = first
+    for v in values:
+        if better(v, best):
+            best = v
+    return best
+
+
+def count_extreme(values: list[Any], better: Callable[[Any, Any], bool]) -> int:
+    best, count = values[0], 0
+    for v in values:
+        if better(v, best):
+            best, count = v, 1
+        elif v == best:
+            count += 1
+    return count
+
+
+def arg_extreme(tuples: Sequence[Any], read: Callable[[Any], Any], read_arg: Callable[[Any], Any],
+                 better: Callable[[Any, Any], bool]) -> Any:
+    best_t = tuples[0]
+    best = read(best_t)
+    for t in tuples:
+        v = read(t)
+        if better(v, best):
+            best, best_t = v, t
+    return read_arg(best_t)
+
+
+def collect_arg_extreme(tuples: Sequence[Any], read: Callable[[Any], Any],
+                         read_arg: Callable[[Any], Any],
+                         better: Callable[[Any, Any], bool]) -> list[Any]:
+    best = read(tuples[0])
+    args: dict[Hashable, Any] = {}
+    for t in tuples:
+        v = read(t)
+        if better(v, best):
+            best = v
+            args = {}
+        elif v != best:
+            continue
+        w = read_arg(t)
+        args.setdefault(freeze(w), w)
+    return list(args.values())
+
+
+def squared_deviations(values: list[Any]) -> float:
+    acc = numbers_of(values)
+    if acc is None:
+        raise TypeError(f"Aggregate standard deviation: expected numbers, got {values[:3]!r}...")
+    mean = float(acc.mean()) if acc.floats else acc.ints / acc.n
+    return math.fsum((float(v) - mean) ** 2 for v in values)
+
+
+def freeze(v: Any) -> Hashable:
+    """A hashable stand-in for a value (lists and dicts by content), for distinct counting."""
+    if isinstance(v, Hashable) and not isinstance(v, tuple):
+        return v
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, tuple(freeze(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple((freeze(k), freeze(x)) for k, x in v.items()))
+    if isinstance(v, set | frozenset):
+        return ("set", frozenset(freeze(x) for x in v))
+    raise TypeError(f"Aggregate: value {v!r} of type {type(v).__name__} cannot be compared for "
+                    "distinctness")
+
+
+def distinct(values: Iterable[Any]) -> dict[Hashable, Any]:
+    out: dict[Hashable, Any] = {}
+    for v in values:
+        out.setdefault(freeze(v), v)
+    return out
+
+
+# ============================================================ accumulators
+
+
+class SumAccumulator(Numbers):
+    """Sum of a FIFO window's values: exact, with a fast path for ints and finite floats."""
+
+    __slots__ = ("broken", "read")
+
+    def __init__(self, read: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.read = read
+        self.broken = False  # set for good by a value that is neither int nor float
+
+    def add(self, tup: Any) -> None:
+        v = self.read(tup)
+        tv = type(v)
+        if tv is int:
+            self.ints += v
+            self.n += 1
+        elif tv is float and v - v == 0.0:
+            self.scaled += _scaled(v)
+            self.floats += 1
+            self.n += 1
+        elif not self.broken:
+            self.take(v, 1)
+            self.broken = self.other
+
+    def remove(self, tup: Any) -> None:
+        v = self.read(tup)
+        tv = type(v)
+        if tv is int:
+            self.ints -= v
+            self.n -= 1
+        elif tv is float and v - v == 0.0:
+            self.scaled -= _scaled(v)
+            self.floats -= 1
+            self.n -= 1
+        elif not self.broken:
+            self.take(v, -1)
+
+    def result(self) -> Any:
+        return self.total()
+
+
+class AverageAccumulator(SumAccumulator):
+    __slots__ = ()
+
+    def result(self) -> Any:
+        return self.mean()
+
+
+class MinAccumulator:
+    """Min over a FIFO: a monotonic queue of (arrival number, value), values non-decreasing.
+
+    Each new value drops the newer-end values greater than it: those can
+    never be the minimum again. Equal values stay, so the oldest of tied
+    minima is at the front, as IBM's fold returns. Amortised O(1) per
+    insertion and eviction. NaN (unordered) and lists (column-wise) break it.
+    """
+
+    __slots__ = ("added", "broken", "read", "removed", "seqs", "vals")
+
+    def __init__(self, read: Callable[[Any], Any]) -> None:
+        self.read = read
+        self.seqs: deque[int] = deque()
+        self.vals: deque[Any] = deque()
+        self.added = 0
+        self.removed = 0
+        self.broken = False
+
+    def _unordered(self, v: Any) -> bool:
+        if v != v or isinstance(v, list):  # noqa: PLR0124 (NaN)
+            self.broken = True
+        return self.broken
+
+    def add(self, tup: Any) -> None:
+        v = self.read(tup)
+        if type(v) is not int and self._unordered(v):
+            return
+        vals = self.vals
+        if vals and vals[-1] > v:
+            seqs = self.seqs
+            while vals and vals[-1] > v:
+                vals.pop()
+                seqs.pop()
+        self.added += 1
+        vals.append(v)
+        self.seqs.append(self.added)
+
+    def remove(self, tup: Any) -> None:
+        self.removed += 1
+        seqs = self.seqs
+        if seqs and seqs[0] == self.removed:
+            seqs.popleft()
+            self.vals.popleft()
+
+    def result(self) -> Any:
+        return self.vals[0]
+
+
+class MaxAccumulator(MinAccumulator):
+    """Max over a FIFO: `MinAccumulator` mirrored (values non-increasing)."""
+
+    __slots__ = ()
+
+    def add(self, tup: Any) -> None:
+        v = self.read(tup)
+        if type(v) is not int and self._unordered(v):
+            return
+        vals = self.vals
+        if vals and vals[-1] < v:
+            seqs = self.seqs
+            while vals and vals[-1] < v:
+                vals.pop()
+                seqs.pop()
+        self.added += 1
+        vals.append(v)
+        self.seqs.append(self.added)
