@@ -408,7 +408,8 @@ def test_delay_final_waits_for_the_delay_and_the_buffer() -> None:
 def test_delay_snapshot_holds_the_items_in_flight_and_restores_them() -> None:
     feed = [{"v": 1}, at(0.4), {"v": 2}, W, at(1), {"v": 3}, at(1.2), {"v": 4}]
     state = run_split(lambda: Delay(0.75), {0: feed}, 1.0)
-    assert state == {"held": [[round(1.15 * S), "t", {"v": 2}], [round(1.15 * S), "w"]]}
+    assert state == {"held": [[round(1.15 * S), "t", {"v": 2}], [round(1.15 * S), "w"]],
+                     "final_at": None}
     late = Delay(0.75)
     late.restore(state)  # restored after the items were due: they leave at once
     assert stamped(run(late, {0: []}, start=5.0)[0]) == [(5.0, 2), (5.0, W), (5.75, F)]

@@ -258,6 +258,10 @@ class _Holding(Operator):
                 asyncio.get_running_loop()
             except RuntimeError:
                 return  # not running yet: on_ports_ready pumps
+            if self._final_seen:
+                # The input had ended when the checkpoint was taken: the host restores that
+                # without replaying final, so the hold on final is taken again here.
+                self._hold(True)
             self._pump(ctx.now())
 
     def _emit(self, item: Any) -> None:
@@ -329,10 +333,12 @@ class Delay(_Holding):
                 self._hold(False)
 
     def snapshot(self) -> Any:
-        return {"held": [[t, *_item_out(x)] for t, x in self.held]}
+        return {"held": [[t, *_item_out(x)] for t, x in self.held], "final_at": self._final_at}
 
     def restore(self, state: Any) -> None:
         self.held = deque((int(x[0]), _item_in(x[1:])) for x in state["held"])
+        self._final_at = state.get("final_at")
+        self._final_seen = self._final_at is not None
         self._rearm_after_restore()
 
     def reset_to_initial_state(self) -> None:
@@ -460,10 +466,12 @@ class Throttle(_Holding):
             "release_at": self._release_at,
             "pacing": None if not self._started else
             [self._init, list(self._first), list(self._last), self._seen],
+            "final_seen": self._final_seen,
         }
 
     def restore(self, state: Any) -> None:
         self.held = deque(_item_in(x) for x in state["held"])
+        self._final_seen = bool(state.get("final_seen", False))
         self._release_at = state["release_at"]
         pacing = state["pacing"]
         self._started = pacing is not None

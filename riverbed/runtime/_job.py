@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ..graph import FrozenGraph, Graph, event_time_region
+from ..graph import CheckpointBarrier, FrozenGraph, Graph, event_time_region
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
 from ._errors import JobError, OperatorError
 from ._metrics import JobMetrics
@@ -148,6 +148,10 @@ class Job:
                 self._report(checkpoint_id, r.name, r.final_state)
             elif r.odef.kind == "source":
                 r.start_checkpoint(checkpoint_id)
+            elif r.inputs_ended:
+                # Its inputs ended but it still runs (it holds items, like Delay): no barrier
+                # can reach it, so it starts the checkpoint itself, in order in its task.
+                r.inbox.put_control(-1, CheckpointBarrier(checkpoint_id))
         return checkpoint_id
 
     def _report(self, checkpoint_id: int, operator: str, state: Any) -> None:

@@ -535,6 +535,11 @@ class OperatorRunner:
 
     # ---------------------------------------------------------- checkpoints
 
+    @property
+    def inputs_ended(self) -> bool:
+        """Every input port has seen final (the operator may still run: deferred final)."""
+        return self._ports_open == 0 and bool(self.odef.inputs)
+
     def start_checkpoint(self, checkpoint_id: int) -> None:
         """Sources: take checkpoint ``checkpoint_id`` at the next batch boundary or flush."""
         self._barrier_request = checkpoint_id
