@@ -1,0 +1,57 @@
+"""Every graph in examples/ runs, on the virtual clock, and writes what it says it writes."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from riverbed.run import load_graph
+from riverbed.runtime import VirtualClock, run_graph
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _run(name: str, params: dict[str, object]) -> None:
+    run_graph(load_graph(EXAMPLES / name, params), clock=VirtualClock())
+
+
+def test_every_example_is_covered_here() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == [
+        "per_file_totals.py", "sensor_join.py", "sensors.py", "stock_moving_average.py"]
+
+
+def test_sensors_alert_on_a_delta_window(tmp_path: Path) -> None:
+    out = tmp_path / "alerts.jsonl"
+    _run("sensors.py", {"sensors": 50, "seconds": 4, "out": str(out)})
+    alerts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert alerts, "a random walk with jumps crosses the 1.5 degree delta somewhere"
+    assert all(abs(a["end"] - a["start"]) > 1.5 for a in alerts)
+
+
+def test_stock_moving_average_per_symbol_and_second(tmp_path: Path) -> None:
+    out = tmp_path / "averages.csv"
+    _run("stock_moving_average.py", {"seconds": 4, "symbols": 3, "out": str(out)})
+    rows = list(csv.reader(out.read_text().splitlines()))
+    assert {r[0] for r in rows} == {"SYM0", "SYM1", "SYM2"}
+    for _sym, avg, low, high, volume in rows:
+        assert float(low) <= float(avg) <= float(high) and int(volume) > 0
+
+
+def test_sensor_join_pairs_readings_of_one_room_less_than_a_second_apart(tmp_path: Path) -> None:
+    out = tmp_path / "comfort.csv"
+    _run("sensor_join.py", {"seconds": 3, "rooms": 3, "out": str(out)})
+    rows = list(csv.reader(out.read_text().splitlines()))
+    assert rows and {r[0] for r in rows} == {"room-0", "room-1", "room-2"}
+    assert all(float(r[4]) != float(r[1]) for r in rows)  # the Functor added the heat index
+
+
+def test_per_file_totals_one_line_per_file(tmp_path: Path) -> None:
+    data = tmp_path / "sales"
+    data.mkdir()
+    (data / "a.csv").write_text("item,qty,amount\npen,2,3.5\nink,1,7.25\n")
+    (data / "b.csv").write_text("item,qty,amount\npad,4,10.0\n")
+    out = tmp_path / "totals.csv"
+    _run("per_file_totals.py", {"input": str(data), "out": str(out)})
+    rows = list(csv.reader(out.read_text().splitlines()))
+    assert [(Path(r[0]).name, r[1], r[2]) for r in rows] == [("a.csv", "2", "3"), ("b.csv", "1", "4")]
