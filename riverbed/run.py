@@ -119,6 +119,9 @@ class _LoggedStore:
     def save(self, checkpoint_id: int, states: Any, *, job: str, time_ns: int) -> None:
         self.store.save(checkpoint_id, states, job=job, time_ns=time_ns)
 
+    def newest_id(self) -> int | None:
+        return self.store.newest_id()  # type: ignore[no-any-return]
+
     def latest_good(self) -> Any:
         def skipped(checkpoint_id: int, error: Exception) -> None:
             self.log.warning("checkpoint skipped", checkpoint=checkpoint_id, reason=str(error),

@@ -303,6 +303,16 @@ class CheckpointStore(ABC):
             yield cid
             bound = id_prefix(cid)
 
+    def newest_id(self) -> int | None:
+        """The highest id in the store, damaged checkpoints included: the next save must be above.
+
+        A job restored from an older checkpoint (the newest was damaged) continues
+        its numbering from here.
+        """
+        self._check_open("newest_id")
+        ids = self._newest_ids(1)
+        return ids[0] if ids else None
+
     def _newest_ids(self, n: int) -> builtins.list[int]:
         return builtins.list(itertools.islice(self._ids_desc(), n))
 

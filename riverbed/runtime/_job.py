@@ -110,7 +110,11 @@ class Job:
     # ---------------------------------------------------------- checkpoints
 
     def _restore_latest(self) -> None:
-        if self.checkpoints is None or not self._restore:
+        if self.checkpoints is None:
+            return
+        newest = getattr(self.checkpoints, "newest_id", None)
+        self.last_checkpoint = (newest() if callable(newest) else None) or 0  # ids keep increasing
+        if not self._restore:
             return
         latest = self.checkpoints.latest_good()
         if latest is None:
@@ -122,7 +126,8 @@ class Job:
                 "it was taken from a different graph"))
         for name, r in self.runners.items():
             r.restore_on_start(latest.states[name])
-        self.last_checkpoint = self.restored_from = latest.id
+        self.restored_from = latest.id
+        self.last_checkpoint = max(self.last_checkpoint, latest.id)
 
     async def _periodic(self) -> None:
         assert self._period_ns is not None
