@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import riverbed_flows
 from riverbed_flows import LatencySink, PacedReadings, latency_graph, throughput_graph
 from workloads import DESCRIPTIONS, LOOPS, SEED, WORKLOADS, Digest, Reading, make_readings, same_results
 
@@ -157,10 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="runs per variant, best time kept (default 2)")
     ap.add_argument("--only", default=",".join(WORKLOADS), help="workloads, comma-separated")
     ap.add_argument("--no-bytewax", action="store_true", help="skip Bytewax (and its installation)")
+    ap.add_argument("--no-schema", action="store_true",
+                    help="riverbed's source declares no schema (no per-tuple check), like the others")
     ap.add_argument("--latency-seconds", type=float, help="paced run length per workload (default 5)")
     ap.add_argument("--profile", metavar="W", help="only profile riverbed on workload W (cProfile)")
     ap.add_argument("--top", type=int, default=25, help="lines of profile to print")
     args = ap.parse_args(argv)
+    if args.no_schema:
+        riverbed_flows.DECLARE_SCHEMA = False
     n = args.n or (QUICK_N if args.quick else DEFAULT_N)
     w4_n = min(n, args.w4_n or (QUICK_W4_N if args.quick else DEFAULT_W4_N))
     lat_seconds = args.latency_seconds or (2.0 if args.quick else 5.0)
