@@ -30,7 +30,6 @@ from ..graph import Operator, Schema
 from ._params import OperatorParameterError, spl_aliases
 
 __all__ = [
-    "WAKE",
     "KeyFn",
     "OperatorTimer",
     "OutputClause",
@@ -295,16 +294,6 @@ def has_nan(key: Any) -> bool:
 # ----------------------------------------------------------------------- timers
 
 
-class _Wake:
-    """The marker an `OperatorTimer` feeds through the operator's inbox."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<timer wake-up>"
-
-
-WAKE: Any = _Wake()
 
 
 class OperatorTimer:
@@ -329,10 +318,6 @@ class OperatorTimer:
         self._at: int | None = None
         self._handle: Any = None
         self._release: Callable[[], None] | None = None
-
-    @staticmethod
-    def is_wake(item: Any) -> bool:
-        return item is WAKE
 
     @property
     def pending(self) -> int | None:

@@ -210,10 +210,6 @@ class _Holding(Operator):
         self._pump(self.context.now())  # restored items, if any
 
     def on_tuple(self, tup: Any, port: int) -> None:
-        if OperatorTimer.is_wake(tup):
-            assert self._timer is not None
-            self._timer.wake()
-            return
         self._arrive(tup)
 
     def on_punct(self, punct: Punct, port: int) -> None:
