@@ -515,12 +515,18 @@ class OperatorRunner:
         items = self._guard(src.generate, None)
         it: Iterator[Any] = iter(items)
         submit, control, size = self.submit, self.outputs[0].control, self._job.batch_size
+        extend = self.outputs[0].buf.extend
+        plain = not self._generates_watermarks  # then a tuple's submit is a bare append
         while not self._job.stopping:
             if self._barrier_request is not None:
                 self._source_checkpoint()
             chunk = list(itertools.islice(it, size))
             if not chunk:
                 break
+            if plain and Punct.WINDOW not in chunk and Punct.FINAL not in chunk:
+                extend(chunk)  # the schema, if any, is checked when the batch is sealed
+                await self._flush_all()
+                continue
             for item in chunk:
                 if item is Punct.WINDOW:
                     control(Punct.WINDOW)
