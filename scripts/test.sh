@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The README's test command: set up, lint, type-check, run every test.
+# The README's test command: set up (venv, packages, broker), lint, type-check, run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+scripts/install_broker.sh  # mosquitto for tests/test_mqtt.py (started there on a free port)
 .venv/bin/ruff check riverbed tests bench examples
 .venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

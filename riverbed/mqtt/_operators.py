@@ -1,0 +1,406 @@
+"""MQTTSource and MQTTSink: sensor readings in and out of a graph through an MQTT broker.
+
+Delivery guarantees (which one a graph has):
+
+* ``ack="receive"`` (default): paho acknowledges each QoS 1/2 message on
+  arrival, as MQTT clients usually do. What the graph had received but not
+  yet processed when riverbed crashed is lost: at-most-once past the client.
+  The source is not ``replayable``.
+* ``ack="checkpoint"``: a persistent session (stable ``client_id``,
+  ``clean_session=False`` / MQTT 5 ``clean_start=False`` with
+  ``session_expiry``) and manual acks. A message is acknowledged only in
+  `on_checkpoint_committed`, for messages received before that checkpoint's
+  barrier (the runtime snapshots a source at its next ``flush``, and only
+  one checkpoint is in flight at a time, so "snapshotted before the commit"
+  is "in the committed checkpoint"). After a crash the broker redelivers the
+  rest, so the source is ``replayable``. Two caveats: the broker's in-flight
+  window must not stall between checkpoints (mosquitto: ``max_inflight_messages
+  0``, and ``max_queued_messages 0`` so nothing queued offline is dropped), and
+  a crash between the commit and the ack reaching the broker makes the
+  broker redeliver messages whose effects are committed. The checkpoint
+  therefore lists the (packet id, digest of topic and payload) it is about to
+  ack; after a restore a redelivered message matching one is acked and
+  skipped, not submitted twice. (A broker reuses a packet id only once it was
+  acked, so a match is a repeat unless a new message reused the id *and* has
+  the same topic and payload.)
+
+Bad payloads never stop the graph. A source has one output stream
+(`Graph.source`), so instead of an error port each refused payload or record
+becomes a `BadMessage` (topic, payload, reason) that is counted by kind in
+``bad_counts`` (``undecodable``, ``invalid``, ``oversized``), kept in the
+bounded ``recent_bad``, passed to ``on_bad`` if given, and published to
+``dead_letter_topic`` if given (a JSON envelope), where any graph or tool can
+route it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from ..graph import Operator, Punct, Schema, Source
+from ..runtime import get_logger
+from ._client import TLS, ClientConfig, MQTTClient, MQTTConfigError, Protocol, Received
+from ._codec import BadRecord, Codec, Decoder, Encoder, Format
+
+__all__ = ["BadMessage", "MQTTSink", "MQTTSource"]
+
+AckMode = Literal["receive", "checkpoint"]
+
+
+@dataclass(frozen=True, slots=True)
+class BadMessage:
+    """A refused payload (``index`` None) or record of a batch; ``kind`` is the metrics label."""
+
+    topic: str
+    payload: bytes
+    kind: Literal["undecodable", "invalid", "oversized"]
+    reason: str
+    index: int | None = None
+
+
+def _qos(qos: int) -> int:
+    if qos not in (0, 1, 2):
+        raise MQTTConfigError(f"qos={qos!r}: expected 0, 1 or 2")
+    return qos
+
+
+def _schema(schema: Schema | Mapping[str, str] | None) -> Schema | None:
+    return schema if schema is None or isinstance(schema, Schema) else Schema(schema)
+
+
+class MQTTSource(Source):
+    """Subscribes to ``topics`` (wildcards allowed) and submits one tuple per decoded record.
+
+    Each tuple holds the payload's attributes, plus the message topic in
+    ``topic_attribute`` (None: left out) and the topic levels named by
+    ``topic_levels`` (attribute -> 0-based level, e.g. ``{"sensor": 2}`` for
+    ``plant/+/+/temp``). ``schema`` (or, if None, the graph's schema of the
+    source's stream) lists all of them; without any, JSON/msgpack records go
+    through as they are.
+
+    It runs until the job stops, or after ``max_records`` tuples (tests,
+    bounded runs); then the runtime sends final punctuation. ``idle_flush``
+    (s) bounds how long a checkpoint waits on a silent broker.
+    """
+
+    replayable = False  # True per instance with ack="checkpoint"
+
+    def __init__(self, host: str, port: int = 1883, *, topics: Sequence[str], qos: int = 1,
+                 format: Format = "json", schema: Schema | Mapping[str, str] | None = None,
+                 decode: Decoder | None = None, separator: str = ",", raw_attribute: str = "payload",
+                 topic_attribute: str | None = "topic", topic_levels: Mapping[str, int] | None = None,
+                 client_id: str | None = None, username: str | None = None, password: str | None = None,
+                 tls: TLS | None = None, protocol: Protocol = "3.1.1", ack: AckMode = "receive",
+                 session_expiry: int = 3600, max_payload: int = 1 << 20,
+                 on_bad: Callable[[BadMessage], None] | None = None, dead_letter_topic: str | None = None,
+                 max_records: int | None = None, idle_flush: float = 0.05,
+                 backoff: tuple[float, float] = (0.05, 5.0)) -> None:
+        if isinstance(topics, str) or not topics or not all(isinstance(t, str) and t for t in topics):
+            raise MQTTConfigError(f"topics={topics!r}: expected a non-empty list of topic filters, "
+                                  "e.g. ['plant/+/temp', 'alarms/#']")
+        if ack not in ("receive", "checkpoint"):
+            raise MQTTConfigError(f"ack={ack!r}: expected 'receive' or 'checkpoint'")
+        self.qos = _qos(qos)
+        if ack == "checkpoint" and qos == 0:
+            raise MQTTConfigError("ack='checkpoint' with qos=0: the broker never redelivers QoS 0; "
+                                  "use qos=1 or 2")
+        self.config = ClientConfig(host, port, client_id, username, password, tls, protocol,
+                                   persistent=ack == "checkpoint", session_expiry=session_expiry,
+                                   backoff=backoff)
+        self.topics = list(topics)
+        self.ack = ack
+        self.format = format
+        self.schema = _schema(schema)
+        self.topic_attribute = topic_attribute
+        self.topic_levels = dict(topic_levels or {})
+        for name, level in self.topic_levels.items():
+            if not isinstance(level, int) or level < 0:
+                raise MQTTConfigError(f"topic_levels[{name!r}]={level!r}: expected a level index >= 0")
+        self._codec_args: dict[str, Any] = {"decode": decode, "separator": separator,
+                                            "raw_attribute": raw_attribute}
+        self.max_payload = max_payload
+        self.on_bad = on_bad
+        self.dead_letter_topic = dead_letter_topic
+        self.max_records = max_records
+        self.idle_flush = idle_flush
+        if ack == "checkpoint":
+            vars(self)["replayable"] = True  # the instance's promise (FrozenGraph.guarantee)
+        # metrics-friendly counters
+        self.messages_received = 0
+        self.records_submitted = 0
+        self.redeliveries_skipped = 0
+        self.bad_counts: Counter[str] = Counter()
+        self.recent_bad: deque[BadMessage] = deque(maxlen=100)
+        self._codec: Codec | None = None
+        if self.schema is not None:
+            self._codec = self._make_codec(self.schema)
+        self._validate: Callable[[Any], str | None] | None = None
+        self._client: MQTTClient | None = None
+        self.subscribed = asyncio.Event()  # set once connected and subscribed (tests, publishers)
+        # (mid, qos, digest of topic and payload): received since the last snapshot, and in a
+        # checkpoint not yet committed; acked on commit.
+        self._received: list[tuple[int, int, int]] = []
+        self._snapshotted: list[tuple[int, int, int]] = []
+        self._unacked: set[int] = set()
+        # mid -> digest of messages whose effects are committed but whose ack may not have reached
+        # the broker: restored from the checkpoint, or an ack sent while disconnected.
+        self._committed: dict[int, int] = {}
+
+    @property
+    def bad_messages(self) -> int:
+        return sum(self.bad_counts.values())
+
+    @property
+    def reconnects(self) -> int:
+        return self._client.reconnects if self._client is not None else 0
+
+    def _make_codec(self, schema: Schema) -> Codec:
+        topic_attrs = {*self.topic_levels, *([self.topic_attribute] if self.topic_attribute else [])}
+        for name in topic_attrs:
+            if name not in schema.names:
+                raise MQTTConfigError(f"topic attribute {name!r} is not in the schema {schema}; add "
+                                      f"{name}='rstring' or leave it out (topic_attribute=None)")
+        payload_attrs = {n: t for n, t in schema.attributes if n not in topic_attrs}
+        fields = Schema(payload_attrs) if payload_attrs else None
+        return Codec(self.format, fields, **self._codec_args)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def setup(self) -> None:
+        if self.schema is None:
+            self.schema = self.context.output_schema(0)
+            self._codec = self._make_codec(self.schema) if self.schema is not None else None
+        if self._codec is None:
+            self._codec = Codec(self.format, None, **self._codec_args)
+        self._validate = self.schema.validator() if self.schema is not None else None
+        self._logger = get_logger(self.context.job, self.context.name)
+
+    def _log(self, event: str, fields: dict[str, Any]) -> None:
+        self._logger.warning(event, **fields)
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        manual = self.ack == "checkpoint"
+        client = MQTTClient(self.config, subscriptions=[(t, self.qos) for t in self.topics],
+                            manual_ack=manual, name=f"{ctx.job}/{ctx.name}", log=self._log)
+        self._client = client
+        async with client:
+            self.subscribed.set()
+            while not ctx.stopping:
+                for msg in await client.receive(self.idle_flush):
+                    await self._ingest(msg, manual)
+                await ctx.flush()  # a pending checkpoint is taken here, after what was submitted
+                if self.max_records is not None and self.records_submitted >= self.max_records:
+                    break
+
+    async def _ingest(self, msg: Received, manual: bool) -> None:
+        if manual and msg.qos > 0:
+            if msg.mid in self._unacked:  # redelivered after a reconnect: already in the stream
+                self.redeliveries_skipped += 1
+                return
+            digest = _digest(msg)
+            if self._committed.pop(msg.mid, None) == digest:
+                # Its effects are in a committed checkpoint, but the ack never reached the
+                # broker (a crash or a disconnect right after the commit): ack, do not repeat.
+                self.redeliveries_skipped += 1
+                self._ack_one(msg.mid, msg.qos, digest)
+                return
+            self._unacked.add(msg.mid)
+            self._received.append((msg.mid, msg.qos, digest))
+        self.messages_received += 1
+        if len(msg.payload) > self.max_payload:
+            why = f"payload of {len(msg.payload)} bytes > max_payload={self.max_payload}"
+            await self._bad(BadMessage(msg.topic, msg.payload, "oversized", why))
+            return
+        assert self._codec is not None
+        records, bad = self._codec.decode(msg.payload)
+        for b in bad:
+            await self._bad(_bad(msg, b))
+        if not records:
+            return
+        extra: dict[str, Any] = {}
+        if self.topic_attribute:
+            extra[self.topic_attribute] = msg.topic
+        if self.topic_levels:
+            levels = msg.topic.split("/")
+            for name, i in self.topic_levels.items():
+                if i >= len(levels):
+                    why = f"topic {msg.topic!r} has no level {i} for attribute {name!r}"
+                    await self._bad(BadMessage(msg.topic, msg.payload, "invalid", why))
+                    return
+                extra[name] = levels[i]
+        validate = self._validate
+        limit = self.max_records
+        for i, rec in enumerate(records):
+            if extra:
+                rec.update(extra)
+            problem = validate(rec) if validate is not None else None
+            if problem is not None:
+                await self._bad(BadMessage(msg.topic, msg.payload, "invalid", problem,
+                                           i if len(records) > 1 else None))
+                continue
+            if limit is not None and self.records_submitted >= limit:
+                return
+            self.submit(rec)
+            self.records_submitted += 1
+
+    async def _bad(self, bad: BadMessage) -> None:
+        self.bad_counts[bad.kind] += 1
+        self.recent_bad.append(bad)
+        self._logger.warning("mqtt bad payload", topic=bad.topic, kind=bad.kind, reason=bad.reason)
+        if self.on_bad is not None:
+            self.on_bad(bad)
+        if self.dead_letter_topic is not None and self._client is not None:
+            await self._client.publish(self.dead_letter_topic, dead_letter_envelope(bad), qos=1)
+
+    # -------------------------------------------------------------- state
+
+    def snapshot(self) -> Any:
+        self._snapshotted.extend(self._received)
+        self._received.clear()
+        return {"client_id": self.config.client_id, "records": self.records_submitted,
+                "acks": [list(x) for x in self._snapshotted]}
+
+    def restore(self, state: Any) -> None:
+        if not isinstance(state, dict) or state.get("client_id") != self.config.client_id:
+            raise MQTTConfigError(f"MQTTSource: the checkpoint was taken with client_id="
+                                  f"{state.get('client_id') if isinstance(state, dict) else state!r}, "
+                                  f"this source has {self.config.client_id!r}; the broker session "
+                                  "holding the unacknowledged messages belongs to the former")
+        self.records_submitted = int(state.get("records", 0))  # max_records counts across restarts
+        self._committed = {int(mid): int(digest) for mid, _, digest in state.get("acks", [])}
+
+    def on_checkpoint_committed(self, checkpoint_id: int) -> None:
+        done, self._snapshotted = self._snapshotted, []
+        for mid, qos, digest in done:
+            self._unacked.discard(mid)
+            self._ack_one(mid, qos, digest)
+
+    def _ack_one(self, mid: int, qos: int, digest: int) -> None:
+        if self._client is None or not self._client.ack(mid, qos):
+            self._committed[mid] = digest  # the broker redelivers it; then ack it, skip it
+
+
+def _digest(msg: Received) -> int:
+    h = hashlib.blake2b(msg.topic.encode(), digest_size=8)
+    h.update(b"\0")
+    h.update(msg.payload)
+    return int.from_bytes(h.digest(), "big") >> 1  # fits an int64 in the checkpoint encoding
+
+
+def _bad(msg: Received, b: BadRecord) -> BadMessage:
+    undecodable = b.reason.startswith("undecodable")
+    kind: Literal["undecodable", "invalid"] = "undecodable" if undecodable else "invalid"
+    return BadMessage(msg.topic, msg.payload, kind, b.reason, b.index)
+
+
+def dead_letter_envelope(bad: BadMessage) -> bytes:
+    """The JSON published to ``dead_letter_topic``: topic, kind, reason, index and the payload
+    (text if it is UTF-8, else base64 under ``payload_b64``)."""
+    body: dict[str, Any] = {"topic": bad.topic, "kind": bad.kind, "reason": bad.reason, "index": bad.index}
+    try:
+        body["payload"] = bad.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        body["payload_b64"] = base64.b64encode(bad.payload).decode()
+    return orjson.dumps(body)
+
+
+class MQTTSink(Operator):
+    """Publishes tuples, ``batch`` records per message, to ``topic`` or ``topic_of(tuple)``.
+
+    Publishing runs in a background task; the sink holds final punctuation
+    back (``defer_final``) until every message is published, so a graph
+    ends only after the broker has them (QoS 1/2: acknowledged). A partial
+    batch is published at each window mark and at final. It is not
+    transactional: with checkpoints a message may be published twice after
+    a restore.
+    """
+
+    def __init__(self, host: str, port: int = 1883, *, topic: str | None = None,
+                 topic_of: Callable[[Any], str] | None = None, qos: int = 1, format: Format = "json",
+                 schema: Schema | Mapping[str, str] | None = None, encode: Encoder | None = None,
+                 separator: str = ",", raw_attribute: str = "payload", batch: int = 1, retain: bool = False,
+                 client_id: str | None = None, username: str | None = None, password: str | None = None,
+                 tls: TLS | None = None, protocol: Protocol = "3.1.1", window: int = 64,
+                 backoff: tuple[float, float] = (0.05, 5.0)) -> None:
+        if (topic is None) == (topic_of is None):
+            raise MQTTConfigError("give topic='a/b' or topic_of=fn(tuple) -> topic, exactly one")
+        if topic is not None and ("+" in topic or "#" in topic):
+            raise MQTTConfigError(f"topic={topic!r}: wildcards are for subscribing; publish to a plain topic")
+        if not isinstance(batch, int) or batch < 1:
+            raise MQTTConfigError(f"batch={batch!r}: expected records per message, an int >= 1")
+        if batch > 1 and format == "raw":
+            raise MQTTConfigError("format='raw' carries one blob per message; use batch=1")
+        self.qos = _qos(qos)
+        self.config = ClientConfig(host, port, client_id, username, password, tls, protocol, backoff=backoff)
+        self.topic = topic
+        self.topic_of = topic_of
+        self.batch = batch
+        self.retain = retain
+        self.window = window
+        self.codec = Codec(format, _schema(schema), encode=encode, separator=separator,
+                           raw_attribute=raw_attribute)
+        self.messages_published = 0
+        self.records_published = 0
+        self._buffers: dict[str, list[dict[str, Any]]] = {}
+        self._outbox: asyncio.Queue[tuple[str, bytes, int] | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._release: Callable[[], None] | None = None
+        self._error: BaseException | None = None
+
+    def setup(self) -> None:
+        self._release = self.context.defer_final()
+        self._task = asyncio.get_running_loop().create_task(
+            self._publisher(), name=f"{self.context.job}/{self.context.name}/publish")
+
+    async def _publisher(self) -> None:
+        try:
+            async with MQTTClient(self.config, name=f"{self.context.job}/{self.context.name}") as client:
+                done = False
+                while not done:
+                    item = await self._outbox.get()
+                    chunk = [item]
+                    while len(chunk) < self.window and not self._outbox.empty():
+                        chunk.append(self._outbox.get_nowait())
+                    sends = [x for x in chunk if x is not None]
+                    done = len(sends) < len(chunk)
+                    await asyncio.gather(*(client.publish(t, p, self.qos, self.retain) for t, p, _ in sends))
+                    self.messages_published += len(sends)  # QoS 1/2: acknowledged by the broker
+                    self.records_published += sum(n for _, _, n in sends)
+        except Exception as exc:
+            self._error = exc
+        finally:
+            if self._release is not None:
+                self._release()
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if self._error is not None:
+            raise self._error
+        topic = self.topic if self.topic is not None else self.topic_of(tup)  # type: ignore[misc]
+        buf = self._buffers.setdefault(topic, [])
+        buf.append(tup)
+        if len(buf) >= self.batch:
+            self._send(topic)
+
+    def _send(self, topic: str) -> None:
+        records = self._buffers.pop(topic, [])
+        if records:
+            self._outbox.put_nowait((topic, self.codec.encode(records, batch=self.batch > 1), len(records)))
+
+    def on_punct(self, punct: Punct, port: int) -> None:
+        for topic in list(self._buffers):
+            self._send(topic)
+        if punct is Punct.FINAL:
+            self._outbox.put_nowait(None)
+
+    def on_shutdown(self) -> None:
+        if self._error is not None:
+            raise self._error
