@@ -383,3 +383,29 @@ def test_prometheus_port_in_use_is_a_clear_error() -> None:
 def test_prometheus_rejects_a_bad_port() -> None:
     with pytest.raises(ValueError, match=r"metrics port 70000: expected 0..65535"):
         serve_metrics(FakeJob(), 70000)
+
+
+def test_operator_counters_show_in_the_status_line_and_in_prometheus() -> None:
+    import urllib.request
+
+    from riverbed.graph import Graph, Operator, Source
+    from riverbed.runtime import Job, VirtualClock, render_plain, run_virtual, serve_metrics
+
+    class Gen(Source):
+        def generate(self) -> Any:
+            return iter([{"v": 1}, {"v": -1}, {"v": 2}])
+
+    class Check(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            if tup["v"] < 0:
+                self.context.counter("negative").inc()  # type: ignore[attr-defined]
+
+    g = Graph("own")
+    g.sink("check", Check(), [g.source("gen", Gen())])
+    job = Job(g, clock=VirtualClock())
+    run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    lines = render_plain(job.snapshot_metrics(), None, 0.0)
+    assert any(line.startswith("own/check:") and line.endswith("negative=1") for line in lines)
+    with serve_metrics(job, 0) as server:
+        body = urllib.request.urlopen(server.url, timeout=10).read().decode()
+    assert 'riverbed_operator_events_total{job="own",name="negative",operator="check"} 1.0' in body

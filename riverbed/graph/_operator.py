@@ -68,6 +68,10 @@ class OperatorContext(Protocol):
 
     def request_checkpoint(self) -> int | None: ...
 
+    def counter(self, name: str) -> Any:
+        """A named counter (``inc(n)``, ``value``) shown in the status view and metrics."""
+        ...
+
 
 class Operator:
     """Base class of operators: override the handlers the operator needs.

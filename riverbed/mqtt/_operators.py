@@ -194,9 +194,11 @@ class MQTTSource(Source):
         self._client = client
         async with client:
             self.subscribed.set()
+            reconnects = ctx.counter("reconnects")
             while not ctx.stopping:
                 for msg in await client.receive(self.idle_flush):
                     await self._ingest(msg, manual)
+                reconnects.value = client.reconnects
                 await ctx.flush()  # a pending checkpoint is taken here, after what was submitted
                 if self.max_records is not None and self.records_submitted >= self.max_records:
                     break
@@ -254,6 +256,7 @@ class MQTTSource(Source):
 
     async def _bad(self, bad: BadMessage) -> None:
         self.bad_counts[bad.kind] += 1
+        self.context.counter(f"bad_{bad.kind}").inc()  # status view and Prometheus
         self.recent_bad.append(bad)
         self._logger.warning("mqtt bad payload", topic=bad.topic, kind=bad.kind, reason=bad.reason)
         if self.on_bad is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["InputPortMetrics", "JobMetrics", "OperatorMetrics", "OutputPortMetrics"]
+__all__ = ["Counter", "InputPortMetrics", "JobMetrics", "OperatorMetrics", "OutputPortMetrics"]
 
 
 @dataclass(slots=True)
@@ -30,6 +30,18 @@ class OutputPortMetrics:
     watermarks_submitted: int = 0
 
 
+class Counter:
+    """A count an operator keeps of its own (reconnects, bad payloads): ``inc`` costs an add."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, n: int = 1) -> None:
+        self.value += n
+
+
 @dataclass(slots=True)
 class OperatorMetrics:
     name: str
@@ -41,6 +53,7 @@ class OperatorMetrics:
     backpressure_waits: int = 0  # times an upstream waited on this operator's full inbox
     watermark: int | None = None
     finished: bool = False
+    counters: dict[str, Counter] = field(default_factory=dict)  # the operator's own (`context.counter`)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +66,7 @@ class OperatorMetrics:
             "backpressure_waits": self.backpressure_waits,
             "watermark": self.watermark,
             "finished": self.finished,
+            "counters": {name: c.value for name, c in self.counters.items()},
         }
 
 

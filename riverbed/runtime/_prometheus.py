@@ -74,7 +74,12 @@ class JobCollector:
         watermark = GaugeMetricFamily("riverbed_watermark",
                                       "The operator's event-time watermark in ticks (absent until set).",
                                       labels=_OPERATOR_LABELS)
+        own = CounterMetricFamily("riverbed_operator_events",
+                                  "Counts an operator keeps of its own (context.counter).",
+                                  labels=[*_OPERATOR_LABELS, "name"])
         for name, op in metrics.operators.items():
+            for counter_name, counter in op.counters.items():
+                own.add_metric([metrics.job, name, counter_name], counter.value)
             for port, pm in enumerate(op.inputs):
                 labels = [metrics.job, name, str(port)]
                 for family, (_, _, value) in zip(inputs, _INPUT_COUNTERS, strict=True):
@@ -89,7 +94,7 @@ class JobCollector:
             if op.watermark is not None:
                 watermark.add_metric(labels, op.watermark)
         yield from inputs
-        yield from (submitted, waits, size, capacity, high_water, watermark)
+        yield from (submitted, waits, size, capacity, high_water, watermark, own)
 
 
 class MetricsServer:

@@ -43,7 +43,7 @@ from ..windows import (
 from ._channel import Inbox
 from ._clock import Clock, TimerHandle
 from ._errors import OperatorError, SchemaViolation
-from ._metrics import InputPortMetrics, OperatorMetrics, OutputPortMetrics
+from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -336,6 +336,15 @@ class OperatorRunner:
         if len(self._op_timers) > 64:
             self._op_timers = [t for t in self._op_timers if not t._wake.cancelled]
         return timer
+
+    def counter(self, name: str) -> Counter:
+        """A named count of the operator's own, shown by the status view and exported to
+        Prometheus (``riverbed_operator_events_total{name=...}``); the same name, the same one."""
+        counters = self.metrics.counters
+        found = counters.get(name)
+        if found is None:
+            found = counters[name] = Counter()
+        return found
 
     def defer_final(self) -> Callable[[], None]:
         """Keep running after every input ended, until the returned function is called;

@@ -116,11 +116,16 @@ def render_plain(metrics: JobMetrics, previous: JobMetrics | None, elapsed: floa
     the output ports; "late" and "errors" sum the input ports. ``resolution``
     is the tick unit of the watermark.
     """
-    return [
-        f"{metrics.job}/{r.operator}: in={r.tuples_in} ({r.rate_in}/s) out={r.tuples_out} "
-        f"({r.rate_out}/s) queue={r.queue} watermark={r.watermark} late={r.late} errors={r.errors}"
-        for r in _rows(metrics, previous, elapsed, resolution)
-    ]
+    lines = []
+    for r in _rows(metrics, previous, elapsed, resolution):
+        line = (f"{metrics.job}/{r.operator}: in={r.tuples_in} ({r.rate_in}/s) out={r.tuples_out} "
+                f"({r.rate_out}/s) queue={r.queue} watermark={r.watermark} late={r.late} "
+                f"errors={r.errors}")
+        own = metrics.operators[r.operator].counters if r.operator in metrics.operators else {}
+        if own:
+            line += " " + " ".join(f"{name}={c.value}" for name, c in sorted(own.items()))
+        lines.append(line)
+    return lines
 
 
 def render_table(metrics: JobMetrics, previous: JobMetrics | None, elapsed: float, *,
