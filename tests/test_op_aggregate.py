@@ -11,14 +11,13 @@ import asyncio
 import contextlib
 import math
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, Operator, Punct, Schema, Source, Watermark
 from riverbed.operators._aggregate import Aggregate
 from riverbed.operators._aggregate_functions import (
@@ -536,24 +535,6 @@ def test_values_an_accumulator_cannot_keep_are_recomputed() -> None:
 # ---------------------------------------------------------- snapshot/restore
 
 
-@dataclass(frozen=True)
-class Stored:
-    id: int
-    states: Mapping[str, Any]
-    time_ns: int
-
-
-class MemoryCheckpoints:
-    def __init__(self) -> None:
-        self.saved: dict[int, Stored] = {}
-
-    def save(self, checkpoint_id: int, states: Mapping[str, Any], *, job: str, time_ns: int) -> None:
-        self.saved[checkpoint_id] = Stored(checkpoint_id, dict(states), time_ns)
-
-    def latest_good(self) -> Stored | None:
-        return self.saved[max(self.saved)] if self.saved else None
-
-
 class Readings(Source):
     """Ten readings every 0.1 s; its state is the offset of the next one."""
 
@@ -636,7 +617,7 @@ def test_a_crash_then_restart_from_a_checkpoint_gives_the_uninterrupted_output(
     reference = Output()
     assert run_until(Job(build(n, window, reference, flavor), clock=VirtualClock()), None)
     assert len(reference.rows) > 50
-    store = MemoryCheckpoints()
+    store = MemoryStore()
     first = Output()
     if run_until(Job(build(n, window, first, flavor), clock=VirtualClock(), checkpoints=store,
                      checkpoint_period=0.35), crash * S // 10):

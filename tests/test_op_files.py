@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, Operator, Punct, Schema
 from riverbed.operators._files import (
     DirectoryScan,
@@ -285,23 +285,6 @@ def test_parameters_are_checked_and_spl_spellings_accepted(tmp_path: Path) -> No
 # ------------------------------------------------------------------------------------ replay
 
 
-@dataclass(frozen=True)
-class Stored:
-    id: int
-    states: Mapping[str, Any]
-
-
-class MemoryCheckpoints:
-    def __init__(self) -> None:
-        self.saved: dict[int, Stored] = {}
-
-    def save(self, checkpoint_id: int, states: Mapping[str, Any], *, job: str, time_ns: int) -> None:
-        self.saved[checkpoint_id] = Stored(checkpoint_id, dict(states))
-
-    def latest_good(self) -> Stored | None:
-        return self.saved[max(self.saved)] if self.saved else None
-
-
 class Recorder(Operator):
     """A sink whose output is its state, so a restore rewinds it to the checkpoint."""
 
@@ -393,7 +376,7 @@ def test_a_crash_then_restart_neither_loses_nor_repeats_a_record(tmp_path: Path,
     f = paced_file(tmp_path / "in.csv", 40)
     reference = Recorder()
     assert run_until(Job(build_replay(f, reference), clock=VirtualClock()), None)
-    store = MemoryCheckpoints()
+    store = MemoryStore()
     first = Recorder()
     job = Job(build_replay(f, first), clock=VirtualClock(), checkpoints=store, checkpoint_period=0.25)
     assert not run_until(job, crash * S // 10 + S // 20)
@@ -691,7 +674,7 @@ def test_file_source_to_transactional_file_sink_is_exactly_once_across_a_crash(
     expected = reference.read_text()
     assert expected.count("\n") == 40
     out = tmp_path / "out.csv"
-    store = MemoryCheckpoints()
+    store = MemoryStore()
     job = Job(build_exactly_once(src, out), clock=VirtualClock(), checkpoints=store, checkpoint_period=0.3)
     assert not run_until(job, crash * S // 10 + S // 20)
     seen = visible(out) or ""
@@ -707,7 +690,7 @@ def test_file_source_to_transactional_file_sink_is_exactly_once_across_a_crash(
 
 
 def scan_job(scan: DirectoryScan, actions: list[tuple[float, Callable[[Job], None]]],
-             restore: MemoryCheckpoints | None = None) -> ListSink:
+             restore: MemoryStore | None = None) -> ListSink:
     g = Graph("scan")
     sink = ListSink()
     g.sink("out", sink, [g.source("dir", scan)])

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, Operator, Punct, Source
 from riverbed.operators._join import Join
 from riverbed.operators._params import OperatorParameterError
@@ -331,28 +331,6 @@ def test_unsupported_windows_and_ports_fail_at_setup(setup: dict[str, Any], mess
 # ----------------------------------------------------------- checkpoints
 
 
-@dataclass(frozen=True)
-class Stored:
-    id: int
-    states: Mapping[str, Any]
-
-
-class MsgpackCheckpoints:
-    """Keeps checkpoints msgpack-encoded, as a durable store would: the state must be plain data."""
-
-    def __init__(self) -> None:
-        self.saved: dict[int, bytes] = {}
-
-    def save(self, checkpoint_id: int, states: Mapping[str, Any], *, job: str, time_ns: int) -> None:
-        self.saved[checkpoint_id] = msgpack.packb(dict(states))
-
-    def latest_good(self) -> Stored | None:
-        if not self.saved:
-            return None
-        last = max(self.saved)
-        return Stored(last, msgpack.unpackb(self.saved[last], strict_map_key=False))
-
-
 class Replay(Source):
     """Emits scheduled tuples (time in seconds, tuple) and stays open until ``end``;
     its checkpointed state is the index of the next tuple."""
@@ -448,7 +426,7 @@ def test_a_crash_then_restore_from_a_checkpoint_gives_the_uninterrupted_output(c
     assert run_until(Job(build_checkpointed(reference, left=left, right=right), clock=VirtualClock()), None)
     assert all(k.rows for k in reference), "the workload reaches every output"
 
-    store = MsgpackCheckpoints()
+    store = MemoryStore()
     first = [Keep(), Keep(), Keep()]
     job = Job(build_checkpointed(first, left=left, right=right), clock=VirtualClock(),
               checkpoints=store, checkpoint_period=0.45)
@@ -483,7 +461,7 @@ def test_restoring_later_evicts_overdue_tuples_and_outputs_the_unmatched_ones(fl
             g.sink(f"out{i}", keep, [stream])
         return g
 
-    store = MsgpackCheckpoints()
+    store = MemoryStore()
     first = [Keep(), Keep()]
     assert not run_until(Job(build(first), clock=VirtualClock(), checkpoints=store,
                              checkpoint_period=2.0), 3 * S)

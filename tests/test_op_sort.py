@@ -7,11 +7,11 @@ import asyncio
 import contextlib
 from typing import Any
 
-import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, Operator, Punct, Source, Watermark
 from riverbed.operators._params import OperatorParameterError
 from riverbed.operators._sort import Sort
@@ -218,20 +218,6 @@ class Keep(Operator):
         self.rows = list(state)
 
 
-class MsgpackCheckpoints:
-    def __init__(self) -> None:
-        self.saved: dict[int, bytes] = {}
-
-    def save(self, checkpoint_id: int, states: Any, *, job: str, time_ns: int) -> None:
-        self.saved[checkpoint_id] = msgpack.packb(dict(states))
-
-    def latest_good(self) -> Any:
-        if not self.saved:
-            return None
-        last = max(self.saved)
-        return type("Stored", (), {"id": last, "states": msgpack.unpackb(self.saved[last])})()
-
-
 ROWS = [{"k": i % 3, "v": (i * 37) % 23, "i": i} for i in range(60)]
 
 
@@ -266,7 +252,7 @@ def test_a_crash_then_restore_from_a_checkpoint_gives_the_uninterrupted_output(c
                                                                              window: str) -> None:
     reference = Keep()
     assert run_until(Job(build(reference, window), clock=VirtualClock()), None)
-    store = MsgpackCheckpoints()
+    store = MemoryStore()
     first = Keep()
     if run_until(Job(build(first, window), clock=VirtualClock(), checkpoints=store,
                      checkpoint_period=0.45), crash * S // 10):
@@ -279,7 +265,7 @@ def test_a_crash_then_restore_from_a_checkpoint_gives_the_uninterrupted_output(c
 
 
 def test_snapshot_of_a_progressive_sort_holds_its_sorted_partitions_as_plain_data() -> None:
-    store = MsgpackCheckpoints()
+    store = MemoryStore()
     assert not run_until(Job(build(Keep(), "sliding, count(4), partitioned"), clock=VirtualClock(),
                              checkpoints=store, checkpoint_period=1.0), S + S // 2)
     states = store.latest_good().states

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, Operator, Punct, Schema, Source
 from riverbed.operators._params import OperatorParameterError
 from riverbed.operators._utility import DeDuplicate, Split, SplitMapping, ThreadedSplit, Union
@@ -464,23 +465,6 @@ def test_the_modules_export_what_they_define() -> None:
 # ------------------------------------------------ real checkpoints: crash and restart
 
 
-@dataclass(frozen=True)
-class _Stored:
-    id: int
-    states: Mapping[str, Any]
-
-
-class _Memory:
-    def __init__(self) -> None:
-        self.saved: dict[int, _Stored] = {}
-
-    def save(self, checkpoint_id: int, states: Mapping[str, Any], *, job: str, time_ns: int) -> None:
-        self.saved[checkpoint_id] = _Stored(checkpoint_id, plain(dict(states)))
-
-    def latest_good(self) -> _Stored | None:
-        return self.saved[max(self.saved)] if self.saved else None
-
-
 class _Replay(Source):
     """Replayable: item i at i * 0.1 s; the state is the next offset."""
 
@@ -531,7 +515,7 @@ _CRASH_OPS = {
 }
 
 
-def _crash_run(kind: str, crash_at: int | None, store: _Memory | None) -> tuple[list[Any], bool]:
+def _crash_run(kind: str, crash_at: int | None, store: MemoryStore | None) -> tuple[list[Any], bool]:
     g = Graph("crash")
     src = g.source("src", _Replay(40))
     op = g.operator("op", _CRASH_OPS[kind](), [src])
@@ -558,7 +542,7 @@ def _crash_run(kind: str, crash_at: int | None, store: _Memory | None) -> tuple[
 @given(kind=st.sampled_from(sorted(_CRASH_OPS)), crash=st.integers(min_value=1, max_value=45))
 def test_a_crash_at_any_instant_then_restart_gives_the_uninterrupted_output(kind: str, crash: int) -> None:
     reference, _ = _crash_run(kind, None, None)
-    store = _Memory()
+    store = MemoryStore()
     first, completed = _crash_run(kind, crash * S // 10 + S // 20, store)
     if completed:
         assert first == reference
