@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -347,26 +345,11 @@ def test_beacon_without_period_is_fast_and_restores_its_iteration_count() -> Non
 
 
 def test_beacon_stopped_early_sends_no_mark_and_trigger_count_takes_checkpoints() -> None:
-    @dataclass(frozen=True)
-    class Stored:
-        id: int
-        states: Mapping[str, Any]
-
-    class Memory:
-        def __init__(self) -> None:
-            self.saved: dict[int, Stored] = {}
-
-        def save(self, checkpoint_id: int, states: Mapping[str, Any], *, job: str, time_ns: int) -> None:
-            self.saved[checkpoint_id] = Stored(checkpoint_id, dict(states))
-
-        def latest_good(self) -> Stored | None:
-            return self.saved[max(self.saved)] if self.saved else None
-
     g = Graph("forever")
     s = g.source("b", Beacon(period=1.0, triggerCount=3, output={"n": lambda i: i}))
     sink = ListSink()
     g.sink("sink", sink, [s])
-    store = Memory()
+    store = MemoryStore(keep_last=10)
     job = Job(g, clock=VirtualClock(), checkpoints=store)
 
     async def main() -> None:
@@ -377,7 +360,7 @@ def test_beacon_stopped_early_sends_no_mark_and_trigger_count_takes_checkpoints(
 
     run_virtual(main(), job.clock)  # type: ignore[arg-type]
     assert [x if x is F else x["n"] for x in sink.items] == [*range(8), F]
-    assert [c.states["b"]["operator"]["count"] for c in store.saved.values()] == [3, 6]
+    assert [store.load(c.id).states["b"]["operator"]["count"] for c in store.list()] == [3, 6]
 
 
 def test_beacon_parameter_errors() -> None:

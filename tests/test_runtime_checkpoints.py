@@ -1,6 +1,6 @@
 """Aligned checkpoints through the runtime: barriers, operator and window state, restore on start.
 
-The store here is an in-memory dict; the RocksDB store has its own tests. A crash is a job
+The store here is the in-memory `MemoryStore`; the RocksDB store has its own tests. A crash is a job
 aborted at an arbitrary virtual instant; the restarted job must finish with exactly the
 output of a run that never crashed.
 """
@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from riverbed.checkpoint import Checkpoint, MemoryStore
 from riverbed.graph import Graph, Operator, Schema, Source
 from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
 from riverbed.windows import EventType, StreamWindowEvent
@@ -24,22 +23,9 @@ from riverbed.windows import EventType, StreamWindowEvent
 S = 1_000_000_000
 
 
-@dataclass(frozen=True)
-class Stored:
-    id: int
-    states: Mapping[str, Any]
-
-
-class MemoryCheckpoints:
-    def __init__(self) -> None:
-        self.saved: dict[int, Stored] = {}
-
-    def save(self, checkpoint_id: int, states: Mapping[str, Any], *, job: str, time_ns: int) -> None:
-        assert checkpoint_id > max(self.saved, default=0)
-        self.saved[checkpoint_id] = Stored(checkpoint_id, dict(states))
-
-    def latest_good(self) -> Stored | None:
-        return self.saved[max(self.saved)] if self.saved else None
+def _all(store: MemoryStore) -> dict[int, Checkpoint]:
+    """Every checkpoint the store holds (the tests keep them all: keep_last=1000)."""
+    return {info.id: store.load(info.id) for info in store.list()}
 
 
 class Readings(Source):
@@ -139,13 +125,14 @@ def run_until(job: Job, crash_at: int | None) -> bool:
 
 
 def test_checkpoints_commit_periodically_and_hold_every_operator() -> None:
-    store = MemoryCheckpoints()
+    store = MemoryStore(keep_last=1000)
     out = Output()
     job = Job(build(400, out), clock=VirtualClock(), checkpoints=store, checkpoint_period=0.5)
     assert run_until(job, None)
-    assert len(store.saved) >= 5
-    assert out.committed == sorted(store.saved)
-    state = store.saved[3].states
+    saved = _all(store)
+    assert len(saved) >= 5
+    assert out.committed == sorted(saved)
+    state = saved[3].states
     assert set(state) == {"readings", "sums", "totals", "out"}
     # Consistency: the sink holds exactly the results of the readings the source had emitted.
     offset = state["readings"]["operator"]
@@ -161,7 +148,7 @@ def test_a_crash_at_any_instant_then_restart_gives_the_uninterrupted_output(cras
     reference = Output()
     assert run_until(Job(build(n, reference), clock=VirtualClock()), None)
 
-    store = MemoryCheckpoints()
+    store = MemoryStore(keep_last=1000)
     first = Output()
     crash_at = crash * S // 10  # somewhere in the 6 s the run takes
     completed = run_until(Job(build(n, first), clock=VirtualClock(), checkpoints=store,
@@ -177,7 +164,7 @@ def test_a_crash_at_any_instant_then_restart_gives_the_uninterrupted_output(cras
 
 
 def test_restoring_a_checkpoint_of_another_graph_is_refused() -> None:
-    store = MemoryCheckpoints()
+    store = MemoryStore(keep_last=1000)
     store.save(1, {"readings": None}, job="other", time_ns=0)
     job = Job(build(10, Output()), clock=VirtualClock(), checkpoints=store)
     with pytest.raises(JobError, match="has no state for operator"):
@@ -196,7 +183,7 @@ def test_a_fan_in_operator_aligns_barriers_from_both_connections() -> None:
         def snapshot(self) -> Any:
             return self.seen
 
-    store = MemoryCheckpoints()
+    store = MemoryStore(keep_last=1000)
     g = Graph("fanin")
     a = g.source("a", Readings(200))
     b = g.source("b", Readings(300))
@@ -205,7 +192,7 @@ def test_a_fan_in_operator_aligns_barriers_from_both_connections() -> None:
     g.sink("out", out, [m])
     job = Job(g, clock=VirtualClock(), checkpoints=store, checkpoint_period=0.5)
     assert run_until(job, None)
-    for ckpt in store.saved.values():
+    for ckpt in _all(store).values():
         s = ckpt.states
         # Aligned: merge saw exactly what both sources had emitted at their barriers.
         assert s["merge"]["operator"] == s["a"]["operator"] + s["b"]["operator"]
