@@ -42,14 +42,13 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 from riverbed.graph import Graph, Operator, Punct, Schema, Source
 from riverbed.mqtt import MQTTSink, MQTTSource
-from riverbed.operators import Aggregate, Average, Count, Max
+from riverbed.operators import Aggregate, Average, Count, FileSink, Max
 from riverbed.operators._aggregate_functions import IntervalEnd, IntervalStart, PaneTimingOf
 
 NS = 1_000_000_000
@@ -156,26 +155,10 @@ class PaneAlerts(Operator):
         self.previous = dict(state or {})
 
 
-class JsonLinesSink(Operator):
-    """Tuples as JSON lines; flushed on each window mark and closed at the end."""
-
-    def __init__(self, path: str) -> None:
-        self.path = Path(path)
-        self.count = 0
-
-    def setup(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = self.path.open("w", encoding="utf-8")
-
-    def on_tuple(self, tup: Any, port: int) -> None:
-        self.file.write(json.dumps(tup) + "\n")
-        self.count += 1
-
-    def on_punct(self, punct: Punct, port: int) -> None:
-        self.file.flush()
-
-    def on_shutdown(self) -> None:
-        self.file.close()
+def _jsonl(path: str) -> FileSink:
+    """JSON lines, flushed on each window mark (FileSink's default), into a directory made now."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return FileSink(path, format="json")
 
 
 def build(params: dict[str, Any]) -> Graph:
@@ -203,6 +186,6 @@ def build(params: dict[str, Any]) -> Graph:
                        [window], [None])
     alerts, results = g.operator("alerts", PaneAlerts(float(p["delta"]), float(p["threshold"])),
                                  [panes], [ALERT, None])
-    g.sink("alert_file", JsonLinesSink(str(p["out"])), [alerts])
-    g.sink("pane_file", JsonLinesSink(str(p["panes"])), [results])
+    g.sink("alert_file", _jsonl(str(p["out"])), [alerts])
+    g.sink("pane_file", _jsonl(str(p["panes"])), [results])
     return g
