@@ -25,7 +25,7 @@ from typing import Any
 
 from ._errors import SchemaError
 
-__all__ = ["SPL_TYPES", "Schema"]
+__all__ = ["SPL_TYPES", "Schema", "split_composite"]
 
 _INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1),
@@ -43,18 +43,26 @@ SPL_TYPES = (*_SCALARS, "list<T>", "set<T>", "map<K,V>")
 _COMPOSITE = re.compile(r"^(list|set|map)<(.+)>$")
 
 
-def _split_args(inner: str) -> list[str]:
-    depth, start, out = 0, 0, []
+def split_composite(spl_type: str) -> tuple[str, list[str]] | None:
+    """``list<T>``, ``set<T>``, ``map<K,V>`` as (kind, argument types); None for any other text.
+
+    Arguments may nest (``map<rstring,list<int64>>``): only top-level commas split.
+    """
+    m = _COMPOSITE.match(spl_type)
+    if m is None:
+        return None
+    inner = m.group(2)
+    depth, start, args = 0, 0, []
     for i, ch in enumerate(inner):
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth -= 1
         elif ch == "," and depth == 0:
-            out.append(inner[start:i].strip())
+            args.append(inner[start:i].strip())
             start = i + 1
-    out.append(inner[start:].strip())
-    return out
+    args.append(inner[start:].strip())
+    return m.group(1), args
 
 
 def _checker(spl_type: str) -> Callable[[Any], bool]:
@@ -70,11 +78,11 @@ def _checker(spl_type: str) -> Callable[[Any], bool]:
     if t in _SCALARS:
         py = _SCALARS[t]
         return lambda v: type(v) is py
-    m = _COMPOSITE.match(t)
-    if m is None:
+    composite = split_composite(t)
+    if composite is None:
         raise SchemaError(f"unknown type {spl_type!r}; expected one of {', '.join(SPL_TYPES)} "
                           "(for example list<float64> or map<rstring,int64>)")
-    kind, args = m.group(1), _split_args(m.group(2))
+    kind, args = composite
     if kind in ("list", "set"):
         if len(args) != 1:
             raise SchemaError(f"{spl_type!r}: {kind}<T> takes one element type")

@@ -47,6 +47,7 @@ from typing import Any, Literal
 import orjson
 
 from ..graph import Schema
+from ..graph._schema import split_composite
 
 __all__ = [
     "FORMATS",
@@ -76,7 +77,6 @@ _INT_RANGES = {
 }
 _DECIMALS = ("decimal32", "decimal64", "decimal128")
 _STRINGS = ("rstring", "ustring")
-_COMPOSITE = re.compile(r"^(list|set|map)<(.+)>$")
 _INTEGER = re.compile(r"^[+-]?\d+$")
 _ISO = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})"
@@ -146,10 +146,10 @@ def type_default(spl_type: str) -> Any:
         return ""
     if t == "blob":
         return b""
-    m = _COMPOSITE.match(t)
-    if m is None:
+    composite = split_composite(t)
+    if composite is None:
         raise RecordError(f"unknown type {spl_type!r}")
-    return {"list": list, "set": set, "map": dict}[m.group(1)]()
+    return {"list": list, "set": set, "map": dict}[composite[0]]()
 
 
 def _int_parser(lo: int, hi: int, spl_type: str) -> Callable[[str], Any]:
@@ -283,10 +283,10 @@ def json_value(spl_type: str) -> Callable[[Any], Any]:
             raise RecordError(f"{v!r} is not a timestamp (integer ns or ISO-8601 text)")
 
         return timestamp
-    m = _COMPOSITE.match(t)
-    if m is None:
+    composite = split_composite(t)
+    if composite is None:
         raise RecordError(f"unknown type {spl_type!r}")
-    kind, args = m.group(1), _split_args(m.group(2))
+    kind, args = composite
     if kind in ("list", "set"):
         elem = json_value(args[0])
 
@@ -305,20 +305,6 @@ def json_value(spl_type: str) -> Callable[[Any], Any]:
         return {key_text(k): value(x) for k, x in v.items()}
 
     return mapping
-
-
-def _split_args(inner: str) -> list[str]:
-    depth, start, out = 0, 0, []
-    for i, ch in enumerate(inner):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(inner[start:i].strip())
-            start = i + 1
-    out.append(inner[start:].strip())
-    return out
 
 
 def _short(value: Any, limit: int = 60) -> str:
