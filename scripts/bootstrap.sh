@@ -15,6 +15,6 @@ fi
 stamp=.venv/.riverbed-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e '.[test,embedded-broker]'
+    .venv/bin/python -m pip install --quiet -e '.[test,embedded-broker,spark]'
     touch "$stamp"
 fi

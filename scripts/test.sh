@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 scripts/install_broker.sh  # mosquitto for tests/test_mqtt.py (started there on a free port)
+scripts/check_java.sh      # Java 17+ for the Spark bridge tests (tests/spark, local mode)
 .venv/bin/ruff check riverbed tests bench examples
 .venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

@@ -592,11 +592,18 @@ class OperatorRunner:
         self._replay.extend(self._held)
         self._held.clear()
 
-    def checkpoint_state(self) -> dict[str, Any]:
+    def checkpoint_state(self, *, drain: bool = True) -> dict[str, Any]:
         """Drain, then this operator's whole state as plain data: its own, its windows', its
-        watermarks and which connections have ended."""
+        watermarks and which connections have ended.
+
+        ``drain=False`` snapshots the windows between two items instead of
+        checkpointing them: no pending evictions are reported and a cpp window
+        does not suspend its time (the Spark bridge stores state after every
+        micro-batch this way, which SPL would not call a checkpoint).
+        """
         self._guard(self.op.drain, None)
-        windows = [None if w is None else self._guard(w.checkpoint, None) for w in self.windows]
+        take = (lambda w: w.checkpoint()) if drain else (lambda w: w.snapshot())
+        windows = [None if w is None else self._guard(take, None, w) for w in self.windows]
         return {
             "operator": self._guard(self.op.snapshot, None),
             "windows": windows,
@@ -608,7 +615,7 @@ class OperatorRunner:
         """Restore ``state`` (from `checkpoint_state`) when the job starts, after activation."""
         self._restore = state
 
-    def _apply_restore(self, state: Any) -> None:
+    def _apply_restore(self, state: Any, *, reset: bool = True) -> None:
         try:
             windows = state["windows"]
             marks = state["watermark"]
@@ -621,7 +628,7 @@ class OperatorRunner:
         self._guard(self.op.restore, None, state["operator"])
         for w, snap in zip(self.windows, windows, strict=True):
             if w is not None:
-                self._guard(w.reset, None, snap)
+                self._guard(w.reset if reset else w.restore, None, snap)
         self._wm_in = list(marks["in"])
         self._watermark = self.metrics.watermark = marks["value"]
         self._last_sent = marks["sent"]
@@ -636,11 +643,18 @@ class OperatorRunner:
         self._ports_open = sum(1 for n in needed if n > 0)
 
     async def _finish(self) -> None:
+        self.close_outputs()
+        await self._flush_all()
+        self.shut_down()
+
+    def close_outputs(self) -> None:
+        """Every input ended: the maximum watermark, then final, on every output port."""
         if self.event_time is not None or self._generates_watermarks:
             self._send_watermark(EVENT_TIME_MAX)  # E23: max watermark right before final
         for port in range(len(self.outputs)):
             self.outputs[port].control(Punct.FINAL)
-        await self._flush_all()
+
+    def shut_down(self) -> None:
         self._guard(self.op.on_shutdown, None)
         self.finished = self.metrics.finished = True
         self._job._finished(self)

@@ -1,1 +1,10 @@
-"""Deploys riverbed graphs as Spark Structured Streaming stages (issue: the Spark bridge)."""
+"""Deploys riverbed graphs as Spark Structured Streaming queries, with the same window events.
+
+PySpark is an optional dependency (``riverbed[spark]``): importing this
+package does not import it; the functions that need Spark do.
+"""
+
+from ._errors import SparkSetupError, TranslationError
+from ._session import check_java, spark_session
+
+__all__ = ["SparkSetupError", "TranslationError", "check_java", "spark_session"]

@@ -1,0 +1,100 @@
+"""Deploy a frozen graph as one Spark Structured Streaming query (see `_plan` for the shapes)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from ..graph import FrozenGraph, Graph
+from ._driver import DriverStage, stage_dir
+from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, make_processor, make_router
+from ._plan import Mode, Plan, plan
+from ._source import SOURCE_FORMAT, dump_payload, register
+
+__all__ = ["Deployment", "deploy"]
+
+
+@dataclass
+class Deployment:
+    """A running (or finished) query, its plan, and the driver stage holding the sinks."""
+
+    plan: Plan
+    query: Any
+    stage: DriverStage
+    checkpoint: str
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the query (an ``availableNow`` query ends when its sources did); re-raise
+        what failed in it."""
+        try:
+            if timeout is None:
+                self.query.awaitTermination()
+                return True
+            return bool(self.query.awaitTermination(timeout))
+        finally:
+            if not self.query.isActive:
+                self.stage.close()
+
+    def stop(self) -> None:
+        self.query.stop()
+        self.stage.close()
+
+
+def _source_frame(spark: Any, graph: FrozenGraph, name: str, index: int, max_rows: int) -> Any:
+    return (spark.readStream.format(SOURCE_FORMAT)
+            .option("payload", dump_payload((graph, name, index)))
+            .option("maxRecordsPerBatch", str(max_rows))
+            .load())
+
+
+def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", checkpoint: str | None = None,
+           available_now: bool = True, processing_time: str | None = None,
+           max_records_per_batch: int = 100_000, groups: int | None = None) -> Deployment:
+    """Start ``graph`` on ``spark``; returns at once (see `Deployment.await_termination`).
+
+    ``checkpoint`` is the query's checkpointLocation (a fresh temporary one if
+    None); restarting with the same directory resumes windows, operators and
+    sources where the last completed micro-batch left them.
+    ``available_now`` runs until the sources end (micro-batches of at most
+    ``max_records_per_batch`` items); otherwise the query keeps running with
+    ``processing_time`` triggers (for example ``"1 second"``).
+    """
+    from pyspark.sql import functions as F
+
+    frozen = graph.freeze() if isinstance(graph, Graph) else graph
+    n_groups = groups or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    p = plan(frozen, mode, groups=n_groups)
+    checkpoint = checkpoint or tempfile.mkdtemp(prefix=f"riverbed-{frozen.name}-")
+    os.makedirs(checkpoint, exist_ok=True)
+    register(spark)
+    frames = [_source_frame(spark, frozen, name, i, max_records_per_batch)
+              for i, name in enumerate(p.sources)]
+    if p.mode == "driver":
+        df = frames[0].withColumn("stream", F.lit(0))
+        for i, f in enumerate(frames[1:], start=1):
+            df = df.unionByName(f.withColumn("stream", F.lit(i)))
+        df = df.withColumn("chan", F.lit(0))
+        streams = [(name, 0) for name in p.sources]
+        stage = DriverStage(frozen, p.driver, streams, [1] * len(streams), state_dir=stage_dir(checkpoint))
+    else:
+        assert p.keyed is not None
+        entry_op = p.pre_chain[-1] if p.pre_chain else p.sources[0]
+        keyed_in = (entry_op, 0)
+        router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, p.groups)
+        routed = frames[0].mapInPandas(router, ROUTED_DDL)
+        keyed = (routed.groupBy("grp")
+                 .transformWithStateInPandas(make_processor(frozen, p.keyed, keyed_in), KEYED_OUT_DDL,
+                                             "Append", "None"))
+        df = keyed
+        n_out = len(frozen.operator(p.keyed).outputs)
+        streams = [(p.keyed, port) for port in range(n_out)]
+        stage = DriverStage(frozen, p.driver, streams, [p.groups] * n_out, state_dir=stage_dir(checkpoint))
+    writer = (df.writeStream.foreachBatch(stage.process)
+              .option("checkpointLocation", os.path.join(checkpoint, "spark"))
+              .queryName(f"riverbed-{frozen.name}"))
+    writer = writer.trigger(availableNow=True) if available_now else \
+        writer.trigger(processingTime=processing_time or "1 second")
+    query = writer.start()
+    return Deployment(p, query, stage, checkpoint)

@@ -1,0 +1,150 @@
+"""The driver stage: operators hosted in the Spark driver, fed one micro-batch at a time.
+
+Spark delivers a ``foreachBatch`` batch at least once: after a crash the
+last batch is delivered again. The stage stores its whole state (operators,
+windows, watermarks, the stamped clock) in a riverbed checkpoint store under
+the query's checkpoint directory, with the batch id, before it lets
+transactional sinks publish; a batch at or below the stored id is skipped.
+So output is exactly once for transactional sinks (FileSink) and the
+windows resume where the last stored batch left them.
+
+Rows come from several streams (a source, or a keyed stage's output port)
+and, after a keyed stage, from several key groups. A group is a parallel
+channel of the same stream: final goes on once every group sent it, and a
+watermark once the minimum over the groups moves (SPL's merge of parallel
+channels, E30).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..checkpoint import RocksDBStore
+from ..graph import FrozenGraph, Punct, Watermark
+from ..runtime._sync import SyncGraph
+from ._rows import KIND_FINAL, KIND_TIME, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode
+
+__all__ = ["ChannelMerge", "DriverStage"]
+
+
+class ChannelMerge:
+    """Merges the control items of one stream arriving over ``channels`` parallel groups."""
+
+    def __init__(self, channels: int) -> None:
+        self.channels = channels
+        self.finals: set[int] = set()
+        self.marks: dict[int, int] = {}
+        self.sent: int | None = None
+
+    def final(self, chan: int) -> bool:
+        self.finals.add(chan)
+        return len(self.finals) == self.channels
+
+    def watermark(self, chan: int, value: int) -> int | None:
+        if value <= self.marks.get(chan, -(1 << 63)):
+            return None
+        self.marks[chan] = value
+        if len(self.marks) < self.channels:
+            return None
+        low = min(self.marks.values())
+        if self.sent is not None and low <= self.sent:
+            return None
+        self.sent = low
+        return low
+
+    def state(self) -> dict[str, Any]:
+        return {"finals": sorted(self.finals), "marks": [[k, v] for k, v in self.marks.items()],
+                "sent": self.sent}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.finals = set(state["finals"])
+        self.marks = {int(k): int(v) for k, v in state["marks"]}
+        self.sent = state["sent"]
+
+
+class DriverStage:
+    """Hosts ``members`` of ``graph`` in the driver; ``streams[i]`` is the (operator, port)
+    that rows with ``stream == i`` belong to, arriving over ``channels[i]`` groups."""
+
+    def __init__(self, graph: FrozenGraph, members: Sequence[str], streams: Sequence[tuple[str, int]],
+                 channels: Sequence[int], *, state_dir: str | None) -> None:
+        self.graph = graph
+        self.members = list(members)
+        self.streams = list(streams)
+        self.merges = [ChannelMerge(c) for c in channels]
+        self.host: SyncGraph | None = None
+        self.store = RocksDBStore(state_dir) if state_dir is not None else None
+        self.last_batch = -1
+        self.batches = 0
+        self.rows = 0
+        if self.store is not None:
+            stored = self.store.latest_good()
+            if stored is not None:
+                state = stored.states["stage"]
+                self.host = SyncGraph(graph, self.members, state=state["host"])
+                for merge, s in zip(self.merges, state["merges"], strict=True):
+                    merge.restore(s)
+                self.last_batch = stored.id - 1
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def process(self, batch: Any, batch_id: int) -> None:
+        """``foreachBatch``: the batch's rows in order through the hosted operators."""
+        if batch_id <= self.last_batch:
+            return  # delivered again after a restart: its effects are stored already
+        table = batch.toArrow()
+        self.process_rows(_sorted_rows(table), batch_id)
+
+    def process_rows(self, rows: list[tuple[Any, ...]], batch_id: int) -> None:
+        host = self.host
+        if host is None:
+            first = rows[0][2] if rows else 0
+            host = self.host = SyncGraph(self.graph, self.members, now=first)
+        for _ord, chan, kind, time, value, data, stream in rows:
+            host.advance(time)
+            op, port = self.streams[stream]
+            if kind == KIND_TUPLE:
+                host.feed(op, port, [decode(data)])
+            elif kind == KIND_WATERMARK:
+                low = self.merges[stream].watermark(chan, value)
+                if low is not None:
+                    host.feed(op, port, Watermark(low))
+            elif kind == KIND_FINAL:
+                if self.merges[stream].final(chan):
+                    host.feed(op, port, Punct.FINAL)
+            elif kind == KIND_WINDOW:
+                host.feed(op, port, Punct.WINDOW)
+            elif kind != KIND_TIME:
+                raise ValueError(f"row of unknown kind {kind} in stream {op}.out[{port}]")
+        host.take_exits()  # the driver stage ends the graph: nothing leaves it
+        self.rows += len(rows)
+        self.batches += 1
+        if self.store is not None:
+            state = {"host": host.state(), "merges": [m.state() for m in self.merges]}
+            self.store.save(batch_id + 1, {"stage": state}, job=self.graph.name, time_ns=host.clock.now())
+        host.committed(batch_id + 1)
+        self.last_batch = batch_id
+
+    def operator(self, name: str) -> Any:
+        if self.host is None:
+            raise LookupError("no batch has run yet")
+        return self.host.runner(name).op
+
+
+def _sorted_rows(table: Any) -> list[tuple[Any, ...]]:
+    cols = {name: table.column(name).to_pylist() for name in table.column_names}
+    n = table.num_rows
+    chan = cols.get("chan", [0] * n)
+    rows = list(zip(cols["ord"], chan, cols["kind"], cols["time"], cols["value"], cols["data"],
+                    cols["stream"], strict=True))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return rows
+
+
+def stage_dir(checkpoint: str | None) -> str | None:
+    return None if checkpoint is None else os.path.join(checkpoint, "riverbed-driver")

@@ -1,0 +1,179 @@
+"""How a frozen graph becomes one Spark query, decided before anything is deployed.
+
+Two shapes are exact:
+
+- **driver**: every source is a riverbed data source; all other operators run
+  in the driver, per micro-batch (``foreachBatch``), with their state stored
+  under the query's checkpoint by batch id. Any graph whose sources the
+  bridge can host runs this way, unchanged: it is the reference.
+- **keyed**: the graph has exactly one windowed operator, fed by one source
+  through stateless single-port operators. Those run in the source's task and
+  route each tuple to a key group (a hash of its partition key); the windowed
+  operator runs per key group in Spark's ``transformWithStateInPandas``, its
+  windows and state in the RocksDB state store; everything after it runs in
+  the driver stage. Marks and watermarks are sent to every key group.
+
+``mode="auto"`` takes keyed where it is exact and says why not otherwise;
+``mode="keyed"`` refuses a graph it cannot key, naming the operator and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..graph import FrozenGraph, Operator, OperatorDef, Source
+from ..windows import TimeIntervalSpec, WindowSpec
+from ._errors import TranslationError
+
+__all__ = ["Plan", "plan"]
+
+Mode = Literal["auto", "driver", "keyed"]
+
+
+@dataclass
+class Plan:
+    graph: FrozenGraph
+    mode: Literal["driver", "keyed"]
+    sources: list[str]
+    pre_chain: list[str] = field(default_factory=list)  # keyed: stateless ops before the window
+    keyed: str | None = None  # keyed: the windowed operator
+    groups: int = 1
+    driver: list[str] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)  # operator -> how it was translated
+    why_not_keyed: str | None = None
+
+    def explain(self) -> str:
+        lines = [f"graph {self.graph.name!r}: {self.mode} mode"]
+        if self.why_not_keyed:
+            lines.append(f"  (not keyed: {self.why_not_keyed})")
+        for op in self.graph.operators:
+            lines.append(f"  {op.name}: {self.notes.get(op.name, '?')}")
+        return "\n".join(lines)
+
+
+def _refuse_source(op: OperatorDef) -> str | None:
+    """Why source ``op`` cannot run as a riverbed data source (None: it can)."""
+    src = op.operator
+    cls = type(src).__name__
+    if cls == "MQTTSource":
+        return ("MQTTSource waits on a broker; on Spark read MQTT with "
+                "riverbed.spark_bridge.mqtt_source (a replayable Spark source)")
+    if cls == "DirectoryScan" and getattr(src, "scans", None) is None:
+        return "DirectoryScan without scans= polls forever; give scans=N for a Spark deployment"
+    if getattr(src, "hot_file", False):
+        return f"{cls} with hot_file=True tails a file forever; Spark needs a source that ends or replays"
+    if not getattr(src, "replayable", False) and cls not in ("ListSource",):
+        return (f"{cls} is not replayable: Spark replays a micro-batch after a failure, so its "
+                "source must produce the same items again (set replayable = True if it does)")
+    return None
+
+
+def _stateless(op: OperatorDef) -> bool:
+    o = op.operator
+    return (len(op.inputs) == 1 and not op.inputs[0].windowed and op.error_port is None
+            and type(o).snapshot is Operator.snapshot and type(o).on_punct is Operator.on_punct
+            and getattr(o, "window_punctuation", "preserving") == "preserving")
+
+
+def _describe_window(spec: WindowSpec | TimeIntervalSpec | None) -> str:
+    if spec is None:
+        return ""
+    return spec.clause() if hasattr(spec, "clause") else str(spec)
+
+
+def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2) -> Plan:
+    """Decide the translation; raise `TranslationError` for what has none."""
+    sources = [op.name for op in graph.operators if op.kind == "source"]
+    problems = [(op.name, why) for op in graph.operators if op.kind == "source"
+                if (why := _refuse_source(op)) is not None]
+    for op in graph.operators:
+        if any(c.feedback for p in op.inputs for c in p.connections):
+            problems.append((op.name, "a feedback connection (a cycle) has no Spark translation: a "
+                                      "Structured Streaming query is acyclic"))
+    if problems:
+        name, why = problems[0]
+        raise TranslationError(name, why + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    for op in graph.operators:
+        if op.kind == "source" and not isinstance(op.operator, Source):
+            raise TranslationError(op.name, "not a riverbed Source")
+    p = Plan(graph, "driver", sources)
+    for name in sources:
+        p.notes[name] = ("riverbed data source: the source runs in the driver on a virtual clock; "
+                         "each item stamped with its time, order and watermark")
+    keyed_why = _keyable(graph, p, groups)
+    if mode == "keyed" and keyed_why is not None:
+        raise TranslationError(keyed_why[0], f"cannot run keyed: {keyed_why[1]}")
+    if mode != "driver" and keyed_why is None:
+        p.mode = "keyed"
+    else:
+        p.why_not_keyed = None if mode == "driver" else f"{keyed_why[0]}: {keyed_why[1]}"  # type: ignore[index]
+        p.pre_chain, p.keyed, p.groups = [], None, 1
+        p.driver = [op.name for op in graph.operators if op.kind != "source"]
+    for name in p.driver:
+        op = graph.operator(name)
+        window = "; windows " + ", ".join(repr(_describe_window(i.window)) for i in op.inputs if i.windowed) \
+            if any(i.windowed for i in op.inputs) else ""
+        p.notes[name] = f"driver stage (foreachBatch; state stored per batch id){window}"
+    return p
+
+
+def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str] | None:
+    """Fill ``p`` for keyed mode; return (operator, why) when the graph cannot be keyed."""
+    windowed = [op for op in graph.operators if any(i.windowed for i in op.inputs)]
+    if len(windowed) != 1:
+        return None, (f"{len(windowed)} windowed operators; keyed mode hosts exactly one "
+                      "(the others would need their own shuffles and ordering)")
+    w = windowed[0]
+    if len(w.inputs) != 1:
+        return w.name, "a windowed operator with several input ports (Join) runs in the driver stage"
+    if len(p.sources) != 1:
+        return None, f"{len(p.sources)} sources; keyed mode takes one"
+    chain: list[str] = []
+    upstream = w.inputs[0].connections
+    while True:
+        if len(upstream) != 1:
+            return w.name, "its input merges several streams"
+        up = graph.operator(upstream[0].operator)
+        if up.kind == "source":
+            break
+        if not _stateless(up):
+            return up.name, ("sits between the source and the window but is not a stateless "
+                             "single-port operator (state, punctuation handling or an error port)")
+        if len(graph.consumers(up.name, 0)) != 1 or len(up.outputs) != 1:
+            return up.name, "its output also feeds other operators"
+        chain.insert(0, up.name)
+        upstream = up.inputs[0].connections
+    spec = w.inputs[0].window
+    inp = w.inputs[0]
+    one_group = None
+    if inp.partition_by is None:
+        one_group = "unpartitioned window: one key group"
+    elif isinstance(spec, WindowSpec) and spec.partition_eviction is not None:
+        one_group = "partition eviction counts across all partitions: one key group"
+    elif inp.flavor == "cpp" and isinstance(spec, WindowSpec) and spec.uses_system_time:
+        one_group = "cpp time window: its timers flush a default partition window-wide: one key group"
+    g = 1 if one_group else groups
+    if g > 1:
+        for op in graph.operators:
+            if op.name in (w.name, *chain) or op.kind == "source":
+                continue
+            for i in op.inputs:
+                if isinstance(i.window, WindowSpec) and "punct" in i.window.clause():
+                    return op.name, ("a punct() window after the keyed stage: window marks are per "
+                                     "key group there and have no order across groups")
+    p.pre_chain, p.keyed, p.groups = chain, w.name, g
+    p.driver = [op.name for op in graph.operators
+                if op.kind != "source" and op.name not in (w.name, *chain)]
+    for name in chain:
+        p.notes[name] = "stateless: runs in the source's task (mapInPandas), before the key routing"
+    key = inp.partition_by if isinstance(inp.partition_by, str) else "a key function"
+    p.notes[w.name] = (f"keyed stage: groupBy(hash({key}) mod {g}).transformWithStateInPandas hosting "
+                       f"window {_describe_window(spec)!r} and the operator; state in the RocksDB "
+                       "state store" + (f" ({one_group})" if one_group else ""))
+    return None
+
+
+def names(ops: Iterable[OperatorDef]) -> list[str]:
+    return [op.name for op in ops]

@@ -1,0 +1,98 @@
+"""How riverbed items travel between Spark stages: one row per tuple or control item.
+
+Spark moves rows, not Python objects, and does not keep per-key order inside
+a micro-batch; so every item carries its own order and time:
+
+- ``ord``: a binary sort key; sorting a group's rows by it restores the order
+  the items had at the source (time, source, sequence), and each stage that
+  derives rows appends a 4-byte index, so derived rows sort after their cause
+  and among themselves in the order they were produced;
+- ``kind``: a tuple, a window or final mark, a watermark, or a time mark (the
+  stamped time moved on with no tuple: timers due by then fire);
+- ``time``: the time stamped at the source (ns); hosts advance their clock to
+  it before handling the item, so a replayed batch raises the same events;
+- ``value``: a watermark's value;
+- ``data``: the tuple as msgpack.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+
+from ..graph import Punct, Watermark
+
+__all__ = [
+    "COLUMNS",
+    "GROUP_COLUMN",
+    "KIND_FINAL",
+    "KIND_TIME",
+    "KIND_TUPLE",
+    "KIND_WATERMARK",
+    "KIND_WINDOW",
+    "ROW_DDL",
+    "decode",
+    "derived_ord",
+    "encode",
+    "item_of",
+    "kind_of",
+    "source_ord",
+]
+
+KIND_TUPLE = 0
+KIND_WINDOW = 1
+KIND_FINAL = 2
+KIND_WATERMARK = 3
+KIND_TIME = 4
+
+COLUMNS = ("ord", "kind", "time", "value", "data")
+ROW_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY"
+GROUP_COLUMN = "grp"
+
+_ORD = struct.Struct(">QHQ")
+_SUB = struct.Struct(">I")
+_BIAS = 1 << 63
+
+
+def source_ord(time: int, source: int, seq: int) -> bytes:
+    """The sort key of a source item: by stamped time, then source, then sequence."""
+    return _ORD.pack(time + _BIAS, source, seq)
+
+
+def derived_ord(cause: bytes, index: int) -> bytes:
+    """The sort key of the ``index``-th row a stage produced while handling ``cause``."""
+    return cause + _SUB.pack(index)
+
+
+def encode(tup: Any) -> bytes:
+    return msgpack.packb(tup, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def decode(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def kind_of(item: Any) -> tuple[int, int]:
+    """(kind, value) of an item a host produced (a list of tuples is handled by the caller)."""
+    if item is Punct.WINDOW:
+        return KIND_WINDOW, 0
+    if item is Punct.FINAL:
+        return KIND_FINAL, 0
+    if isinstance(item, Watermark):
+        return KIND_WATERMARK, item.value
+    raise TypeError(f"not a riverbed control item: {item!r}")
+
+
+def item_of(kind: int, value: int, data: bytes | None) -> Any:
+    """The host item a row carries (None for a time mark)."""
+    if kind == KIND_TUPLE:
+        return decode(data)  # type: ignore[arg-type]
+    if kind == KIND_WINDOW:
+        return Punct.WINDOW
+    if kind == KIND_FINAL:
+        return Punct.FINAL
+    if kind == KIND_WATERMARK:
+        return Watermark(int(value))
+    return None
