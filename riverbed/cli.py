@@ -15,7 +15,7 @@ def _parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="replay window trace cases and print the events they raise")
     trace.add_argument("--flavor", choices=["java", "cpp"], default="java",
                        help="which IBM runtime to reproduce (default: java)")
-    trace.add_argument("--host", default="windows", choices=("windows", "runtime"),
+    trace.add_argument("--host", default="windows", choices=("windows", "runtime", "spark"),
                        help="where to replay: the window library (default) or a one-operator job "
                             "in the asyncio runtime on the virtual clock")
     trace.add_argument("--out", metavar="DIR",

@@ -278,9 +278,11 @@ def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
          echo: Callable[[str], None] | None = None) -> int:
     """The ``riverbed trace`` command; returns the exit code."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
-    if host not in ("windows", "runtime"):
-        err(f"riverbed trace: unknown host {host!r}; use --host windows or --host runtime")
+    if host not in ("windows", "runtime", "spark"):
+        err(f"riverbed trace: unknown host {host!r}; use --host windows, runtime or spark")
         return 2
+    if host == "spark":
+        return _main_spark(paths, flavor, out_dir, err)
     replay: Callable[[Mapping[str, Any], str], list[dict[str, Any]]] = run_case
     if host == "runtime":
         from .runtime._trace_host import run_case_in_runtime
@@ -297,6 +299,40 @@ def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
             status = 1
             continue
         events = [e for r in results for e in r]
+        if out_dir is not None:
+            with open(Path(out_dir) / f"{path.stem}.jsonl", "w") as fh:
+                _write(events, fh)
+        else:
+            _write(events, sys.stdout)
+    return status
+
+
+def _main_spark(paths: list[str], flavor: str, out_dir: str | None, err: Callable[[str], None]) -> int:
+    """All cases of all files in one Spark query (a session costs seconds to start)."""
+    from .spark_bridge._trace import run_cases_on_spark
+
+    status = 0
+    files: list[tuple[Path, int]] = []
+    cases: list[dict[str, Any]] = []
+    for raw in paths:
+        path = Path(raw)
+        try:
+            found = list(load_cases(path))
+        except TraceError as exc:
+            err(f"riverbed trace: {exc}")
+            status = 1
+            continue
+        files.append((path, len(found)))
+        cases.extend(found)
+    try:
+        results = run_cases_on_spark(cases, flavor)
+    except TraceError as exc:
+        err(f"riverbed trace: {exc}")
+        return 1
+    at = 0
+    for path, n in files:
+        events = [e for r in results[at:at + n] for e in r]
+        at += n
         if out_dir is not None:
             with open(Path(out_dir) / f"{path.stem}.jsonl", "w") as fh:
                 _write(events, fh)

@@ -121,6 +121,7 @@ class SyncGraph:
                     if w is not None:
                         r._guard(w.activate, None, self.clock.now())
         for r in self.runners:
+            self._route(r)  # what activation raised (an INITIAL_FULL at port readiness)
             r._arm()
         self._pump()
 
@@ -176,6 +177,15 @@ class SyncGraph:
             timer.callback()
             self._pump()
         clock.set(now)
+
+    def call(self, operator: str, action: Callable[[OperatorRunner], Any]) -> Any:
+        """Run ``action`` on a member's runner between two items (a host-level call on its
+        windows); what it makes the operator submit is routed as usual."""
+        runner = self._by_name[operator]
+        result = runner._guard(action, None, runner)
+        self._route(runner)
+        self._pump()
+        return result
 
     def take_exits(self) -> list[tuple[str, int, Any]]:
         out, self.exits = self.exits, []

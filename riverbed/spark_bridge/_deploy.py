@@ -42,6 +42,16 @@ class Deployment:
         self.stage.close()
 
 
+class _Fixed:
+    """Every key group hosts the same operator (picklable, unlike a lambda in a closure)."""
+
+    def __init__(self, graph: FrozenGraph, keyed: str, entry: tuple[str, int]) -> None:
+        self.hosted = (graph, keyed, entry)
+
+    def __call__(self, key: tuple[Any, ...]) -> tuple[FrozenGraph, str, tuple[str, int]]:
+        return self.hosted
+
+
 def _source_frame(spark: Any, graph: FrozenGraph, name: str, index: int, max_rows: int) -> Any:
     return (spark.readStream.format(SOURCE_FORMAT)
             .option("payload", dump_payload((graph, name, index)))
@@ -85,8 +95,8 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
         router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, p.groups)
         routed = frames[0].mapInPandas(router, ROUTED_DDL)
         keyed = (routed.groupBy("grp")
-                 .transformWithStateInPandas(make_processor(frozen, p.keyed, keyed_in), KEYED_OUT_DDL,
-                                             "Append", "None"))
+                 .transformWithStateInPandas(make_processor(_Fixed(frozen, p.keyed, keyed_in)),
+                                             KEYED_OUT_DDL, "Append", "None"))
         df = keyed
         n_out = len(frozen.operator(p.keyed).outputs)
         streams = [(p.keyed, port) for port in range(n_out)]

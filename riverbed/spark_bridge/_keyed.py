@@ -16,15 +16,16 @@ step copies them), so a group sees the whole stream's control items in order.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 from ..checkpoint._codec import decode_value, encode_value
 from ..graph import FrozenGraph
 from ..runtime._sync import SyncGraph
-from ._rows import KIND_TIME, KIND_TUPLE, decode, derived_ord, encode, item_of, kind_of
+from ._rows import KIND_COMMAND, KIND_TIME, KIND_TUPLE, decode, derived_ord, encode, item_of, kind_of
 
-__all__ = ["KEYED_OUT_DDL", "ROUTED_DDL", "make_processor", "make_router"]
+__all__ = ["KEYED_OUT_DDL", "ROUTED_DDL", "ItemHooks", "exit_rows", "group_of", "host_group",
+           "make_processor", "make_router"]
 
 ROUTED_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY, grp INT"
 KEYED_OUT_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY, stream INT, chan INT"
@@ -57,26 +58,27 @@ def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], ke
     key_of = (lambda t: t[partition_by]) if isinstance(partition_by, str) else partition_by
 
     def route(batches: Iterator[Any]) -> Iterator[Any]:
-        import pandas as pd
+        import pandas as pd  # type: ignore[import-untyped]
 
         host: SyncGraph | None = None
         for pdf in batches:
             out: list[tuple[Any, ...]] = []
-            for ord_, kind, time, value, data in zip(pdf["ord"], pdf["kind"], pdf["time"],
-                                                     pdf["value"], pdf["data"], strict=True):
-                time = int(time)
+            for ord_, kind_, time_, value, data in zip(pdf["ord"], pdf["kind"], pdf["time"],
+                                                       pdf["value"], pdf["data"], strict=True):
+                kind, at = int(kind_), int(time_)
+                produced: list[tuple[Any, ...]]
                 if chain:
                     if host is None:
-                        host = SyncGraph(graph, chain, now=time)
-                    host.advance(time)
-                    item = item_of(int(kind), int(value), data)
+                        host = SyncGraph(graph, chain, now=at)
+                    host.advance(at)
+                    item = item_of(kind, int(value), data)
                     if item is not None:
-                        host.feed(*entry, [item] if int(kind) == KIND_TUPLE else item)
-                    produced = [row[1:] for row in exit_rows(host, ord_, time)]
-                    if int(kind) == KIND_TIME:
-                        produced.append((ord_, KIND_TIME, time, 0, None))
+                        host.feed(*entry, [item] if kind == KIND_TUPLE else item)
+                    produced = [row[1:] for row in exit_rows(host, ord_, at)]
+                    if kind == KIND_TIME:
+                        produced.append((ord_, KIND_TIME, at, 0, None))
                 else:
-                    produced = [(ord_, int(kind), time, int(value), data)]
+                    produced = [(ord_, kind, at, int(value), data)]
                 for row in produced:
                     if row[1] == KIND_TUPLE:
                         tup = decode(row[4])
@@ -89,39 +91,82 @@ def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], ke
     return route
 
 
-def make_processor(graph: FrozenGraph, keyed: str, entry: tuple[str, int]) -> Any:
-    """The StatefulProcessor hosting operator ``keyed`` per key group."""
+class ItemHooks(Protocol):
+    """What a special host (the trace) adds around each row of a key group."""
+
+    def before(self, host: SyncGraph, kind: int) -> None: ...
+
+    def command(self, host: SyncGraph, data: bytes) -> None: ...
+
+
+Hosted = tuple[FrozenGraph, str, tuple[str, int]]
+
+
+def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
+               rows: list[tuple[Any, ...]], stored: bytes | None) -> tuple[list[tuple[Any, ...]], bytes]:
+    """One key group's micro-batch: restore its host, run its rows in order, store it again.
+
+    ``rows`` are ``(ord, kind, time, value, data)``, sorted by ``ord``. Returns
+    the output rows ``(ord, kind, time, value, data, port, group, *key[:-1])``
+    and the new state. Kept apart from Spark so that it can be tested alone.
+    """
+    graph, keyed, entry = hosted
+    group = int(key[-1])
+    extra = tuple(key[:-1])
+    label = f"{keyed}/{group}"
+    out: list[tuple[Any, ...]] = []
+    if stored is not None:
+        host = SyncGraph(graph, [keyed], state=decode_value(stored, checkpoint_id=0, key=label))
+    else:
+        host = SyncGraph(graph, [keyed], now=int(rows[0][2]) if rows else 0)
+        out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, b"", host.clock.now()))
+    for ord_, kind_, time_, value, data in rows:
+        kind, at = int(kind_), int(time_)
+        if hooks is not None:
+            hooks.before(host, KIND_TIME)
+        host.advance(at)
+        if hooks is not None:
+            hooks.before(host, kind)
+        if kind == KIND_COMMAND:
+            if hooks is None:
+                raise ValueError(f"{label}: a command row, but this stage takes no commands")
+            hooks.command(host, data)
+        else:
+            item = item_of(kind, int(value), data)
+            if item is not None:
+                host.feed(*entry, [item] if kind == KIND_TUPLE else item)
+        out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
+    return out, encode_value(host.state(), checkpoint_id=0, key=label)
+
+
+def make_processor(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks | None = None,
+                   key_columns: Sequence[str] = ()) -> Any:
+    """The StatefulProcessor hosting one operator per key group (see `host_group`).
+
+    ``hosted(key)`` names what a group hosts: the graph, the operator and the
+    stream feeding it (one operator for a deployed graph; the trace host keys
+    by case as well). The group number is the key's last column; the
+    ``key_columns`` before it are copied into every output row.
+    """
+    columns = ["ord", "kind", "time", "value", "data", "stream", "chan", *key_columns]
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-    class HostedOperator(StatefulProcessor):  # type: ignore[misc]
+    class HostedOperator(StatefulProcessor):
         def init(self, handle: Any) -> None:
             self.state = handle.getValueState("host", "blob BINARY")
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             import pandas as pd
 
-            group = int(key[0])
-            frame = pd.concat(list(rows), ignore_index=True)
-            frame = frame.sort_values("ord", kind="stable")
-            stored = self.state.get() if self.state.exists() else None
-            if stored is not None:
-                state = decode_value(stored[0], checkpoint_id=0, key=f"{keyed}/{group}")
-                host = SyncGraph(graph, [keyed], state=state)
-            else:
-                host = SyncGraph(graph, [keyed], now=int(frame["time"].iloc[0]))
-            out: list[tuple[Any, ...]] = []
-            for ord_, kind, time, value, data in zip(frame["ord"], frame["kind"], frame["time"],
-                                                     frame["value"], frame["data"], strict=True):
-                time = int(time)
-                host.advance(time)
-                item = item_of(int(kind), int(value), data)
-                if item is not None:
-                    host.feed(*entry, [item] if int(kind) == KIND_TUPLE else item)
-                out.extend((*row[1:], row[0], group) for row in exit_rows(host, ord_, time))
-            self.state.update((encode_value(host.state(), checkpoint_id=0, key=f"{keyed}/{group}"),))
+            key = tuple(key)
+            frame = pd.concat(list(rows), ignore_index=True).sort_values("ord", kind="stable")
+            ordered = list(zip(frame["ord"], frame["kind"], frame["time"], frame["value"], frame["data"],
+                               strict=True))
+            stored = self.state.get()[0] if self.state.exists() else None
+            out, state = host_group(hosted(key), hooks, key, ordered, stored)
+            self.state.update((state,))
             if out:
-                yield pd.DataFrame(out, columns=["ord", "kind", "time", "value", "data", "stream",
-                                                 "chan"])
+                yield pd.DataFrame(out, columns=columns)
 
         def close(self) -> None:
             pass

@@ -20,13 +20,14 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 
 from ..graph import Punct, Watermark
 
 __all__ = [
     "COLUMNS",
     "GROUP_COLUMN",
+    "KIND_COMMAND",
     "KIND_FINAL",
     "KIND_TIME",
     "KIND_TUPLE",
@@ -46,6 +47,7 @@ KIND_WINDOW = 1
 KIND_FINAL = 2
 KIND_WATERMARK = 3
 KIND_TIME = 4
+KIND_COMMAND = 5  # a host-level action on a hosted operator's window (the trace host's steps)
 
 COLUMNS = ("ord", "kind", "time", "value", "data")
 ROW_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY"

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..graph import Connection, FrozenGraph, InputPort, Operator, OperatorDef, Punct
 from ..runtime import Job, VirtualClock, run_virtual
-from ._rows import KIND_FINAL, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, ROW_DDL, encode, source_ord
+from ._rows import KIND_FINAL, KIND_TIME, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, ROW_DDL, encode, source_ord
 
 __all__ = ["SOURCE_FORMAT", "SourceItems", "dump_payload", "load_payload", "source_rows"]
 
@@ -35,7 +35,7 @@ _END = object()
 def dump_payload(obj: Any) -> str:
     from pyspark import cloudpickle
 
-    return base64.b64encode(cloudpickle.dumps(obj)).decode("ascii")
+    return base64.b64encode(cloudpickle.dumps(obj)).decode("ascii")  # type: ignore[no-untyped-call]
 
 
 def load_payload(text: str) -> Any:
@@ -97,9 +97,31 @@ class SourceItems:
             yield item
 
 
-def source_rows(graph: FrozenGraph, name: str, index: int) -> Iterator[tuple[bytes, int, int, int, bytes | None]]:
-    """Source ``name``'s items as rows (see `_rows`), numbered from 0."""
-    for seq, (kind, time, value, tup) in enumerate(SourceItems(graph, name)):
+Row = tuple[bytes, int, int, int, bytes | None]
+
+
+def source_rows(graph: FrozenGraph, name: str, index: int, *,
+                time_mark_ns: int = 1_000_000_000) -> Iterator[Row]:
+    """Source ``name``'s items as rows (see `_rows`), numbered from 0.
+
+    A time mark first (every key group starts, and activates its windows, at
+    the source's start time), then one whenever the stamped time moved on by
+    ``time_mark_ns`` since the last: a key group whose keys are quiet still
+    sees time pass, so its time-policy windows fire no later than that.
+    """
+    items = iter(SourceItems(graph, name))
+    first = next(items, None)
+    if first is None:
+        return
+    seq = 0
+    mark = first[1]
+    yield source_ord(mark, index, seq), KIND_TIME, mark, 0, None
+    for kind, time, value, tup in itertools.chain([first], items):
+        seq += 1
+        if time - mark >= time_mark_ns:
+            mark = time
+            yield source_ord(time, index, seq), KIND_TIME, time, 0, None
+            seq += 1
         data = encode(tup) if kind == KIND_TUPLE else None
         yield source_ord(time, index, seq), kind, time, value, data
 
@@ -109,12 +131,12 @@ def register(spark: Any) -> None:
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
 
-    class _Partition(InputPartition):  # type: ignore[misc]
+    class _Partition(InputPartition):
         def __init__(self, start: int, end: int, rows: list[Any] | None) -> None:
             super().__init__(None)
             self.start, self.end, self.rows = start, end, rows
 
-    class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, options: dict[str, str]) -> None:
             self.options = options
             self._rows: Iterator[Any] | None = None  # created lazily, in the driver
@@ -128,14 +150,16 @@ def register(spark: Any) -> None:
             return {"options": self.options, "_rows": None, "_cache": {}, "_read": 0, "_done": False,
                     "_target": None, "_max": self._max}
 
-        def _spec(self) -> tuple[FrozenGraph, str, int]:
+        def _produce(self) -> Iterator[Any]:
+            """The rows from the start: the source's, or a fixed list (``rows``: the trace host)."""
+            if "rows" in self.options:
+                return iter(load_payload(self.options["rows"]))
             graph, name, index = load_payload(self.options["payload"])
-            return graph, name, index
+            return source_rows(graph, name, index)
 
         def _pull(self, upto: int) -> None:
             if self._rows is None:
-                graph, name, index = self._spec()
-                self._rows = source_rows(graph, name, index)
+                self._rows = self._produce()
             while self._read < upto and not self._done:
                 row = next(self._rows, None)
                 if row is None:
@@ -178,23 +202,22 @@ def register(spark: Any) -> None:
             if partition.rows is not None:
                 yield from partition.rows
                 return
-            graph, name, index = self._spec()
-            yield from itertools.islice(source_rows(graph, name, index), partition.start, partition.end)
+            yield from itertools.islice(self._produce(), partition.start, partition.end)
 
         def commit(self, end: dict[str, int]) -> None:
             done = int(end["n"])
             for i in [k for k in self._cache if k < done]:
                 del self._cache[i]
 
-    class RiverbedSource(DataSource):  # type: ignore[misc]
+    class RiverbedSource(DataSource):
         @classmethod
         def name(cls) -> str:
             return SOURCE_FORMAT
 
         def schema(self) -> str:
-            return ROW_DDL
+            return str(self.options.get("ddl", ROW_DDL))
 
         def streamReader(self, schema: Any) -> Any:
-            return _Reader(self.options)
+            return _Reader(dict(self.options))
 
     spark.dataSource.register(RiverbedSource)
