@@ -16,8 +16,9 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--flavor", choices=["java", "cpp"], default="java",
                        help="which IBM runtime to reproduce (default: java)")
     trace.add_argument("--host", default="windows", choices=("windows", "runtime", "spark"),
-                       help="where to replay: the window library (default) or a one-operator job "
-                            "in the asyncio runtime on the virtual clock")
+                       help="where to replay: the window library (default), a one-operator job "
+                            "in the asyncio runtime on the virtual clock, or the Spark bridge's "
+                            "keyed stage (all cases in one query)")
     trace.add_argument("--out", metavar="DIR",
                        help="write DIR/<case stem>.jsonl per case instead of printing")
     trace.add_argument("cases", nargs="+", metavar="CASE.json")
@@ -40,6 +41,22 @@ def _parser() -> argparse.ArgumentParser:
                           "checkpoint on start")
     run.add_argument("--checkpoint-period", metavar="PERIOD",
                      help="take a checkpoint every PERIOD (5s, 500ms, 2m); needs --checkpoint-dir")
+    spark = sub.add_parser("spark", help="deploy a graph script onto Spark Structured Streaming")
+    spark.add_argument("action", choices=("run", "explain"),
+                       help="run: deploy and wait for the query; explain: how each operator translates")
+    spark.add_argument("script", metavar="graph.py")
+    spark.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    spark.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
+    spark.add_argument("--checkpoint", metavar="DIR",
+                       help="the query's checkpoint location; a restart with it resumes the windows")
+    spark.add_argument("--mode", choices=("auto", "driver", "keyed"), default="auto",
+                       help="keyed: windows per key group in Spark's state store; driver: the whole "
+                            "graph in the driver per micro-batch; auto: keyed where it is exact")
+    spark.add_argument("--trigger", metavar="INTERVAL",
+                       help="keep running with this processing-time trigger (e.g. '1 second'); "
+                            "default: run until the sources end (availableNow)")
+    spark.add_argument("--max-records", type=int, default=100_000,
+                       help="items per micro-batch from each source (default 100000)")
     ckpt = sub.add_parser("checkpoints", help="what a checkpoint directory holds")
     ckpt.add_argument("action", choices=("list", "show"))
     ckpt.add_argument("directory", metavar="DIR")
@@ -67,6 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    log_level=args.log_level, metrics_port=args.metrics_port, status=args.status,
                    status_interval=args.status_interval, virtual_clock=args.virtual_clock,
                    checkpoint_dir=args.checkpoint_dir, checkpoint_period=args.checkpoint_period)
+    if args.command == "spark":
+        from .spark_bridge._cli import spark_command
+
+        return spark_command(args.action, args.script, params=args.param, master=args.master,
+                             checkpoint=args.checkpoint, mode=args.mode, trigger=args.trigger,
+                             max_records=args.max_records)
     if args.command == "checkpoints":
         from .run import checkpoints_command
 

@@ -170,12 +170,15 @@ class SyncGraph:
             runner.shut_down()
         self._pump()
 
-    def advance(self, now: int) -> None:
-        """Time moves to ``now``: window and operator timers due by then fire, in order."""
+    def advance(self, now: int, on_timer: Callable[[int], None] | None = None) -> None:
+        """Time moves to ``now``: window and operator timers due by then fire, in order;
+        ``on_timer(when)`` runs after each (a host collecting what each timer raised)."""
         clock = self.clock
         while (timer := clock.next_due(now)) is not None:
             timer.callback()
             self._pump()
+            if on_timer is not None:
+                on_timer(timer.when)
         clock.set(now)
 
     def call(self, operator: str, action: Callable[[OperatorRunner], Any]) -> Any:

@@ -22,7 +22,17 @@ from typing import Any, Protocol
 from ..checkpoint._codec import decode_value, encode_value
 from ..graph import FrozenGraph
 from ..runtime._sync import SyncGraph
-from ._rows import KIND_COMMAND, KIND_TIME, KIND_TUPLE, decode, derived_ord, encode, item_of, kind_of
+from ._rows import (
+    KIND_COMMAND,
+    KIND_TIME,
+    KIND_TUPLE,
+    decode,
+    derived_ord,
+    encode,
+    item_of,
+    kind_of,
+    source_ord,
+)
 
 __all__ = ["KEYED_OUT_DDL", "ROUTED_DDL", "ItemHooks", "exit_rows", "group_of", "host_group",
            "make_processor", "make_router"]
@@ -103,12 +113,19 @@ Hosted = tuple[FrozenGraph, str, tuple[str, int]]
 
 
 def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
-               rows: list[tuple[Any, ...]], stored: bytes | None) -> tuple[list[tuple[Any, ...]], bytes]:
+               rows: list[tuple[Any, ...]], stored: bytes | None, *,
+               timer_order: bool = True) -> tuple[list[tuple[Any, ...]], bytes]:
     """One key group's micro-batch: restore its host, run its rows in order, store it again.
 
     ``rows`` are ``(ord, kind, time, value, data)``, sorted by ``ord``. Returns
     the output rows ``(ord, kind, time, value, data, port, group, *key[:-1])``
     and the new state. Kept apart from Spark so that it can be tested alone.
+
+    What a timer raises is ordered by the timer's time (``timer_order``),
+    before the items stamped with that time: where the runtime would have
+    raised it, not after the next row that happened to reach this group. The
+    trace host turns that off: it attributes events to the step that let time
+    pass.
     """
     graph, keyed, entry = hosted
     group = int(key[-1])
@@ -124,7 +141,12 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
         kind, at = int(kind_), int(time_)
         if hooks is not None:
             hooks.before(host, KIND_TIME)
-        host.advance(at)
+        if timer_order:
+            host.advance(at, lambda when: out.extend(
+                (*row[1:], row[0], group, *extra)
+                for row in exit_rows(host, source_ord(when, 0, 0), when)))
+        else:
+            host.advance(at)
         if hooks is not None:
             hooks.before(host, kind)
         if kind == KIND_COMMAND:
@@ -140,7 +162,7 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
 
 
 def make_processor(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks | None = None,
-                   key_columns: Sequence[str] = ()) -> Any:
+                   key_columns: Sequence[str] = (), *, timer_order: bool = True) -> Any:
     """The StatefulProcessor hosting one operator per key group (see `host_group`).
 
     ``hosted(key)`` names what a group hosts: the graph, the operator and the
@@ -163,7 +185,7 @@ def make_processor(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
             ordered = list(zip(frame["ord"], frame["kind"], frame["time"], frame["value"], frame["data"],
                                strict=True))
             stored = self.state.get()[0] if self.state.exists() else None
-            out, state = host_group(hosted(key), hooks, key, ordered, stored)
+            out, state = host_group(hosted(key), hooks, key, ordered, stored, timer_order=timer_order)
             self.state.update((state,))
             if out:
                 yield pd.DataFrame(out, columns=columns)

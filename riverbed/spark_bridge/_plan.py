@@ -71,10 +71,19 @@ def _refuse_source(op: OperatorDef) -> str | None:
 
 
 def _stateless(op: OperatorDef) -> bool:
+    """One plain input port, nothing to snapshot, punctuation left to the host: such an operator
+    can run in whichever task holds a row, with a fresh instance per micro-batch."""
     o = op.operator
-    return (len(op.inputs) == 1 and not op.inputs[0].windowed and op.error_port is None
-            and type(o).snapshot is Operator.snapshot and type(o).on_punct is Operator.on_punct
-            and getattr(o, "window_punctuation", "preserving") == "preserving")
+    if (len(op.inputs) != 1 or op.inputs[0].windowed or op.error_port is not None
+            or type(o).on_punct is not Operator.on_punct
+            or getattr(o, "window_punctuation", "preserving") != "preserving"):
+        return False
+    if type(o).snapshot is Operator.snapshot:
+        return True
+    try:
+        return o.snapshot() is None  # e.g. a Functor without state or logic
+    except Exception:
+        return False  # its state needs setup to be read: it has some
 
 
 def _describe_window(spec: WindowSpec | TimeIntervalSpec | None) -> str:
@@ -105,10 +114,14 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2) -> Plan:
     keyed_why = _keyable(graph, p, groups)
     if mode == "keyed" and keyed_why is not None:
         raise TranslationError(keyed_why[0], f"cannot run keyed: {keyed_why[1]}")
+    if mode not in ("auto", "driver", "keyed"):
+        raise TranslationError(None, f"mode {mode!r}: expected 'auto', 'driver' or 'keyed'")
     if mode != "driver" and keyed_why is None:
         p.mode = "keyed"
     else:
-        p.why_not_keyed = None if mode == "driver" else f"{keyed_why[0]}: {keyed_why[1]}"  # type: ignore[index]
+        if mode != "driver" and keyed_why is not None:
+            where, why = keyed_why
+            p.why_not_keyed = f"{where}: {why}" if where else why
         p.pre_chain, p.keyed, p.groups = [], None, 1
         p.driver = [op.name for op in graph.operators if op.kind != "source"]
     for name in p.driver:

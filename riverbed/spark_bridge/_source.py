@@ -144,7 +144,8 @@ def register(spark: Any) -> None:
             self._read = 0  # rows pulled from the source so far
             self._done = False
             self._target: int | None = None
-            self._max = int(options.get("maxRecordsPerBatch", "100000"))
+            lowered = {k.lower(): v for k, v in options.items()}  # Spark may lower-case option names
+            self._max = int(lowered.get("maxrecordsperbatch", "100000"))
 
         def __getstate__(self) -> dict[str, Any]:
             return {"options": self.options, "_rows": None, "_cache": {}, "_read": 0, "_done": False,

@@ -202,7 +202,7 @@ def run_cases_on_spark(cases: Sequence[Mapping[str, Any]], flavor: str = "java",
     df = (session.readStream.format("riverbed_source").option("rows", dump_payload(rows))
           .option("ddl", CASE_DDL).option("maxRecordsPerBatch", str(rows_per_batch)).load())
     out = (df.groupBy("case", "grp")
-           .transformWithStateInPandas(make_processor(_ByCase(graphs), _Hooks(), ["case"]),
+           .transformWithStateInPandas(make_processor(_ByCase(graphs), _Hooks(), ["case"], timer_order=False),
                                        KEYED_OUT_DDL + ", case INT", "Append", "None"))
     collected: dict[int, list[tuple[Any, ...]]] = {}
 
@@ -255,7 +255,8 @@ def run_cases_locally(cases: Sequence[Mapping[str, Any]], flavor: str = "java",
             groups_rows.setdefault((case, grp), []).append((ord_, kind, time, value, data))
         for key, group_rows in groups_rows.items():
             group_rows.sort(key=lambda r: r[0])
-            out, states[key] = host_group(by_case(key), _Hooks(), key, group_rows, states.get(key))
+            out, states[key] = host_group(by_case(key), _Hooks(), key, group_rows, states.get(key),
+                                          timer_order=False)
             for ord_, kind, _time, _value, data, _port, chan, case in out:
                 if kind == KIND_TUPLE:
                     results[case].append((ord_, chan, decode(data)))

@@ -1,0 +1,314 @@
+"""The MQTT Spark source (riverbed.spark_bridge.mqtt_source) against a real mosquitto.
+
+The broker runs with ``max_queued_messages 0`` (mosquitto's default of 1000
+would drop messages for the offline session of the restart test). Nothing
+waits for a fixed time: the tests poll for conditions with deadlines (the
+broker's port, the reader's offsets, the rows collected by the sink).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("paho.mqtt")
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from pyspark.errors import StreamingQueryException
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from riverbed.spark_bridge.mqtt_source import (
+    MqttConnectError,
+    MqttOptions,
+    MqttStreamReader,
+    Spool,
+    SpoolError,
+    mqtt_stream,
+    read_spool,
+)
+
+Message = tuple[str, bytes]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.01)  # a polling interval, not a wait for something to happen
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A mosquitto on 127.0.0.1 and a free port; yields the port."""
+    exe = shutil.which("mosquitto") or shutil.which("/usr/sbin/mosquitto")
+    if exe is None:
+        pytest.skip("mosquitto is not installed")
+    home = tmp_path_factory.mktemp("mosquitto")
+    port = _free_port()
+    conf = home / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n"
+                    "max_queued_messages 0\npersistence false\n")
+    log_path = home / "mosquitto.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([exe, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"mosquitto exited ({proc.returncode}): {log_path.read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def _publish(port: int, messages: list[Message]) -> None:
+    """Publish at QoS 1 and return once the broker has acknowledged every message."""
+    connected = threading.Event()
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"pub-{uuid.uuid4().hex[:8]}",
+                         protocol=mqtt.MQTTv311)
+    client.on_connect = lambda *args: connected.set()
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        assert connected.wait(10), "publisher did not connect"
+        infos = [client.publish(topic, payload, qos=1) for topic, payload in messages]
+        for info in infos:
+            info.wait_for_publish(timeout=30)
+            assert info.is_published()
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def _options(spool: Path, port: int, client_id: str, **extra: str) -> dict[str, str]:
+    return {"topic": "unit/#", "clientId": client_id, "spool": str(spool), "port": str(port), **extra}
+
+
+# ------------------------------------------------------------------------------------------ no Spark
+
+
+def test_reader_is_inert_until_first_offset_and_pickles(tmp_path: Path) -> None:
+    port = _free_port()  # nothing listens there
+    spool = tmp_path / "spool.jsonl"
+    reader = MqttStreamReader(_options(spool, port, "rb-inert", connectTimeout="2"))
+    assert not reader.connected and not spool.exists()
+    clone = pickle.loads(pickle.dumps(reader))
+    assert clone.config == reader.config and not clone.connected
+    with pytest.raises(MqttConnectError, match=f"127.0.0.1:{port}"):
+        reader.initialOffset()
+    assert not reader.connected
+    pickle.dumps(reader)
+    unlocked = Spool(str(spool))
+    unlocked.open(lock_timeout=0)  # the failed connect released the spool
+    unlocked.close()
+
+
+@pytest.mark.parametrize("missing", ["topic", "clientId", "spool"])
+def test_missing_required_option_is_named(tmp_path: Path, missing: str) -> None:
+    options = _options(tmp_path / "s", 1883, "rb-x")
+    del options[missing]
+    with pytest.raises(ValueError, match=missing):
+        MqttStreamReader(options)
+    with pytest.raises(ValueError, match="'port' must be an integer"):
+        MqttOptions.parse({**_options(tmp_path / "s", 1883, "rb-x"), "port": "mqtt"})
+    # mqtt_stream checks before touching Spark
+    with pytest.raises(ValueError, match="'clientId' is required"):
+        mqtt_stream(cast(Any, None), topic="a", client_id="", spool=tmp_path / "s")
+
+
+def test_spool_survives_torn_writes_and_compaction(tmp_path: Path) -> None:
+    path = str(tmp_path / "spool.jsonl")
+    spool = Spool(path)
+    spool.open()
+    with pytest.raises(SpoolError, match="in use"):
+        Spool(path).open(lock_timeout=0.05)
+    assert [spool.append("t", p, 1, False) for p in (b'{"a":1}', b"\xff\x00", b"x")] == [0, 1, 2]
+    spool.close()
+    with open(path, "ab") as f:
+        f.write(b'[3,"t","half a rec')  # a crash in the middle of a write
+    spool.open()
+    assert (spool.first_seq, spool.next_seq) == (0, 3)
+    assert spool.append("t", b"y", 1, True) == 3
+    rows = list(read_spool(path, 0, 4))
+    assert [(r[0], r[2], r[5]) for r in rows] == [(0, b'{"a":1}', False), (1, b"\xff\x00", False),
+                                                   (2, b"x", False), (3, b"y", True)]
+    stale_hint = spool.offset_of(2)
+    assert spool.release(2, compact_bytes=1)
+    assert Path(path).read_bytes().startswith(b'{"first": 2}\n')
+    assert [r[2] for r in read_spool(path, 2, 4, stale_hint)] == [b"x", b"y"]
+    assert [r[2] for r in read_spool(path, 3, 4, spool.offset_of(3))] == [b"y"]
+    with pytest.raises(SpoolError, match="compacted"):
+        list(read_spool(path, 0, 3))
+    with pytest.raises(SpoolError, match="ends before seq 4"):
+        list(read_spool(path, 2, 6))
+    spool.close()
+    spool.open()
+    assert (spool.first_seq, spool.next_seq) == (2, 4)
+    spool.close()
+
+
+def test_reader_offsets_ranges_and_persistent_session(broker: int, tmp_path: Path) -> None:
+    """The reader's calls as Spark makes them, without Spark: offsets, limits, replay, a restart."""
+    options = _options(tmp_path / "spool.jsonl", broker, "rb-unit", maxRecordsPerBatch="2")
+    reader = MqttStreamReader(options)
+    start = reader.initialOffset()  # connects and subscribes
+    assert start == {"seq": 0} and reader.connected
+    first = [(f"unit/{i % 2}", f"m{i}".encode()) for i in range(5)]
+    _publish(broker, first)
+    _until(lambda: reader.latestOffset(start, ReadAllAvailable()) == {"seq": 5}, "5 spooled messages")
+    assert reader.latestOffset(start, reader.getDefaultReadLimit()) == {"seq": 2}
+    assert reader.partitions({"seq": 3}, {"seq": 3}) == []
+    (part,) = reader.partitions({"seq": 1}, {"seq": 5})
+    executor = pickle.loads(pickle.dumps(reader))  # as a task gets it: no client, reads the spool
+    assert [(r[0], r[1], r[2]) for r in executor.read(part)] == [(i, *first[i]) for i in range(1, 5)]
+    reader.commit({"seq": 5})
+    reader.stop()
+
+    later = [("unit/x", f"n{i}".encode()) for i in range(3)]
+    _publish(broker, later)  # queued by the broker for the offline session
+    again = MqttStreamReader(options)
+    try:
+        _until(lambda: again.latestOffset({"seq": 5}, ReadAllAvailable()) == {"seq": 8}, "queued messages")
+        (part,) = again.partitions({"seq": 5}, {"seq": 8})
+        assert [(r[0], r[1], r[2]) for r in again.read(part)] == [(5 + i, *later[i]) for i in range(3)]
+    finally:
+        again.stop()
+
+
+# -------------------------------------------------------------------------------------------- Spark
+
+Delivery = tuple[int, list[tuple[Any, ...]]]
+
+
+def _collector(deliveries: list[Delivery]) -> Callable[[Any, int], None]:
+    def sink(df: Any, batch_id: int) -> None:
+        rows = [(r.seq, r.topic, bytes(r.payload), r.recv_ms, r.qos, r.retain) for r in df.collect()]
+        deliveries.append((batch_id, rows))
+    return sink
+
+
+def _final(deliveries: list[Delivery]) -> dict[int, list[tuple[Any, ...]]]:
+    """The last delivery of each batch id (a replayed batch replaces the earlier delivery)."""
+    return dict(deliveries)
+
+
+def _drain(query: Any, deliveries: list[Delivery], expected: int,
+           timeout: float = 90.0) -> list[tuple[Any, ...]]:
+    """Run the query until the sink has ``expected`` distinct rows; return them in seq order."""
+    deadline = time.monotonic() + timeout
+    while True:
+        query.processAllAvailable()  # returns after a trigger that found no new data
+        rows = sorted({r for batch in _final(deliveries).values() for r in batch})
+        if len(rows) >= expected:
+            return rows
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(rows)} of {expected} rows after {timeout:g} s")
+
+
+def _check_order(rows: list[tuple[Any, ...]], published: list[Message]) -> None:
+    """Every message exactly once, each topic's messages in publication order."""
+    assert [r[0] for r in rows] == list(range(len(published)))
+    for topic in {t for t, _ in published}:
+        assert [r[2] for r in rows if r[1] == topic] == [p for t, p in published if t == topic], topic
+    assert all(r[4] == 1 and r[5] is False for r in rows)
+    assert all(r[3] > 1_600_000_000_000 for r in rows)  # recv_ms: ms since the epoch, stamped at spooling
+
+
+def test_end_to_end(spark: Any, broker: int, tmp_path: Path) -> None:
+    df = mqtt_stream(spark, topic="e2e/+,e2e-bin", client_id="rb-e2e", spool=tmp_path / "spool.jsonl",
+                     port=broker, max_records_per_batch=200)
+    assert df.schema.simpleString() == ("struct<seq:bigint,topic:string,payload:binary,recv_ms:bigint,"
+                                        "qos:int,retain:boolean>")
+    deliveries: list[Delivery] = []
+    query = df.writeStream.foreachBatch(_collector(deliveries)).start()
+    try:
+        query.processAllAvailable()  # the reader has run initialOffset: connected and subscribed
+        published = [(f"e2e/{i % 3}", json.dumps({"i": i}).encode()) if i % 50
+                     else ("e2e-bin", bytes([0xFF, 0, i % 256])) for i in range(500)]
+        _publish(broker, published)
+        rows = _drain(query, deliveries, 500)
+    finally:
+        query.stop()
+    _check_order(rows, published)
+    assert sum(len(b) for _, b in deliveries) == 500
+    assert max(len(b) for _, b in deliveries) <= 200
+
+
+def test_restart_replays_from_spool_and_loses_nothing(spark: Any, broker: int, tmp_path: Path,
+                                                      checkpoint_dir: Path) -> None:
+    spool = tmp_path / "spool.jsonl"
+
+    def start(sink: Callable[[Any, int], None]) -> Any:
+        df = mqtt_stream(spark, topic="rs/#", client_id="rb-restart", spool=spool, port=broker,
+                         max_records_per_batch=100, spoolCompactBytes=1)  # compact at every commit
+        return df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint_dir)).start()
+
+    deliveries: list[Delivery] = []
+    collect = _collector(deliveries)
+    armed = threading.Event()
+
+    def failing_sink(df: Any, batch_id: int) -> None:
+        collect(df, batch_id)
+        if armed.is_set() and deliveries[-1][1]:
+            armed.clear()
+            raise RuntimeError("injected sink failure")
+
+    published = [(f"rs/{i % 2}", f"first-{i}".encode()) for i in range(300)]
+    query = start(failing_sink)
+    try:
+        query.processAllAvailable()
+        _publish(broker, published)
+        _drain(query, deliveries, 300)
+        armed.set()
+        more = [(f"rs/{i % 2}", f"second-{i}".encode()) for i in range(50)]
+        published += more
+        _publish(broker, more)
+        with pytest.raises(StreamingQueryException, match="injected sink failure"):
+            query.awaitTermination(90)
+    finally:
+        query.stop()
+    failed_batch, failed_rows = deliveries[-1]
+
+    down = [(f"rs/{i % 2}", f"down-{i}".encode()) for i in range(200)]
+    published += down
+    _publish(broker, down)  # the query is down: the broker queues these for its session
+
+    query = start(collect)
+    try:
+        rows = _drain(query, deliveries, len(published))
+    finally:
+        query.stop()
+    _check_order(rows, published)
+    replays = [b for b, _ in deliveries if b == failed_batch]
+    assert len(replays) == 2 and _final(deliveries)[failed_batch] == failed_rows  # same rows again
+    final = _final(deliveries)
+    assert sum(len(b) for b in final.values()) == len(published)  # no duplicates across batch ids
+    assert spool.read_bytes().startswith(b'{"first": ')  # commits compacted the spool under the replay

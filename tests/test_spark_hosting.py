@@ -1,0 +1,121 @@
+"""The Spark bridge's hosting without Spark: plans, key-group hosting and the synchronous host.
+
+`host_group` is what each key group runs inside transformWithStateInPandas;
+here micro-batches are cut at every size, and each group's state goes through
+the same encoding as in Spark's state store between them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from riverbed.graph import Graph, Operator, Punct, Source
+from riverbed.mqtt import MQTTSource
+from riverbed.operators import Aggregate, Count, DirectoryScan, Filter, Functor, Join, Sum
+from riverbed.runtime import Job, VirtualClock, run_virtual
+from riverbed.runtime._sync import SyncGraph
+from riverbed.spark_bridge import TranslationError
+from riverbed.spark_bridge._plan import plan
+from riverbed.spark_bridge._trace import run_cases_locally
+from riverbed.testing import ListSink, ListSource
+from tests.spark.test_bridge import _cases
+from tests.trace_compare import mismatch
+
+
+@pytest.mark.parametrize("rows_per_batch", [1, 3, 1000])
+@pytest.mark.parametrize("flavor", ["java", "cpp"])
+def test_every_case_hosted_per_key_group_across_micro_batches(flavor: str, rows_per_batch: int) -> None:
+    cases = _cases(flavor)
+    results = run_cases_locally(cases, flavor, rows_per_batch=rows_per_batch)
+    failures = {c["name"]: why for c, ev in zip(cases, results, strict=True)
+                if (why := mismatch(dict(c, order="by_key"), ev)) is not None}
+    assert not failures, failures
+
+
+def _graph(source: Source, *ops: tuple[str, Operator, str | None]) -> Graph:
+    g = Graph("g")
+    s = g.source("src", source)
+    for name, op, clause in ops:
+        port: Any = s.window(clause, partition_by="k" if "partitioned" in clause else None) if clause else s
+        s = g.operator(name, op, [port])
+    g.sink("sink", ListSink(), [s])
+    return g
+
+
+def test_sync_graph_gives_the_runtimes_items_marks_and_order() -> None:
+    items: list[Any] = [{"k": i % 3, "v": i} for i in range(40)]
+    items.insert(17, Punct.WINDOW)
+    g = _graph(ListSource(items), ("f", Functor(output={"w": lambda t: t["v"] * 2}), None),
+               ("agg", Aggregate({"s": Sum("w"), "n": Count()}, copy=("k",)),
+                "sliding, count(4), count(2), partitioned"))
+    frozen = g.freeze()
+    clock = VirtualClock()
+    job = Job(frozen, clock=clock)
+    run_virtual(job.run(), clock)
+    expected = job.runners["sink"].op.items  # type: ignore[attr-defined]
+    host = SyncGraph(frozen, ["f", "agg", "sink"])
+    for item in items:
+        host.feed("src", 0, item if item is Punct.WINDOW else [item])
+    host.feed("src", 0, Punct.FINAL)
+    assert host.runner("sink").op.items == expected  # type: ignore[attr-defined]
+    assert host.finished
+
+
+def test_sync_graph_state_round_trip_continues_exactly() -> None:
+    g = _graph(ListSource([]), ("agg", Aggregate({"s": Sum("v")}, copy=("k",)),
+                                "tumbling, count(3), partitioned")).freeze()
+    whole = SyncGraph(g, ["agg", "sink"])
+    split = SyncGraph(g, ["agg", "sink"])
+    for i in range(20):
+        whole.feed("src", 0, [{"k": i % 2, "v": i}])
+        split.feed("src", 0, [{"k": i % 2, "v": i}])
+        if i % 4 == 0:
+            split = SyncGraph(g, ["agg", "sink"], state=split.state())
+            split.runner("sink").op.items = []  # type: ignore[attr-defined]
+    a = [t for t in whole.runner("sink").op.items if t != Punct.WINDOW]  # type: ignore[attr-defined]
+    b = [t for t in split.runner("sink").op.items if t != Punct.WINDOW]  # type: ignore[attr-defined]
+    assert b == a[len(a) - len(b):] and b  # the last host's output is the tail of the whole output
+
+
+def test_keyed_plan_routes_by_key_and_says_how() -> None:
+    g = _graph(ListSource([]), ("f", Filter(lambda t: True), None),
+               ("agg", Aggregate({"n": Count()}), "tumbling, count(2), partitioned"))
+    p = plan(g.freeze(), groups=4)
+    assert (p.mode, p.pre_chain, p.keyed, p.groups, p.driver) == ("keyed", ["f"], "agg", 4, ["sink"])
+    text = p.explain()
+    assert "groupBy(hash(k) mod 4).transformWithStateInPandas" in text
+    assert "runs in the source's task" in text
+
+
+@pytest.mark.parametrize(("clause", "why"), [
+    ("tumbling, count(2)", "unpartitioned window"),
+    ("tumbling, count(2), partitioned, partitionCount(3)", "partition eviction counts across"),
+])
+def test_windows_that_need_every_partition_run_in_one_key_group(clause: str, why: str) -> None:
+    p = plan(_graph(ListSource([]), ("agg", Aggregate({"n": Count()}), clause)).freeze(), groups=4)
+    assert p.mode == "keyed" and p.groups == 1
+    assert why in p.notes["agg"]
+
+
+def test_untranslatable_constructs_are_refused_naming_the_operator(tmp_path: Any) -> None:
+    g = Graph("mqtt")
+    s = g.source("broker", MQTTSource("127.0.0.1", 1, topics=["t/#"]))
+    g.sink("sink", ListSink(), [s])
+    with pytest.raises(TranslationError, match=r"operator 'broker': MQTTSource waits on a broker"):
+        plan(g.freeze())
+    g = Graph("scan")
+    s = g.source("scan", DirectoryScan(str(tmp_path)))
+    g.sink("sink", ListSink(), [s])
+    with pytest.raises(TranslationError, match=r"'scan': DirectoryScan without scans= polls forever"):
+        plan(g.freeze())
+    g = Graph("join")
+    a = g.source("a", ListSource([]))
+    b = g.source("b", ListSource([]))
+    j = g.operator("j", Join(equality_lhs="k", equality_rhs="k"),
+                   [a.window("sliding, count(2)"), b.window("sliding, count(2)")])
+    g.sink("sink", ListSink(), [j])
+    with pytest.raises(TranslationError, match=r"operator .j.: cannot run keyed: a windowed operator "):
+        plan(g.freeze(), "keyed")
+    assert plan(g.freeze()).mode == "driver"  # auto: the exact fallback
