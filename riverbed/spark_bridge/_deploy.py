@@ -11,7 +11,8 @@ from ..graph import FrozenGraph, Graph
 from ._driver import DriverStage, stage_dir
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, make_processor, make_router
 from ._plan import Mode, Plan, plan
-from ._source import SOURCE_FORMAT, dump_payload, register
+from ._rows import ROW_DDL
+from ._source import BUNDLE_ITEMS, SOURCE_FORMAT, dump_payload, register, route_of
 
 __all__ = ["Deployment", "deploy"]
 
@@ -52,9 +53,12 @@ class _Fixed:
         return self.hosted
 
 
-def _source_frame(spark: Any, graph: FrozenGraph, name: str, index: int, max_rows: int) -> Any:
+def _source_frame(spark: Any, graph: FrozenGraph, name: str, index: int, *, max_rows: int,
+                  spool: str, route: Any = None) -> Any:
     return (spark.readStream.format(SOURCE_FORMAT)
-            .option("payload", dump_payload((graph, name, index)))
+            .option("payload", dump_payload((graph, name, index, route)))
+            .option("spool", os.path.join(spool, f"riverbed-source-{index}"))
+            .option("ddl", ROW_DDL if route is None else ROUTED_DDL)
             .option("maxRecordsPerBatch", str(max_rows))
             .load())
 
@@ -79,9 +83,10 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
     checkpoint = checkpoint or tempfile.mkdtemp(prefix=f"riverbed-{frozen.name}-")
     os.makedirs(checkpoint, exist_ok=True)
     register(spark)
-    frames = [_source_frame(spark, frozen, name, i, max_records_per_batch)
-              for i, name in enumerate(p.sources)]
     if p.mode == "driver":
+        frames = [_source_frame(spark, frozen, name, i, max_rows=max_records_per_batch,
+                                spool=checkpoint)
+                  for i, name in enumerate(p.sources)]
         df = frames[0].withColumn("stream", F.lit(0))
         for i, f in enumerate(frames[1:], start=1):
             df = df.unionByName(f.withColumn("stream", F.lit(i)))
@@ -92,11 +97,20 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
         assert p.keyed is not None
         entry_op = p.pre_chain[-1] if p.pre_chain else p.sources[0]
         keyed_in = (entry_op, 0)
-        router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, p.groups)
-        routed = frames[0].mapInPandas(router, ROUTED_DDL)
+        if p.pre_chain:  # the stateless chain runs first, then routes its output
+            router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, p.groups)
+            source = _source_frame(spark, frozen, p.sources[0], 0, max_rows=max_records_per_batch,
+                                   spool=checkpoint)
+            routed = source.mapInPandas(router, ROUTED_DDL)
+        else:  # the source routes its rows itself, in bundles: about max_records items a batch
+            size = min(BUNDLE_ITEMS, max_records_per_batch)
+            rounds = max(1, max_records_per_batch // size)
+            routed = _source_frame(spark, frozen, p.sources[0], 0, max_rows=rounds * p.groups,
+                                   spool=checkpoint, route=route_of(frozen, p.keyed, p.groups, size))
         keyed = (routed.groupBy("grp")
-                 .transformWithStateInPandas(make_processor(_Fixed(frozen, p.keyed, keyed_in)),
-                                             KEYED_OUT_DDL, "Append", "None"))
+                 .transformWithStateInPandas(
+                     make_processor(_Fixed(frozen, p.keyed, keyed_in), bundle_output=True),
+                     KEYED_OUT_DDL, "Append", "None"))
         df = keyed
         n_out = len(frozen.operator(p.keyed).outputs)
         streams = [(p.keyed, port) for port in range(n_out)]

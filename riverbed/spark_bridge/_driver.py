@@ -24,7 +24,7 @@ from typing import Any
 from ..checkpoint import RocksDBStore
 from ..graph import FrozenGraph, Punct, Watermark
 from ..runtime._sync import SyncGraph
-from ._rows import KIND_FINAL, KIND_TIME, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode
+from ._rows import KIND_BUNDLE, KIND_FINAL, KIND_TIME, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode
 
 __all__ = ["ChannelMerge", "DriverStage"]
 
@@ -140,8 +140,13 @@ def _sorted_rows(table: Any) -> list[tuple[Any, ...]]:
     cols = {name: table.column(name).to_pylist() for name in table.column_names}
     n = table.num_rows
     chan = cols.get("chan", [0] * n)
-    rows = list(zip(cols["ord"], chan, cols["kind"], cols["time"], cols["value"], cols["data"],
-                    cols["stream"], strict=True))
+    rows: list[tuple[Any, ...]] = []
+    for row in zip(cols["ord"], chan, cols["kind"], cols["time"], cols["value"], cols["data"],
+                   cols["stream"], strict=True):
+        if row[2] == KIND_BUNDLE:  # a key group's output of one micro-batch
+            rows.extend((o, row[1], k, t, v, d, p) for o, k, t, v, d, p in decode(row[5]))
+        else:
+            rows.append(row)
     rows.sort(key=lambda r: (r[0], r[1]))
     return rows
 

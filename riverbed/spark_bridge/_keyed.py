@@ -22,7 +22,9 @@ from typing import Any, Protocol
 from ..checkpoint._codec import decode_value, encode_value
 from ..graph import FrozenGraph
 from ..runtime._sync import SyncGraph
+from ..windows import TimeIntervalWindow
 from ._rows import (
+    KIND_BUNDLE,
     KIND_COMMAND,
     KIND_TIME,
     KIND_TUPLE,
@@ -137,32 +139,85 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     else:
         host = SyncGraph(graph, [keyed], now=int(rows[0][2]) if rows else 0)
         out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, b"", host.clock.now()))
-    for ord_, kind_, time_, value, data in rows:
-        kind, at = int(kind_), int(time_)
-        if hooks is not None:
-            hooks.before(host, KIND_TIME)
+    runner = host.runner(keyed)
+    # Tuples into timeInterval windows raise nothing until a watermark: a run of them with one
+    # stamped time goes in as one batch (the window's inlined batch path).
+    batchable = hooks is None and bool(runner.windows) and all(
+        isinstance(w, TimeIntervalWindow) for w in runner.windows)
+
+    def advance(at: int) -> None:
         if timer_order:
             host.advance(at, lambda when: out.extend(
                 (*row[1:], row[0], group, *extra)
                 for row in exit_rows(host, source_ord(when, 0, 0), when)))
         else:
             host.advance(at)
+
+    items = expand(rows)
+    i, n = 0, len(items)
+    while i < n:
+        ord_, kind, at, value, data = items[i]
+        i += 1
+        if batchable and kind == KIND_TUPLE:
+            batch = [data]
+            while i < n and items[i][1] == KIND_TUPLE and items[i][2] == at:
+                ord_ = items[i][0]
+                batch.append(items[i][4])
+                i += 1
+            advance(at)
+            host.feed(*entry, batch)
+            out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
+            continue
+        if hooks is not None:
+            hooks.before(host, KIND_TIME)
+        advance(at)
         if hooks is not None:
             hooks.before(host, kind)
         if kind == KIND_COMMAND:
             if hooks is None:
                 raise ValueError(f"{label}: a command row, but this stage takes no commands")
             hooks.command(host, data)
+        elif kind == KIND_TUPLE:
+            host.feed(*entry, [data])
         else:
-            item = item_of(kind, int(value), data)
+            item = item_of(kind, value, None)
             if item is not None:
-                host.feed(*entry, [item] if kind == KIND_TUPLE else item)
+                host.feed(*entry, item)
         out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
     return out, encode_value(host.state(), checkpoint_id=0, key=label)
 
 
+def expand(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows (bundles opened) as items ``(ord, kind, time, value, data)`` in order, with the
+    tuple of a tuple item decoded."""
+    items: list[tuple[Any, ...]] = []
+    for ord_, kind_, time_, value, data in rows:
+        kind = int(kind_)
+        if kind == KIND_BUNDLE:
+            items.extend((o, k, t, v, d) for o, k, t, v, d in decode(data))
+        elif kind == KIND_TUPLE:
+            items.append((ord_, kind, int(time_), int(value), decode(data)))
+        else:
+            items.append((ord_, kind, int(time_), int(value), data))
+    items.sort(key=_first)  # in order already when they come from one source task: linear
+    return items
+
+
+def bundle_rows(out: list[tuple[Any, ...]], group: int) -> list[tuple[Any, ...]]:
+    """A group's output rows ``(ord, kind, time, value, data, port, chan)`` as one bundle row."""
+    if not out:
+        return []
+    items = [[o, k, t, v, d, p] for o, k, t, v, d, p, _c in out]
+    return [(out[0][0], KIND_BUNDLE, out[0][2], 0, encode(items), -1, group)]
+
+
+def _first(row: tuple[Any, ...]) -> Any:
+    return row[0]
+
+
 def make_processor(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks | None = None,
-                   key_columns: Sequence[str] = (), *, timer_order: bool = True) -> Any:
+                   key_columns: Sequence[str] = (), *, timer_order: bool = True,
+                   bundle_output: bool = False) -> Any:
     """The StatefulProcessor hosting one operator per key group (see `host_group`).
 
     ``hosted(key)`` names what a group hosts: the graph, the operator and the
@@ -181,12 +236,14 @@ def make_processor(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
             import pandas as pd
 
             key = tuple(key)
-            frame = pd.concat(list(rows), ignore_index=True).sort_values("ord", kind="stable")
-            ordered = list(zip(frame["ord"], frame["kind"], frame["time"], frame["value"], frame["data"],
+            frame = pd.concat(list(rows), ignore_index=True)
+            ordered = list(zip(*(frame[c].tolist() for c in ("ord", "kind", "time", "value", "data")),
                                strict=True))
             stored = self.state.get()[0] if self.state.exists() else None
             out, state = host_group(hosted(key), hooks, key, ordered, stored, timer_order=timer_order)
             self.state.update((state,))
+            if bundle_output:
+                out = bundle_rows(out, int(key[-1]))
             if out:
                 yield pd.DataFrame(out, columns=columns)
 

@@ -27,6 +27,7 @@ from ..graph import Punct, Watermark
 __all__ = [
     "COLUMNS",
     "GROUP_COLUMN",
+    "KIND_BUNDLE",
     "KIND_COMMAND",
     "KIND_FINAL",
     "KIND_TIME",
@@ -48,6 +49,9 @@ KIND_FINAL = 2
 KIND_WATERMARK = 3
 KIND_TIME = 4
 KIND_COMMAND = 5  # a host-level action on a hosted operator's window (the trace host's steps)
+# Many items of one key group in one row: ``data`` is a msgpack list of item rows. Spark's
+# stateful Python stages cost tens of microseconds per row; bundles make that per bundle.
+KIND_BUNDLE = 6
 
 COLUMNS = ("ord", "kind", "time", "value", "data")
 ROW_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY"
@@ -68,8 +72,11 @@ def derived_ord(cause: bytes, index: int) -> bytes:
     return cause + _SUB.pack(index)
 
 
+_PACK = msgpack.Packer(use_bin_type=True).pack  # one packer, not one per call
+
+
 def encode(tup: Any) -> bytes:
-    return msgpack.packb(tup, use_bin_type=True)  # type: ignore[no-any-return]
+    return _PACK(tup)  # type: ignore[no-any-return]
 
 
 def decode(data: bytes) -> Any:

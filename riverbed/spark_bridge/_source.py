@@ -17,18 +17,34 @@ from __future__ import annotations
 
 import base64
 import itertools
+import operator
+import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..graph import Connection, FrozenGraph, InputPort, Operator, OperatorDef, Punct
+from ..graph import Connection, FrozenGraph, InputPort, Operator, OperatorDef, Punct, Source
 from ..runtime import Job, VirtualClock, run_virtual
-from ._rows import KIND_FINAL, KIND_TIME, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, ROW_DDL, encode, source_ord
+from ..runtime._sync import SyncGraph
+from ._keyed import group_of
+from ._rows import (
+    KIND_BUNDLE,
+    KIND_FINAL,
+    KIND_TIME,
+    KIND_TUPLE,
+    KIND_WATERMARK,
+    KIND_WINDOW,
+    ROW_DDL,
+    encode,
+    kind_of,
+    source_ord,
+)
 
 __all__ = ["SOURCE_FORMAT", "SourceItems", "dump_payload", "load_payload", "source_rows"]
 
 SOURCE_FORMAT = "riverbed_source"
+BUNDLE_ITEMS = 4096  # source items per round of bundles (one bundle row per key group a round)
 _END = object()
 
 
@@ -100,19 +116,80 @@ class SourceItems:
 Row = tuple[bytes, int, int, int, bytes | None]
 
 
-def source_rows(graph: FrozenGraph, name: str, index: int, *,
-                time_mark_ns: int = 1_000_000_000) -> Iterator[Row]:
+def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterator[tuple[int, int, int, Any]]:
+    """A ``generate()`` source driven synchronously (no job, no thread): its items at time 0,
+    with the watermarks the runtime's own code derives from them, then final."""
+    host = SyncGraph(graph, [name])
+    runner = host.runner(name)
+    items = iter(runner._guard(runner.op.generate, None))  # type: ignore[attr-defined]
+    ended = False
+    while not ended:
+        batch = list(itertools.islice(items, chunk))
+        if not batch:
+            break
+        if Punct.FINAL in batch:  # as in the runtime: a final item ends the source
+            batch, ended = batch[:batch.index(Punct.FINAL)], True
+        host.emit(name, batch)
+        yield from _items_of(host)
+    host.end(name)
+    yield from _items_of(host)
+
+
+def _items_of(host: SyncGraph) -> Iterator[tuple[int, int, int, Any]]:
+    now = host.clock.now()
+    for _op, _port, entry in host.take_exits():
+        if type(entry) is list:
+            for tup in entry:
+                yield KIND_TUPLE, now, 0, tup
+        else:
+            kind, value = kind_of(entry)
+            yield kind, now, value, None
+
+
+def _synchronous(src: Any) -> bool:
+    return type(src).generate is not Source.generate and type(src).run is Source.run
+
+
+Route = tuple[Callable[[Any], Any] | None, int, int]
+
+
+def route_of(graph: FrozenGraph, keyed: str, groups: int, bundle: int = 0) -> Route:
+    """How a source routes rows straight to key groups (keyed mode without a stateless chain):
+    the key function, the number of groups, and the source items per round of bundles."""
+    partition_by = graph.operator(keyed).inputs[0].partition_by
+    bundle = bundle or BUNDLE_ITEMS
+    if partition_by is None or groups == 1:
+        return None, groups, bundle
+    if isinstance(partition_by, str):
+        return operator.itemgetter(partition_by), groups, bundle
+    return partition_by, groups, bundle
+
+
+def source_rows(graph: FrozenGraph, name: str, index: int, *, route: Route | None = None,
+                time_mark_ns: int = 1_000_000_000) -> Iterator[tuple[Any, ...]]:
     """Source ``name``'s items as rows (see `_rows`), numbered from 0.
 
     A time mark first (every key group starts, and activates its windows, at
     the source's start time), then one whenever the stamped time moved on by
     ``time_mark_ns`` since the last: a key group whose keys are quiet still
     sees time pass, so its time-policy windows fire no later than that.
+    With ``route`` (key function, groups) each row also names its key group,
+    and marks are copied to every group, so no routing stage is needed.
     """
-    items = iter(SourceItems(graph, name))
+    src = graph.operator(name).operator
+    items = generated_items(graph, name) if _synchronous(src) else iter(SourceItems(graph, name))
     first = next(items, None)
     if first is None:
         return
+    if route is None:
+        rows = _plain_rows(first, items, index, time_mark_ns)
+    else:
+        rows = _routed_rows(first, items, index, time_mark_ns, key_of=route[0], groups=route[1],
+                            bundle=route[2])
+    yield from rows
+
+
+def _plain_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int) -> Iterator[Row]:
     seq = 0
     mark = first[1]
     yield source_ord(mark, index, seq), KIND_TIME, mark, 0, None
@@ -126,15 +203,79 @@ def source_rows(graph: FrozenGraph, name: str, index: int, *,
         yield source_ord(time, index, seq), kind, time, value, data
 
 
+def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int, *,
+                 key_of: Callable[[Any], Any] | None, groups: int,
+                 bundle: int = BUNDLE_ITEMS) -> Iterator[tuple[Any, ...]]:
+    """Rows for key groups: every ``bundle`` source items, one bundle row per group holding,
+    in order, its tuples and a copy of every mark (see `_rows.KIND_BUNDLE`)."""
+    everywhere = range(groups)
+    lists: list[list[list[Any]]] = [[] for _ in everywhere]
+    seq = 0
+    mark = first[1]
+    for lst in lists:
+        lst.append([source_ord(mark, index, seq), KIND_TIME, mark, 0, None])
+    for kind, time, value, tup in itertools.chain([first], items):
+        seq += 1
+        if time - mark >= time_mark_ns:
+            mark = time
+            o = source_ord(time, index, seq)
+            for lst in lists:
+                lst.append([o, KIND_TIME, time, 0, None])
+            seq += 1
+        o = source_ord(time, index, seq)
+        if kind == KIND_TUPLE:
+            g = 0 if key_of is None else group_of(key_of(tup), groups)
+            lists[g].append([o, kind, time, value, tup])
+        else:
+            for lst in lists:
+                lst.append([o, kind, time, value, None])
+        if seq % bundle == 0:
+            yield from _bundles(lists)
+    yield from _bundles(lists)
+
+
+def _bundles(lists: list[list[list[Any]]]) -> Iterator[tuple[Any, ...]]:
+    for g, lst in enumerate(lists):
+        if lst:
+            yield lst[0][0], KIND_BUNDLE, lst[0][2], 0, encode(lst), g
+            lst.clear()
+
+
+_ARROW_TYPES = {"BINARY": "binary", "INT": "int32", "LONG": "int64"}
+
+
+def arrow_batch(rows: list[tuple[Any, ...]], ddl: str) -> Any:
+    """Rows as one Arrow record batch: Spark takes it without converting row by row."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    fields = [part.strip().split() for part in ddl.split(",")]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(fields)
+    arrays = [pa.array(col, type=getattr(pa, _ARROW_TYPES[t.upper()])())
+              for col, (_, t) in zip(columns, fields, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, names=[n for n, _ in fields])
+
+
+def write_spool(path: str, batch: Any) -> None:
+    """One micro-batch's rows as an Arrow file, written whole or not at all: executors map it
+    instead of unpickling rows, and a replay after a restart reads it instead of regenerating."""
+    import pyarrow as pa
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, batch.schema) as writer:
+        writer.write_batch(batch)
+    os.replace(tmp, path)
+
+
 def register(spark: Any) -> None:
     """Register the data source with a session (once per session is enough)."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
 
     class _Partition(InputPartition):
-        def __init__(self, start: int, end: int, rows: list[Any] | None) -> None:
+        def __init__(self, start: int, end: int, rows: list[Any] | None, path: str | None) -> None:
             super().__init__(None)
-            self.start, self.end, self.rows = start, end, rows
+            self.start, self.end, self.rows, self.path = start, end, rows, path
 
     class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, options: dict[str, str]) -> None:
@@ -146,19 +287,37 @@ def register(spark: Any) -> None:
             self._target: int | None = None
             lowered = {k.lower(): v for k, v in options.items()}  # Spark may lower-case option names
             self._max = int(lowered.get("maxrecordsperbatch", "100000"))
+            self._lock = threading.Lock()
+            self._ahead: threading.Thread | None = None
 
         def __getstate__(self) -> dict[str, Any]:
             return {"options": self.options, "_rows": None, "_cache": {}, "_read": 0, "_done": False,
-                    "_target": None, "_max": self._max}
+                    "_target": None, "_max": self._max, "_ahead": None}
+
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            self.__dict__.update(state)
+            self._lock = threading.Lock()
 
         def _produce(self) -> Iterator[Any]:
             """The rows from the start: the source's, or a fixed list (``rows``: the trace host)."""
             if "rows" in self.options:
                 return iter(load_payload(self.options["rows"]))
-            graph, name, index = load_payload(self.options["payload"])
-            return source_rows(graph, name, index)
+            graph, name, index, route = load_payload(self.options["payload"])
+            return source_rows(graph, name, index, route=route)
 
         def _pull(self, upto: int) -> None:
+            with self._lock:
+                self._pull_locked(upto)
+
+        def _prefetch(self, upto: int) -> None:
+            """Produce the next batch's rows while Spark runs this one (the reader idles then)."""
+            if self._done or (self._ahead is not None and self._ahead.is_alive()):
+                return
+            self._ahead = threading.Thread(target=self._pull, args=(upto,), daemon=True,
+                                           name="riverbed-source-prefetch")
+            self._ahead.start()
+
+        def _pull_locked(self, upto: int) -> None:
             if self._rows is None:
                 self._rows = self._produce()
             while self._read < upto and not self._done:
@@ -178,8 +337,9 @@ def register(spark: Any) -> None:
             return ReadMaxRows(self._max)
 
         def prepareForTriggerAvailableNow(self) -> None:
-            self._pull(1 << 62)
-            self._target = self._read
+            # The source is finite and fixed (replayable): what it will produce is what is
+            # available now, so it is pulled batch by batch, not all up front.
+            self._target = None
 
         def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
             begin = int(start["n"])
@@ -193,22 +353,42 @@ def register(spark: Any) -> None:
             lo, hi = int(start["n"]), int(end["n"])
             if lo >= hi:
                 return []
+            ddl = str(self.options.get("ddl", ROW_DDL))
+            spool = self.options.get("spool")
+            path = None if spool is None else os.path.join(spool, f"{lo:020d}-{hi:020d}.arrow")
+            if path is not None and os.path.exists(path):
+                return [_Partition(lo, hi, None, path)]  # a replay: the batch is spooled already
             if lo in self._cache and hi - 1 in self._cache:
                 rows = [self._cache[i] for i in range(lo, hi)]
             else:
                 rows = None  # a replay after a restart: produced again where it is read
-            return [_Partition(lo, hi, rows)]
+            if path is None or rows is None:
+                return [_Partition(lo, hi, rows, None)]
+            self._prefetch(hi + self._max)
+            write_spool(path, arrow_batch(rows, ddl))
+            return [_Partition(lo, hi, None, path)]
 
         def read(self, partition: Any) -> Iterator[Any]:
-            if partition.rows is not None:
-                yield from partition.rows
+            if partition.path is not None:
+                import pyarrow as pa
+
+                with pa.OSFile(partition.path, "rb") as f:
+                    yield from pa.ipc.open_file(f).read_all().to_batches()
                 return
-            yield from itertools.islice(self._produce(), partition.start, partition.end)
+            rows = partition.rows
+            if rows is None:
+                rows = list(itertools.islice(self._produce(), partition.start, partition.end))
+            yield arrow_batch(rows, str(self.options.get("ddl", ROW_DDL)))
 
         def commit(self, end: dict[str, int]) -> None:
             done = int(end["n"])
             for i in [k for k in self._cache if k < done]:
                 del self._cache[i]
+            spool = self.options.get("spool")
+            if spool is not None and os.path.isdir(spool):
+                for name in os.listdir(spool):  # batches Spark committed are never read again
+                    if name.endswith(".arrow") and int(name.split("-")[1].split(".")[0]) <= done:
+                        os.unlink(os.path.join(spool, name))
 
     class RiverbedSource(DataSource):
         @classmethod

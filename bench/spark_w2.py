@@ -1,0 +1,167 @@
+"""W2 on Spark: the bridge's keyed stage next to Spark's own ``window()`` + watermark query.
+
+    .venv/bin/python bench/spark_w2.py [--readings 2000000] [--batch 250000] [--master local[2]]
+
+The same readings (`workloads.make_readings`: 1000 sensors, event time in
+ms growing by 0-2 ms per reading) go through:
+
+* **bridge**: a riverbed graph (a source generating the readings with
+  ``event_time="ts"``, `PaneAvg` on ``timeInterval, intervalDuration(10),
+  partitioned`` by sensor, a digest sink) deployed in keyed mode: the source
+  in the data-source reader, the window per key group in
+  transformWithStateInPandas, the sink in the driver stage;
+* **spark**: the readings written once to Parquet files of ``--batch`` rows
+  (not timed), read with ``maxFilesPerTrigger=1``, ``withWatermark(ts, 0)``,
+  ``groupBy(window(ts, 10 s), sensor).agg(count, avg)`` in append mode,
+  results collected by ``foreachBatch``. A last file holds one reading far in
+  the future (a sentinel sensor, left out of the results) so the watermark
+  passes every real window: riverbed closes them with the maximum
+  watermark before final, Spark has no end of stream.
+
+Both run ``availableNow`` with ``--batch`` readings per micro-batch in one
+session, and both results are digested the same way and checked equal. It
+prints wall time, readings/s and the ratio (bridge / spark throughput).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+
+from riverbed_flows import PaneAvg  # noqa: E402
+from workloads import PANE_MS, SEED, SENSORS, T0, Digest, make_readings, same_results  # noqa: E402
+
+from riverbed.graph import Graph, Operator, Schema, Source  # noqa: E402
+from riverbed.spark_bridge import spark_session  # noqa: E402
+from riverbed.spark_bridge._deploy import deploy  # noqa: E402
+
+READING = Schema(sensor="int64", value="float64", ts="int64")
+
+
+class GeneratedReadings(Source):
+    """`make_readings`, generated where the source runs (the data-source reader), not shipped."""
+
+    replayable = True
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed = n, seed
+
+    def generate(self) -> Any:
+        return iter(make_readings(self.n, self.seed))
+
+
+class Keep(Operator):
+    def __init__(self) -> None:
+        self.digest = Digest("W2")
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.digest.add(tup)
+
+
+def bridge(spark: Any, n: int, batch: int) -> tuple[float, dict[str, Any], str]:
+    g = Graph("w2-bridge")
+    src = g.source("readings", GeneratedReadings(n, SEED), schema=READING, event_time="ts",
+                   resolution="ms")
+    panes = g.operator("agg", PaneAvg(), [src.window(f"timeInterval, intervalDuration({PANE_MS // 1000}), "
+                                                     "partitioned", partition_by="sensor")])
+    g.sink("sink", Keep(), [panes])
+    start = time.perf_counter()
+    d = deploy(g, spark, mode="keyed", max_records_per_batch=batch)
+    d.await_termination()
+    took = time.perf_counter() - start
+    return took, d.stage.operator("sink").digest.summary(), _batches(d.query)
+
+
+def _batches(query: Any) -> str:
+    """How many micro-batches, and Spark's own split of their time (ms, summed over batches)."""
+    progress = query.recentProgress
+    spent: dict[str, int] = {}
+    for p in progress:
+        for k, v in (p.get("durationMs") or {}).items():
+            spent[k] = spent.get(k, 0) + int(v)
+    top = ", ".join(f"{k} {v}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])[:4])
+    return f"{len(progress)} micro-batches; ms: {top}"
+
+
+def spark_own(spark: Any, n: int, batch: int, data: Path) -> tuple[float, dict[str, Any], str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    readings = make_readings(n, SEED)
+    for i in range(0, n, batch):
+        chunk = readings[i:i + batch]
+        table = pa.table({"sensor": [r["sensor"] for r in chunk], "value": [r["value"] for r in chunk],
+                          "ts": [r["ts"] for r in chunk]})
+        pq.write_table(table, data / f"part-{i // batch:05d}.parquet")
+    far = readings[-1]["ts"] + 10 * PANE_MS
+    pq.write_table(pa.table({"sensor": [SENSORS], "value": [0.0], "ts": [far]}),
+                   data / "part-99999.parquet")
+    digest = Digest("W2")
+    batches = [0]
+
+    def collect(df: Any, batch_id: int) -> None:
+        batches[0] += 1
+        for r in df.collect():
+            if r["sensor"] != SENSORS:
+                digest.add({"sensor": r["sensor"], "start": r["start"], "count": r["count"],
+                            "avg": r["avg"]})
+
+    start = time.perf_counter()
+    stream = (spark.readStream.schema("sensor LONG, value DOUBLE, ts LONG")
+              .option("maxFilesPerTrigger", 1).parquet(str(data))
+              .withColumn("et", F.timestamp_millis("ts"))
+              .withWatermark("et", "0 seconds")
+              .groupBy(F.window("et", f"{PANE_MS // 1000} seconds"), "sensor")
+              .agg(F.count("*").alias("count"), F.avg("value").alias("avg"))
+              .select("sensor", (F.unix_millis(F.col("window.start"))).alias("start"), "count", "avg"))
+    with tempfile.TemporaryDirectory() as ck:
+        q = (stream.writeStream.outputMode("append").foreachBatch(collect)
+             .option("checkpointLocation", ck).trigger(availableNow=True).start())
+        q.awaitTermination()
+        took = time.perf_counter() - start
+        return took, digest.summary(), _batches(q)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--readings", type=int, default=2_000_000)
+    ap.add_argument("--batch", type=int, default=250_000, help="readings per micro-batch")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--only", choices=("bridge", "spark"))
+    args = ap.parse_args()
+    assert T0 % PANE_MS == 0
+    spark = spark_session(args.master, app_name="riverbed-bench-w2")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("spark", "bridge"):
+            if args.only and name != args.only:
+                continue
+            if name == "bridge":
+                results[name] = bridge(spark, args.readings, args.batch)
+            else:
+                data = Path(tmp) / "parquet"
+                data.mkdir()
+                results[name] = spark_own(spark, args.readings, args.batch, data)
+            took, summary, note = results[name]
+            print(f"{name:>6}: {took:7.2f} s  {args.readings / took:10,.0f} readings/s  "
+                  f"{summary['records']} panes  ({note})", flush=True)
+    if len(results) == 2:
+        same = same_results(results["bridge"][1], results["spark"][1])
+        print(f"results equal: {same}")
+        print(f"bridge / spark throughput: {results['spark'][0] / results['bridge'][0]:.2f}x")
+        if not same:
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
