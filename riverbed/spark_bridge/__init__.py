@@ -5,6 +5,7 @@ package does not import it; the functions that need Spark do.
 """
 
 from ._errors import SparkSetupError, TranslationError
+from ._inputs import SparkInput, mqtt_input
 from ._session import check_java, spark_session
 
-__all__ = ["SparkSetupError", "TranslationError", "check_java", "spark_session"]
+__all__ = ["SparkInput", "SparkSetupError", "TranslationError", "check_java", "mqtt_input", "spark_session"]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..graph import FrozenGraph, Graph
 from ._driver import DriverStage, stage_dir
+from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, make_processor, make_router
 from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
@@ -65,7 +67,8 @@ def _source_frame(spark: Any, graph: FrozenGraph, name: str, index: int, *, max_
 
 def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", checkpoint: str | None = None,
            available_now: bool = True, processing_time: str | None = None,
-           max_records_per_batch: int = 100_000, groups: int | None = None) -> Deployment:
+           max_records_per_batch: int = 100_000, groups: int | None = None,
+           inputs: Mapping[str, SparkInput] | None = None) -> Deployment:
     """Start ``graph`` on ``spark``; returns at once (see `Deployment.await_termination`).
 
     ``checkpoint`` is the query's checkpointLocation (a fresh temporary one if
@@ -74,25 +77,29 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
     ``available_now`` runs until the sources end (micro-batches of at most
     ``max_records_per_batch`` items); otherwise the query keeps running with
     ``processing_time`` triggers (for example ``"1 second"``).
+    ``inputs`` replaces sources by Spark streams (`SparkInput`, e.g.
+    `mqtt_input`); such a graph runs in driver mode.
     """
     from pyspark.sql import functions as F
 
     frozen = graph.freeze() if isinstance(graph, Graph) else graph
     n_groups = groups or int(spark.conf.get("spark.sql.shuffle.partitions"))
-    p = plan(frozen, mode, groups=n_groups)
+    inputs = dict(inputs or {})
+    p = plan(frozen, mode, groups=n_groups, inputs=set(inputs))
     checkpoint = checkpoint or tempfile.mkdtemp(prefix=f"riverbed-{frozen.name}-")
     os.makedirs(checkpoint, exist_ok=True)
     register(spark)
     if p.mode == "driver":
-        frames = [_source_frame(spark, frozen, name, i, max_rows=max_records_per_batch,
-                                spool=checkpoint)
+        frames = [inputs[name].rows(i) if name in inputs else
+                  _source_frame(spark, frozen, name, i, max_rows=max_records_per_batch, spool=checkpoint)
                   for i, name in enumerate(p.sources)]
         df = frames[0].withColumn("stream", F.lit(0))
         for i, f in enumerate(frames[1:], start=1):
             df = df.unionByName(f.withColumn("stream", F.lit(i)))
         df = df.withColumn("chan", F.lit(0))
         streams = [(name, 0) for name in p.sources]
-        stage = DriverStage(frozen, p.driver, streams, [1] * len(streams), state_dir=stage_dir(checkpoint))
+        stage = DriverStage(frozen, [*inputs, *p.driver], streams, [1] * len(streams),
+                            state_dir=stage_dir(checkpoint), emitted=set(inputs))
     else:
         assert p.keyed is not None
         entry_op = p.pre_chain[-1] if p.pre_chain else p.sources[0]

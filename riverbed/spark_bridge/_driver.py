@@ -69,11 +69,13 @@ class DriverStage:
     that rows with ``stream == i`` belong to, arriving over ``channels[i]`` groups."""
 
     def __init__(self, graph: FrozenGraph, members: Sequence[str], streams: Sequence[tuple[str, int]],
-                 channels: Sequence[int], *, state_dir: str | None) -> None:
+                 channels: Sequence[int], *, state_dir: str | None,
+                 emitted: set[str] | frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.members = list(members)
         self.streams = list(streams)
         self.merges = [ChannelMerge(c) for c in channels]
+        self.emitted = emitted  # sources whose stream Spark reads: rows are their submissions
         self.host: SyncGraph | None = None
         self.store = RocksDBStore(state_dir) if state_dir is not None else None
         self.last_batch = -1
@@ -109,7 +111,10 @@ class DriverStage:
             host.advance(time)
             op, port = self.streams[stream]
             if kind == KIND_TUPLE:
-                host.feed(op, port, [decode(data)])
+                if op in self.emitted:
+                    host.emit(op, [decode(data)])  # the source submits it: schema, watermarks
+                else:
+                    host.feed(op, port, [decode(data)])
             elif kind == KIND_WATERMARK:
                 low = self.merges[stream].watermark(chan, value)
                 if low is not None:

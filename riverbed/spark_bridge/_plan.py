@@ -92,11 +92,19 @@ def _describe_window(spec: WindowSpec | TimeIntervalSpec | None) -> str:
     return spec.clause() if hasattr(spec, "clause") else str(spec)
 
 
-def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2) -> Plan:
-    """Decide the translation; raise `TranslationError` for what has none."""
+def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
+         inputs: set[str] | frozenset[str] = frozenset()) -> Plan:
+    """Decide the translation; raise `TranslationError` for what has none.
+
+    ``inputs`` names sources whose stream Spark reads instead (`SparkInput`).
+    """
     sources = [op.name for op in graph.operators if op.kind == "source"]
+    unknown = inputs - set(sources)
+    if unknown:
+        raise TranslationError(sorted(unknown)[0], "an input was given for it, but it is not a "
+                                                   "source of the graph")
     problems = [(op.name, why) for op in graph.operators if op.kind == "source"
-                if (why := _refuse_source(op)) is not None]
+                and op.name not in inputs if (why := _refuse_source(op)) is not None]
     for op in graph.operators:
         if any(c.feedback for p in op.inputs for c in p.connections):
             problems.append((op.name, "a feedback connection (a cycle) has no Spark translation: a "
@@ -111,7 +119,11 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2) -> Plan:
     for name in sources:
         p.notes[name] = ("riverbed data source: the source runs in the driver on a virtual clock; "
                          "each item stamped with its time, order and watermark")
-    keyed_why = _keyable(graph, p, groups)
+    for name in inputs:
+        p.notes[name] = ("a Spark stream (SparkInput): rows turned into tuples in Spark's tasks, "
+                         "submitted by this source in the driver stage in the stream's order")
+    keyed_why = _keyable(graph, p, groups) if not inputs else \
+        (None, "a source is read by Spark (SparkInput): the driver stage submits its tuples")
     if mode == "keyed" and keyed_why is not None:
         raise TranslationError(keyed_why[0], f"cannot run keyed: {keyed_why[1]}")
     if mode not in ("auto", "driver", "keyed"):
