@@ -5,13 +5,13 @@
 The same readings (`workloads.make_readings`: 1000 sensors, event time in
 ms growing by 0-2 ms per reading) go through:
 
-* **bridge**: a riverbed graph (a source generating the readings with
+* **bridge**: a riverbed graph (a source reading the same Parquet files with
   ``event_time="ts"``, `PaneAvg` on ``timeInterval, intervalDuration(10),
   partitioned`` by sensor, a digest sink) deployed in keyed mode: the source
   in the data-source reader, the window per key group in
   transformWithStateInPandas, the sink in the driver stage;
-* **spark**: the readings written once to Parquet files of ``--batch`` rows
-  (not timed), read with ``maxFilesPerTrigger=1``, ``withWatermark(ts, 0)``,
+* **spark**: the readings, written once to Parquet files of ``--batch`` rows
+  (not timed; both engines read them), read with ``maxFilesPerTrigger=1``, ``withWatermark(ts, 0)``,
   ``groupBy(window(ts, 10 s), sensor).agg(count, avg)`` in append mode,
   results collected by ``foreachBatch``. A last file holds one reading far in
   the future (a sentinel sensor, left out of the results) so the watermark
@@ -47,16 +47,21 @@ from riverbed.spark_bridge._deploy import deploy  # noqa: E402
 READING = Schema(sensor="int64", value="float64", ts="int64")
 
 
-class GeneratedReadings(Source):
-    """`make_readings`, generated where the source runs (the data-source reader), not shipped."""
+class ParquetReadings(Source):
+    """The readings from the Parquet files Spark's own query reads, file by file, in name order
+    (the data-source reader reads them; nothing is shipped with the graph)."""
 
     replayable = True
 
-    def __init__(self, n: int, seed: int) -> None:
-        self.n, self.seed = n, seed
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
 
     def generate(self) -> Any:
-        return iter(make_readings(self.n, self.seed))
+        import pyarrow.parquet as pq
+
+        for name in sorted(os.listdir(self.directory)):
+            if name.endswith(".parquet") and not name.startswith("sentinel"):
+                yield from pq.read_table(os.path.join(self.directory, name)).to_pylist()
 
 
 class Keep(Operator):
@@ -67,9 +72,9 @@ class Keep(Operator):
         self.digest.add(tup)
 
 
-def bridge(spark: Any, n: int, batch: int) -> tuple[float, dict[str, Any], str]:
+def bridge(spark: Any, batch: int, data: Path) -> tuple[float, dict[str, Any], str]:
     g = Graph("w2-bridge")
-    src = g.source("readings", GeneratedReadings(n, SEED), schema=READING, event_time="ts",
+    src = g.source("readings", ParquetReadings(str(data)), schema=READING, event_time="ts",
                    resolution="ms")
     panes = g.operator("agg", PaneAvg(), [src.window(f"timeInterval, intervalDuration({PANE_MS // 1000}), "
                                                      "partitioned", partition_by="sensor")])
@@ -92,10 +97,10 @@ def _batches(query: Any) -> str:
     return f"{len(progress)} micro-batches; ms: {top}"
 
 
-def spark_own(spark: Any, n: int, batch: int, data: Path) -> tuple[float, dict[str, Any], str]:
+def write_data(n: int, batch: int, data: Path) -> None:
+    """The readings as Parquet files of ``batch`` rows, and the sentinel file (not timed)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyspark.sql import functions as F
 
     readings = make_readings(n, SEED)
     for i in range(0, n, batch):
@@ -105,7 +110,12 @@ def spark_own(spark: Any, n: int, batch: int, data: Path) -> tuple[float, dict[s
         pq.write_table(table, data / f"part-{i // batch:05d}.parquet")
     far = readings[-1]["ts"] + 10 * PANE_MS
     pq.write_table(pa.table({"sensor": [SENSORS], "value": [0.0], "ts": [far]}),
-                   data / "part-99999.parquet")
+                   data / "sentinel.parquet")
+
+
+def spark_own(spark: Any, data: Path) -> tuple[float, dict[str, Any], str]:
+    from pyspark.sql import functions as F
+
     digest = Digest("W2")
     batches = [0]
 
@@ -143,15 +153,16 @@ def main() -> None:
     spark = spark_session(args.master, app_name="riverbed-bench-w2")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "parquet"
+        data.mkdir()
+        write_data(args.readings, args.batch, data)
         for name in ("spark", "bridge"):
             if args.only and name != args.only:
                 continue
             if name == "bridge":
-                results[name] = bridge(spark, args.readings, args.batch)
+                results[name] = bridge(spark, args.batch, data)
             else:
-                data = Path(tmp) / "parquet"
-                data.mkdir()
-                results[name] = spark_own(spark, args.readings, args.batch, data)
+                results[name] = spark_own(spark, data)
             took, summary, note = results[name]
             print(f"{name:>6}: {took:7.2f} s  {args.readings / took:10,.0f} readings/s  "
                   f"{summary['records']} panes  ({note})", flush=True)

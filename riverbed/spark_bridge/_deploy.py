@@ -11,7 +11,7 @@ from typing import Any
 from ..graph import FrozenGraph, Graph
 from ._driver import DriverStage, stage_dir
 from ._inputs import SparkInput
-from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, make_processor, make_router
+from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, make_processor, make_router, spread_labels
 from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
 from ._source import BUNDLE_ITEMS, SOURCE_FORMAT, dump_payload, register, route_of
@@ -104,8 +104,10 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
         assert p.keyed is not None
         entry_op = p.pre_chain[-1] if p.pre_chain else p.sources[0]
         keyed_in = (entry_op, 0)
+        labels = spread_labels(spark, p.groups)
         if p.pre_chain:  # the stateless chain runs first, then routes its output
-            router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, p.groups)
+            router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
+                                 labels=labels)
             source = _source_frame(spark, frozen, p.sources[0], 0, max_rows=max_records_per_batch,
                                    spool=checkpoint)
             routed = source.mapInPandas(router, ROUTED_DDL)
@@ -113,7 +115,7 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
             size = min(BUNDLE_ITEMS, max_records_per_batch)
             rounds = max(1, max_records_per_batch // size)
             routed = _source_frame(spark, frozen, p.sources[0], 0, max_rows=rounds * p.groups,
-                                   spool=checkpoint, route=route_of(frozen, p.keyed, p.groups, size))
+                                   spool=checkpoint, route=route_of(frozen, p.keyed, p.groups, size, labels))
         keyed = (routed.groupBy("grp")
                  .transformWithStateInPandas(
                      make_processor(_Fixed(frozen, p.keyed, keyed_in), bundle_output=True),

@@ -36,15 +36,50 @@ from ._rows import (
     source_ord,
 )
 
-__all__ = ["KEYED_OUT_DDL", "ROUTED_DDL", "ItemHooks", "exit_rows", "group_of", "host_group",
-           "make_processor", "make_router"]
+__all__ = [
+    "KEYED_OUT_DDL",
+    "ROUTED_DDL",
+    "ItemHooks",
+    "exit_rows",
+    "group_of",
+    "host_group",
+    "make_processor",
+    "make_router",
+    "spread_labels",
+]
 
 ROUTED_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY, grp INT"
 KEYED_OUT_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY, stream INT, chan INT"
 
 
+def spread_labels(spark: Any, groups: int) -> list[int]:
+    """Values of the group column that Spark's shuffle puts into different partitions.
+
+    ``groupBy`` places a key by a Murmur3 hash modulo the shuffle partitions;
+    the plain numbers 0..G-1 can all land in one partition (0 and 1 do, with
+    two), and then one task hosts every group while the other core idles.
+    """
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    if groups <= 1:
+        return [0]
+    rows = spark.range(0, 64 * groups).selectExpr(
+        "cast(id as int) as g", f"pmod(hash(cast(id as int)), {partitions}) as p").collect()
+    by_partition: dict[int, list[int]] = {}
+    for r in rows:
+        by_partition.setdefault(int(r["p"]), []).append(int(r["g"]))
+    labels: list[int] = []
+    while len(labels) < groups:  # round robin over the partitions
+        for p in sorted(by_partition):
+            if by_partition[p] and len(labels) < groups:
+                labels.append(by_partition[p].pop(0))
+    return labels
+
+
 def group_of(key: Any, groups: int) -> int:
-    """A key's group: stable across processes (Python's own str hash is salted per process)."""
+    """A key's group: stable across processes (Python's own str hash is salted per process;
+    an int is its own stable hash)."""
+    if type(key) is int:
+        return key % groups
     return zlib.crc32(encode(key)) % groups
 
 
@@ -62,12 +97,13 @@ def exit_rows(host: SyncGraph, cause: bytes, time: int) -> list[tuple[Any, ...]]
     return out
 
 
-def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], keyed: str,
-                groups: int) -> Any:
+def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], keyed: str, *,
+                groups: int, labels: list[int] | None = None) -> Any:
     """The mapInPandas function: the stateless chain, then each row's key group."""
     inp = graph.operator(keyed).inputs[0]
     partition_by = inp.partition_by
     key_of = (lambda t: t[partition_by]) if isinstance(partition_by, str) else partition_by
+    spread = labels or list(range(groups))
 
     def route(batches: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd  # type: ignore[import-untyped]
@@ -95,9 +131,9 @@ def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], ke
                     if row[1] == KIND_TUPLE:
                         tup = decode(row[4])
                         g = group_of(key_of(tup), groups) if key_of is not None else 0
-                        out.append((*row, g))
+                        out.append((*row, spread[g]))
                     else:
-                        out.extend((*row, g) for g in range(groups))
+                        out.extend((*row, label) for label in spread)
             yield pd.DataFrame(out, columns=["ord", "kind", "time", "value", "data", "grp"])
 
     return route
@@ -194,7 +230,7 @@ def expand(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     for ord_, kind_, time_, value, data in rows:
         kind = int(kind_)
         if kind == KIND_BUNDLE:
-            items.extend((o, k, t, v, d) for o, k, t, v, d in decode(data))
+            items.extend(decode(data))  # lists [ord, kind, time, value, tuple], read by index
         elif kind == KIND_TUPLE:
             items.append((ord_, kind, int(time_), int(value), decode(data)))
         else:

@@ -150,19 +150,22 @@ def _synchronous(src: Any) -> bool:
     return type(src).generate is not Source.generate and type(src).run is Source.run
 
 
-Route = tuple[Callable[[Any], Any] | None, int, int]
+Route = tuple[Callable[[Any], Any] | None, int, int, list[int]]
 
 
-def route_of(graph: FrozenGraph, keyed: str, groups: int, bundle: int = 0) -> Route:
+def route_of(graph: FrozenGraph, keyed: str, groups: int, bundle: int = 0,
+             labels: list[int] | None = None) -> Route:
     """How a source routes rows straight to key groups (keyed mode without a stateless chain):
-    the key function, the number of groups, and the source items per round of bundles."""
+    the key function, the number of groups, the source items per round of bundles, and the
+    value of the group column for each group (`spread_labels`)."""
     partition_by = graph.operator(keyed).inputs[0].partition_by
     bundle = bundle or BUNDLE_ITEMS
+    labels = labels or list(range(groups))
     if partition_by is None or groups == 1:
-        return None, groups, bundle
+        return None, groups, bundle, labels
     if isinstance(partition_by, str):
-        return operator.itemgetter(partition_by), groups, bundle
-    return partition_by, groups, bundle
+        return operator.itemgetter(partition_by), groups, bundle, labels
+    return partition_by, groups, bundle, labels
 
 
 def source_rows(graph: FrozenGraph, name: str, index: int, *, route: Route | None = None,
@@ -185,7 +188,7 @@ def source_rows(graph: FrozenGraph, name: str, index: int, *, route: Route | Non
         rows = _plain_rows(first, items, index, time_mark_ns)
     else:
         rows = _routed_rows(first, items, index, time_mark_ns, key_of=route[0], groups=route[1],
-                            bundle=route[2])
+                            bundle=route[2], labels=route[3])
     yield from rows
 
 
@@ -204,8 +207,8 @@ def _plain_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int)
 
 
 def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int, *,
-                 key_of: Callable[[Any], Any] | None, groups: int,
-                 bundle: int = BUNDLE_ITEMS) -> Iterator[tuple[Any, ...]]:
+                 key_of: Callable[[Any], Any] | None, groups: int, bundle: int,
+                 labels: list[int]) -> Iterator[tuple[Any, ...]]:
     """Rows for key groups: every ``bundle`` source items, one bundle row per group holding,
     in order, its tuples and a copy of every mark (see `_rows.KIND_BUNDLE`)."""
     everywhere = range(groups)
@@ -230,14 +233,14 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
             for lst in lists:
                 lst.append([o, kind, time, value, None])
         if seq % bundle == 0:
-            yield from _bundles(lists)
-    yield from _bundles(lists)
+            yield from _bundles(lists, labels)
+    yield from _bundles(lists, labels)
 
 
-def _bundles(lists: list[list[list[Any]]]) -> Iterator[tuple[Any, ...]]:
+def _bundles(lists: list[list[list[Any]]], labels: list[int]) -> Iterator[tuple[Any, ...]]:
     for g, lst in enumerate(lists):
         if lst:
-            yield lst[0][0], KIND_BUNDLE, lst[0][2], 0, encode(lst), g
+            yield lst[0][0], KIND_BUNDLE, lst[0][2], 0, encode(lst), labels[g]
             lst.clear()
 
 
