@@ -119,3 +119,25 @@ def test_untranslatable_constructs_are_refused_naming_the_operator(tmp_path: Any
     with pytest.raises(TranslationError, match=r"operator .j.: cannot run keyed: a windowed operator "):
         plan(g.freeze(), "keyed")
     assert plan(g.freeze()).mode == "driver"  # auto: the exact fallback
+
+
+def test_spark_explain_needs_no_spark_and_refusals_exit_2(tmp_path: Any, capsys: Any) -> None:
+    from riverbed.cli import main
+
+    assert main(["spark", "explain", "examples/stock_moving_average.py"]) == 0
+    out = capsys.readouterr().out
+    assert "graph 'stocks': keyed mode" in out
+    assert "average: keyed stage: groupBy(hash(sym) mod 2).transformWithStateInPandas" in out
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "from riverbed.graph import Graph\n"
+        "from riverbed.operators import Functor\n"
+        "from riverbed.testing import ListSource\n"
+        "g = Graph('loop')\n"
+        "s = g.source('s', ListSource([]))\n"
+        "f = g.operator('f', Functor(), [s])\n"
+        "h = g.operator('h', Functor(), [f])\n"
+        "g.add_input('f', h.feedback())\n"
+        "graph = g\n")
+    assert main(["spark", "run", str(script)]) == 2
+    assert "operator 'f': a feedback connection (a cycle) has no Spark translation" in capsys.readouterr().err

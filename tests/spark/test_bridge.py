@@ -158,3 +158,22 @@ def test_refusals_name_the_operator_and_why(spark: Any) -> None:
     g.operator("w2", Aggregate({"n": Count()}), [w1.window("tumbling, count(2)")])
     with pytest.raises(TranslationError, match=r"cannot run keyed: 2 windowed operators"):
         deploy(g, spark, mode="keyed")
+
+
+def test_the_cli_runs_a_graph_script_on_spark(tmp_path: Path) -> None:
+    """``riverbed spark run`` in its own process (its own local Spark): the example's file equals
+    the runtime's."""
+    import subprocess
+    import sys
+
+    params = ["-p", "seconds=4", "-p", "symbols=3"]
+    ref, out = tmp_path / "ref.csv", tmp_path / "out.csv"
+    run_graph(load_graph(EXAMPLES / "stock_moving_average.py",
+                         {"seconds": 4, "symbols": 3, "out": str(ref)}), clock=VirtualClock())
+    done = subprocess.run([sys.executable, "-m", "riverbed", "spark", "run",
+                           str(EXAMPLES / "stock_moving_average.py"), *params, "-p", f"out={out}",
+                           "--checkpoint", str(tmp_path / "ck"), "--max-records", "300"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "keyed mode" in done.stdout and "micro-batches" in done.stdout
+    assert out.read_text() == ref.read_text()
