@@ -44,6 +44,7 @@ from .windows import (
     TimeIntervalSpec,
     TimeIntervalWindow,
     WindowError,
+    WindowSpec,
     WindowType,
     parse_window_clause,
     seconds_to_ns,
@@ -155,6 +156,19 @@ def _default_key(schema: Mapping[str, str], partition_by: str | None) -> Any:
     if spl_type == "boolean":
         return False
     return ""
+
+
+def case_window(case: Mapping[str, Any]) -> tuple[WindowSpec | TimeIntervalSpec, str | None]:
+    """A case's parsed window clause and its partition attribute (None: unpartitioned)."""
+    name = case.get("name", "?")
+    clause = case.get("window")
+    if not isinstance(clause, str):
+        raise TraceError(f"case {name}: 'window' must be the SPL clause text")
+    try:
+        spec = parse_window_clause(clause)
+    except WindowError as exc:
+        raise TraceError(f"case {name}: {exc}") from None
+    return spec, case.get("partition_by") if spec.partitioned else None
 
 
 def run_case(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, Any]]:
@@ -298,13 +312,17 @@ def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
             err(f"riverbed trace: {exc}")
             status = 1
             continue
-        events = [e for r in results for e in r]
-        if out_dir is not None:
-            with open(Path(out_dir) / f"{path.stem}.jsonl", "w") as fh:
-                _write(events, fh)
-        else:
-            _write(events, sys.stdout)
+        _output(path, [e for r in results for e in r], out_dir)
     return status
+
+
+def _output(path: Path, events: list[dict[str, Any]], out_dir: str | None) -> None:
+    """A case file's events: to DIR/<stem>.jsonl with --out, else to stdout."""
+    if out_dir is not None:
+        with open(Path(out_dir) / f"{path.stem}.jsonl", "w") as fh:
+            _write(events, fh)
+    else:
+        _write(events, sys.stdout)
 
 
 def _main_spark(paths: list[str], flavor: str, out_dir: str | None, err: Callable[[str], None]) -> int:
@@ -331,11 +349,6 @@ def _main_spark(paths: list[str], flavor: str, out_dir: str | None, err: Callabl
         return 1
     at = 0
     for path, n in files:
-        events = [e for r in results[at:at + n] for e in r]
+        _output(path, [e for r in results[at:at + n] for e in r], out_dir)
         at += n
-        if out_dir is not None:
-            with open(Path(out_dir) / f"{path.stem}.jsonl", "w") as fh:
-                _write(events, fh)
-        else:
-            _write(events, sys.stdout)
     return status

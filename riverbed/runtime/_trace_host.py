@@ -22,9 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..graph import Graph, Operator, Source
-from ..trace import TraceError, _event_seconds_to_ns, _Replay, _seconds_to_ns, _tuple_of
+from ..trace import TraceError, _event_seconds_to_ns, _Replay, _seconds_to_ns, _tuple_of, case_window
 from ..windows import EVENT_TIME_MAX, StreamWindowEvent, TimeIntervalSpec, WindowError
-from ..windows import parse_window_clause as _parse
 from ._clock import VirtualClock, run_virtual
 from ._job import Job
 from ._runner import OperatorRunner
@@ -152,14 +151,7 @@ class _Steps(Source):
 def run_case_in_runtime(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, Any]]:
     """Replay one case through a job on the virtual clock; return its events as JSON-ready dicts."""
     name = case.get("name", "?")
-    clause = case.get("window")
-    if not isinstance(clause, str):
-        raise TraceError(f"case {name}: 'window' must be the SPL clause text")
-    try:
-        spec = _parse(clause)
-    except WindowError as exc:
-        raise TraceError(f"case {name}: {exc}") from None
-    partition_by = case.get("partition_by") if spec.partitioned else None
+    spec, partition_by = case_window(case)
     out: list[dict[str, Any]] = []
     replay = _Replay(None, out, "order" in case, lambda: None)  # type: ignore[arg-type,return-value]
     steps = _Steps(case, replay)

@@ -24,9 +24,8 @@ from typing import Any
 from ..graph import Graph, Operator
 from ..runtime._sync import SyncGraph
 from ..testing import ListSink, ListSource
-from ..trace import TraceError, _event_seconds_to_ns, _Replay, _seconds_to_ns, _tuple_of
-from ..windows import EVENT_TIME_MAX, StreamWindowEvent, TimeIntervalSpec, WindowError
-from ..windows import parse_window_clause as _parse
+from ..trace import TraceError, _event_seconds_to_ns, _Replay, _seconds_to_ns, _tuple_of, case_window
+from ..windows import EVENT_TIME_MAX, StreamWindowEvent, TimeIntervalSpec
 from ._keyed import KEYED_OUT_DDL, group_of, make_processor
 from ._plan import plan
 from ._rows import (
@@ -119,15 +118,7 @@ class _ByCase:
 
 
 def _case_graph(case: Mapping[str, Any], flavor: str) -> tuple[Any, int, Any]:
-    name = case.get("name", "?")
-    clause = case.get("window")
-    if not isinstance(clause, str):
-        raise TraceError(f"case {name}: 'window' must be the SPL clause text")
-    try:
-        spec = _parse(clause)
-    except WindowError as exc:
-        raise TraceError(f"case {name}: {exc}") from None
-    partition_by = case.get("partition_by") if spec.partitioned else None
+    spec, partition_by = case_window(case)
     g = Graph("trace")
     timed = isinstance(spec, TimeIntervalSpec)
     stream = g.source("steps", ListSource([]), event_time=_EVENT_TIME if timed else None,
