@@ -19,7 +19,8 @@ ms growing by 0-2 ms per reading) go through:
   watermark before final, Spark has no end of stream.
 
 Both run ``availableNow`` with ``--batch`` readings per micro-batch in one
-session, and both results are digested the same way and checked equal. It
+session, after an untimed warm-up run of each (``--no-warmup`` times cold
+starts), and both results are digested the same way and checked equal. It
 prints wall time, readings/s and the ratio (bridge / spark throughput).
 """
 
@@ -148,11 +149,23 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=250_000, help="readings per micro-batch")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--only", choices=("bridge", "spark"))
+    ap.add_argument("--no-warmup", dest="warmup", action="store_false",
+                    help="time cold runs (by default each engine first runs 50000 readings "
+                         "untimed: JVM JIT, Python workers, imports)")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting for the session (both engines)")
     args = ap.parse_args()
     assert T0 % PANE_MS == 0
-    spark = spark_session(args.master, app_name="riverbed-bench-w2")
+    conf = dict(item.split("=", 1) for item in args.conf)
+    spark = spark_session(args.master, app_name="riverbed-bench-w2", conf=conf)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
+        if args.warmup:
+            warm = Path(tmp) / "warm"
+            warm.mkdir()
+            write_data(50_000, 25_000, warm)
+            spark_own(spark, warm)
+            bridge(spark, 25_000, warm)
         data = Path(tmp) / "parquet"
         data.mkdir()
         write_data(args.readings, args.batch, data)
