@@ -20,7 +20,7 @@ from typing import Any
 
 from ._rows import KIND_TUPLE, encode, source_ord
 
-__all__ = ["SparkInput", "mqtt_input"]
+__all__ = ["SparkInput", "mqtt_input", "rate_input"]
 
 _UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
@@ -52,7 +52,8 @@ class SparkInput:
                     tup = to_tuple(row)
                     if tup is None:
                         continue
-                    time = int(row[time_column]) * scale
+                    stamp = row[time_column]
+                    time = (stamp.value if hasattr(stamp, "value") else int(stamp)) * scale
                     out.append((source_ord(time, index, int(row[order_by])), KIND_TUPLE, time, 0,
                                 encode(tup)))
                 yield pd.DataFrame(out, columns=["ord", "kind", "time", "value", "data"])
@@ -85,3 +86,18 @@ def mqtt_input(spark: Any, *, topic: str, client_id: str, spool: str, host: str 
     frame = mqtt_stream(spark, topic=topic, client_id=client_id, spool=spool, host=host, port=port,
                         qos=qos, max_records_per_batch=max_records_per_batch, **options)
     return SparkInput(frame, to_tuple or _json_payload, "seq", "recv_ms", "ms")
+
+
+def _rate_tuple(row: dict[str, Any]) -> Any:
+    return {"value": int(row["value"]), "timestamp": int(row["timestamp"].value)}
+
+
+def rate_input(spark: Any, *, rows_per_batch: int, start_ms: int = 0, advance_ms: int = 1000,
+               partitions: int = 1) -> SparkInput:
+    """Spark's deterministic ``rate-micro-batch`` source: tuples ``{value, timestamp}``
+    (timestamp in ns), ``rows_per_batch`` a micro-batch, the batch's time advancing by
+    ``advance_ms``; in the order of ``value``, stamped with ``timestamp``."""
+    frame = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+             .option("numPartitions", partitions).option("startTimestamp", start_ms)
+             .option("advanceMillisPerBatch", advance_ms).load())
+    return SparkInput(frame, _rate_tuple, "value", "timestamp", "ns")
