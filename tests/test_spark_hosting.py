@@ -141,3 +141,30 @@ def test_spark_explain_needs_no_spark_and_refusals_exit_2(tmp_path: Any, capsys:
         "graph = g\n")
     assert main(["spark", "run", str(script)]) == 2
     assert "operator 'f': a feedback connection (a cycle) has no Spark translation" in capsys.readouterr().err
+
+
+def test_operators_after_the_window_that_keep_its_key_share_its_groups() -> None:
+    from riverbed.spark_bridge._keyed import Hosted, KeyGroupError, host_group
+    from riverbed.spark_bridge._rows import KIND_TUPLE, encode, source_ord
+
+    def graph(rekey: bool) -> Any:
+        g = Graph("chain")
+        s = g.source("src", ListSource([]))
+        a = g.operator("a", Aggregate({"n": Count()}, copy=("k",)),
+                       [s.window("tumbling, count(1), partitioned", partition_by="k")])
+        f = g.operator("f", Functor(output={"k": (lambda t: t["k"] + 1) if rekey else (lambda t: t["k"])}),
+                       [a])
+        b = g.operator("b", Aggregate({"n": Sum("n")}, copy=("k",)),
+                       [f.window("tumbling, count(2), partitioned", partition_by="k")])
+        g.sink("sink", ListSink(), [b])
+        return g.freeze()
+
+    p = plan(graph(False), groups=2)
+    assert (p.keyed, p.keyed_chain, p.driver) == ("a", ["f", "b"], ["sink"])
+    rows = [(source_ord(0, 0, i), KIND_TUPLE, 0, 0, encode({"k": 2})) for i in range(4)]
+    hosted = Hosted(graph(False), ("a", "f", "b"), ("src", 0), "k", (0, 1))
+    out, _ = host_group(hosted, None, (0,), rows, None)  # k=2 is group 0
+    assert [r[5] for r in out if r[1] == KIND_TUPLE] == [0, 0]  # two outputs of b, on its port 0
+    rekeyed = Hosted(graph(True), ("a", "f", "b"), ("src", 0), "k", (0, 1))
+    with pytest.raises(KeyGroupError, match=r"operator 'b': a tuple with k=3 reached it in another"):
+        host_group(rekeyed, None, (0,), rows, None)

@@ -84,7 +84,9 @@ class SyncGraph:
     """
 
     def __init__(self, graph: FrozenGraph, members: Sequence[str], *, now: int = 0,
-                 state: Mapping[str, Any] | None = None, name: str | None = None) -> None:
+                 state: Mapping[str, Any] | None = None, name: str | None = None,
+                 guard: Callable[[str, list[Any]], None] | None = None,
+                 guarded: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.name = name or graph.name
         self.batch_size = 1024
@@ -105,6 +107,9 @@ class SyncGraph:
                 if any(op not in member_set for op, _ in graph.consumers(r.name, port)):
                     self._leaves.add((r.name, port))
         self.exits: list[tuple[str, int, Any]] = []
+        # A host's check on the tuples routed to some members (the Spark bridge's key groups).
+        self._guard = guard
+        self._guarded = guarded
         for r in self.runners:
             r.setup()
         for r in self.runners:
@@ -249,8 +254,11 @@ class SyncGraph:
             pending, out.pending = out.pending, []
             targets = self._inside.get((name, port), ())
             leaf = (name, port) in self._leaves
+            guard = self._guard
             for entry in pending:
                 for r, conn in targets:
+                    if guard is not None and r.name in self._guarded and type(entry) is list:
+                        guard(r.name, entry)
                     r.inbox._items.append((conn, entry))
                 if leaf:
                     self.exits.append((name, port, entry))

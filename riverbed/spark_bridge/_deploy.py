@@ -11,7 +11,7 @@ from typing import Any
 from ..graph import FrozenGraph, Graph
 from ._driver import DriverStage, stage_dir
 from ._inputs import SparkInput
-from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, make_processor, make_router, spread_labels
+from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, Hosted, make_processor, make_router, spread_labels
 from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
 from ._source import BUNDLE_ITEMS, SOURCE_FORMAT, dump_payload, register, route_of
@@ -46,12 +46,12 @@ class Deployment:
 
 
 class _Fixed:
-    """Every key group hosts the same operator (picklable, unlike a lambda in a closure)."""
+    """Every key group hosts the same operators (picklable, unlike a lambda in a closure)."""
 
-    def __init__(self, graph: FrozenGraph, keyed: str, entry: tuple[str, int]) -> None:
-        self.hosted = (graph, keyed, entry)
+    def __init__(self, hosted: Hosted) -> None:
+        self.hosted = hosted
 
-    def __call__(self, key: tuple[Any, ...]) -> tuple[FrozenGraph, str, tuple[str, int]]:
+    def __call__(self, key: tuple[Any, ...]) -> Hosted:
         return self.hosted
 
 
@@ -116,13 +116,17 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
             rounds = max(1, max_records_per_batch // size)
             routed = _source_frame(spark, frozen, p.sources[0], 0, max_rows=rounds * p.groups,
                                    spool=checkpoint, route=route_of(frozen, p.keyed, p.groups, size, labels))
+        partition_by = frozen.operator(p.keyed).inputs[0].partition_by
+        hosted = Hosted(frozen, (p.keyed, *p.keyed_chain), keyed_in,
+                        partition_by if isinstance(partition_by, str) else None, tuple(labels))
         keyed = (routed.groupBy("grp")
                  .transformWithStateInPandas(
-                     make_processor(_Fixed(frozen, p.keyed, keyed_in), bundle_output=True),
+                     make_processor(_Fixed(hosted), bundle_output=True),
                      KEYED_OUT_DDL, "Append", "None"))
         df = keyed
-        n_out = len(frozen.operator(p.keyed).outputs)
-        streams = [(p.keyed, port) for port in range(n_out)]
+        last = (p.keyed, *p.keyed_chain)[-1]
+        n_out = len(frozen.operator(last).outputs)
+        streams = [(last, port) for port in range(n_out)]
         stage = DriverStage(frozen, p.driver, streams, [p.groups] * n_out, state_dir=stage_dir(checkpoint))
     writer = (df.writeStream.foreachBatch(stage.process)
               .option("checkpointLocation", os.path.join(checkpoint, "spark"))

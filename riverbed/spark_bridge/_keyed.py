@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..checkpoint._codec import decode_value, encode_value
@@ -39,7 +40,9 @@ from ._rows import (
 __all__ = [
     "KEYED_OUT_DDL",
     "ROUTED_DDL",
+    "Hosted",
     "ItemHooks",
+    "KeyGroupError",
     "exit_rows",
     "group_of",
     "host_group",
@@ -147,7 +150,38 @@ class ItemHooks(Protocol):
     def command(self, host: SyncGraph, data: bytes) -> None: ...
 
 
-Hosted = tuple[FrozenGraph, str, tuple[str, int]]
+@dataclass(frozen=True)
+class Hosted:
+    """What a key group hosts: ``members`` of ``graph`` (the windowed operator first, then
+    those after it in the same group), fed by stream ``entry``. With ``key``, tuples reaching a
+    later windowed member must still belong to this group (``labels[i]`` is group i's label)."""
+
+    graph: FrozenGraph
+    members: tuple[str, ...]
+    entry: tuple[str, int]
+    key: str | None = None
+    labels: tuple[int, ...] = ()
+
+    def guard(self, label: int) -> tuple[Callable[[str, list[Any]], None] | None, frozenset[str]]:
+        key, labels = self.key, self.labels
+        later = frozenset(m for m in self.members[1:] if self.graph.operator(m).inputs[0].windowed)
+        if key is None or len(labels) < 2 or not later:
+            return None, frozenset()
+        groups = len(labels)
+
+        def check(operator: str, tuples: list[Any]) -> None:
+            for t in tuples:
+                if labels[group_of(t[key], groups)] != label:
+                    raise KeyGroupError(
+                        f"operator {operator!r}: a tuple with {key}={t[key]!r} reached it in another "
+                        f"key group than its key's: the operator before it changed the partition "
+                        f"key; run this graph with mode='driver'")
+
+        return check, later
+
+
+class KeyGroupError(RuntimeError):
+    """A keyed stage's tuple left its key group: the graph assumed a key that it does not keep."""
 
 
 def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
@@ -165,15 +199,19 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     trace host turns that off: it attributes events to the step that let time
     pass.
     """
-    graph, keyed, entry = hosted
+    graph, members, entry = hosted.graph, list(hosted.members), hosted.entry
+    keyed = members[0]
     group = int(key[-1])
     extra = tuple(key[:-1])
     label = f"{keyed}/{group}"
+    guard, guarded = hosted.guard(group)
     out: list[tuple[Any, ...]] = []
     if stored is not None:
-        host = SyncGraph(graph, [keyed], state=decode_value(stored, checkpoint_id=0, key=label))
+        host = SyncGraph(graph, members, state=decode_value(stored, checkpoint_id=0, key=label),
+                         guard=guard, guarded=guarded)
     else:
-        host = SyncGraph(graph, [keyed], now=int(rows[0][2]) if rows else 0)
+        host = SyncGraph(graph, members, now=int(rows[0][2]) if rows else 0, guard=guard,
+                         guarded=guarded)
         out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, b"", host.clock.now()))
     runner = host.runner(keyed)
     # Tuples into timeInterval windows raise nothing until a watermark: a run of them with one

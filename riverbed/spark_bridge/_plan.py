@@ -6,12 +6,14 @@ Two shapes are exact:
   in the driver, per micro-batch (``foreachBatch``), with their state stored
   under the query's checkpoint by batch id. Any graph whose sources the
   bridge can host runs this way, unchanged: it is the reference.
-- **keyed**: the graph has exactly one windowed operator, fed by one source
-  through stateless single-port operators. Those run in the source's task and
-  route each tuple to a key group (a hash of its partition key); the windowed
-  operator runs per key group in Spark's ``transformWithStateInPandas``, its
-  windows and state in the RocksDB state store; everything after it runs in
-  the driver stage. Marks and watermarks are sent to every key group.
+- **keyed**: one windowed operator, fed by one source through stateless
+  single-port operators, and after it a straight line of operators that are
+  stateless or windowed on the same partition key. The stateless ones before
+  it run in the source's task and route each tuple to a key group (a hash of
+  its partition key); the window and the line after it run per key group in
+  Spark's ``transformWithStateInPandas``, windows and state in the RocksDB
+  state store; sinks and everything else run in the driver stage. Marks and
+  watermarks are sent to every key group.
 
 ``mode="auto"`` takes keyed where it is exact and says why not otherwise;
 ``mode="keyed"`` refuses a graph it cannot key, naming the operator and why.
@@ -19,7 +21,6 @@ Two shapes are exact:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -39,6 +40,7 @@ class Plan:
     sources: list[str]
     pre_chain: list[str] = field(default_factory=list)  # keyed: stateless ops before the window
     keyed: str | None = None  # keyed: the windowed operator
+    keyed_chain: list[str] = field(default_factory=list)  # keyed: operators after it, same groups
     groups: int = 1
     driver: list[str] = field(default_factory=list)
     notes: dict[str, str] = field(default_factory=dict)  # operator -> how it was translated
@@ -134,7 +136,7 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
         if mode != "driver" and keyed_why is not None:
             where, why = keyed_why
             p.why_not_keyed = f"{where}: {why}" if where else why
-        p.pre_chain, p.keyed, p.groups = [], None, 1
+        p.pre_chain, p.keyed, p.keyed_chain, p.groups = [], None, [], 1
         p.driver = [op.name for op in graph.operators if op.kind != "source"]
     for name in p.driver:
         op = graph.operator(name)
@@ -147,9 +149,8 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
 def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str] | None:
     """Fill ``p`` for keyed mode; return (operator, why) when the graph cannot be keyed."""
     windowed = [op for op in graph.operators if any(i.windowed for i in op.inputs)]
-    if len(windowed) != 1:
-        return None, (f"{len(windowed)} windowed operators; keyed mode hosts exactly one "
-                      "(the others would need their own shuffles and ordering)")
+    if not windowed:
+        return None, "no windowed operator: nothing to key"
     w = windowed[0]
     if len(w.inputs) != 1:
         return w.name, "a windowed operator with several input ports (Join) runs in the driver stage"
@@ -180,17 +181,28 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
     elif inp.flavor == "cpp" and isinstance(spec, WindowSpec) and spec.uses_system_time:
         one_group = "cpp time window: its timers flush a default partition window-wide: one key group"
     g = 1 if one_group else groups
+    after = _co_partitioned(graph, w, g)
+    hosted = {w.name, *after}
+    rest = [op.name for op in windowed if op.name not in hosted]
+    if rest:
+        return rest[0], (f"{len(windowed)} windowed operators; keyed mode hosts one, with the "
+                         "operators after it that keep its partition key (this one is not among them)")
     if g > 1:
         for op in graph.operators:
-            if op.name in (w.name, *chain) or op.kind == "source":
+            if op.name in (*hosted, *chain) or op.kind == "source":
                 continue
             for i in op.inputs:
                 if isinstance(i.window, WindowSpec) and "punct" in i.window.clause():
                     return op.name, ("a punct() window after the keyed stage: window marks are per "
                                      "key group there and have no order across groups")
-    p.pre_chain, p.keyed, p.groups = chain, w.name, g
+    p.pre_chain, p.keyed, p.keyed_chain, p.groups = chain, w.name, after, g
     p.driver = [op.name for op in graph.operators
-                if op.kind != "source" and op.name not in (w.name, *chain)]
+                if op.kind != "source" and op.name not in (*hosted, *chain)]
+    for name in after:
+        op = graph.operator(name)
+        p.notes[name] = (f"keyed stage, after {w.name!r} in the same key group"
+                         + (f": window {_describe_window(op.inputs[0].window)!r} on the same key"
+                            if op.inputs[0].windowed else ": stateless"))
     for name in chain:
         p.notes[name] = "stateless: runs in the source's task (mapInPandas), before the key routing"
     key = inp.partition_by if isinstance(inp.partition_by, str) else "a key function"
@@ -200,5 +212,30 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
     return None
 
 
-def names(ops: Iterable[OperatorDef]) -> list[str]:
-    return [op.name for op in ops]
+def _co_partitioned(graph: FrozenGraph, w: OperatorDef, groups: int) -> list[str]:
+    """The operators after ``w`` that can share its key groups: a straight line of single-port
+    operators, each stateless or windowed on the same partition attribute (its tuples must keep
+    the key; the host checks that at run time), up to the first sink or branch."""
+    key = w.inputs[0].partition_by
+    out: list[str] = []
+    cur = w
+    while len(cur.outputs) == 1 and cur.error_port is None:
+        consumers = graph.consumers(cur.name, 0)
+        if len(consumers) != 1:
+            break
+        nxt = graph.operator(consumers[0][0])
+        if nxt.kind == "sink" or len(nxt.inputs) != 1 or len(nxt.inputs[0].connections) != 1:
+            break
+        inp = nxt.inputs[0]
+        if inp.windowed:
+            spec = inp.window
+            if groups > 1 and (not isinstance(key, str) or inp.partition_by != key):
+                break
+            if isinstance(spec, WindowSpec) and (spec.partition_eviction is not None
+                                                 or (inp.flavor == "cpp" and spec.uses_system_time)):
+                break
+        elif not _stateless(nxt):
+            break
+        out.append(nxt.name)
+        cur = nxt
+    return out

@@ -26,7 +26,7 @@ from ..runtime._sync import SyncGraph
 from ..testing import ListSink, ListSource
 from ..trace import TraceError, _event_seconds_to_ns, _Replay, _seconds_to_ns, _tuple_of, case_window
 from ..windows import EVENT_TIME_MAX, StreamWindowEvent, TimeIntervalSpec
-from ._keyed import KEYED_OUT_DDL, group_of, make_processor
+from ._keyed import KEYED_OUT_DDL, Hosted, group_of, make_processor
 from ._plan import plan
 from ._rows import (
     KIND_COMMAND,
@@ -113,8 +113,8 @@ class _ByCase:
     def __init__(self, graphs: Sequence[Any]) -> None:
         self.graphs = graphs
 
-    def __call__(self, key: tuple[Any, ...]) -> Any:
-        return self.graphs[int(key[0])], "window", ("steps", 0)
+    def __call__(self, key: tuple[Any, ...]) -> Hosted:
+        return Hosted(self.graphs[int(key[0])], ("window",), ("steps", 0))
 
 
 def _case_graph(case: Mapping[str, Any], flavor: str) -> tuple[Any, int, Any]:

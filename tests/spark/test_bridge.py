@@ -91,7 +91,7 @@ def _files(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("example", "params", "mode"), [
     ("stock_moving_average.py", {"seconds": 6, "symbols": 4}, "keyed"),
-    ("sensors.py", {"sensors": 20, "seconds": 3}, "driver"),
+    ("sensors.py", {"sensors": 20, "seconds": 3}, "keyed"),
     ("per_file_totals.py", {}, "driver"),
     ("sensor_join.py", {"seconds": 3, "rooms": 3}, "driver"),
 ])
@@ -155,10 +155,12 @@ def test_a_query_that_failed_mid_stream_resumes_from_its_checkpoint(spark: Any, 
 
 def test_refusals_name_the_operator_and_why(spark: Any) -> None:
     g = Graph("two")
-    a = g.source("a", ListSource([{"k": 1}]))
-    w1 = g.operator("w1", Aggregate({"n": Count()}), [a.window("tumbling, count(2)")])
-    g.operator("w2", Aggregate({"n": Count()}), [w1.window("tumbling, count(2)")])
-    with pytest.raises(TranslationError, match=r"cannot run keyed: 2 windowed operators"):
+    a = g.source("a", ListSource([{"k": 1, "j": 2}]))
+    w1 = g.operator("w1", Aggregate({"n": Count()}, copy=("k", "j")),
+                    [a.window("tumbling, count(2), partitioned", partition_by="k")])
+    g.operator("w2", Aggregate({"n": Count()}),
+               [w1.window("tumbling, count(2), partitioned", partition_by="j")])
+    with pytest.raises(TranslationError, match=r"operator 'w2': cannot run keyed: 2 windowed operators"):
         deploy(g, spark, mode="keyed")
 
 
