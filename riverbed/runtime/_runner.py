@@ -592,16 +592,18 @@ class OperatorRunner:
         self._replay.extend(self._held)
         self._held.clear()
 
-    def checkpoint_state(self, *, drain: bool = True) -> dict[str, Any]:
+    def checkpoint_state(self, *, drain: bool = True, drain_operator: bool | None = None) -> dict[str, Any]:
         """Drain, then this operator's whole state as plain data: its own, its windows', its
         watermarks and which connections have ended.
 
         ``drain=False`` snapshots the windows between two items instead of
         checkpointing them: no pending evictions are reported and a cpp window
         does not suspend its time (the Spark bridge stores state after every
-        micro-batch this way, which SPL would not call a checkpoint).
+        micro-batch this way, which SPL would not call a checkpoint). The
+        operator's own ``drain`` runs when ``drain_operator`` (default: ``drain``).
         """
-        self._guard(self.op.drain, None)
+        if drain if drain_operator is None else drain_operator:
+            self._guard(self.op.drain, None)
         take = (lambda w: w.checkpoint()) if drain else (lambda w: w.snapshot())
         windows = [None if w is None else self._guard(take, None, w) for w in self.windows]
         return {

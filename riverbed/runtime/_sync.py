@@ -15,15 +15,33 @@ events.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..graph import FrozenGraph, Punct, event_time_region
 from ._runner import OperatorRunner, _connections
 
 __all__ = ["StampClock", "SyncGraph"]
+
+
+_HOST_SET = ("context", "submit", "submit_punct")  # what a host sets on an operator it runs
+
+
+def _fresh(op: Any) -> Any:
+    """A copy of ``op`` as the graph script built it, without what a host set on it."""
+    try:
+        new = copy.copy(op)
+        state = {k: v for k, v in vars(op).items() if k not in _HOST_SET}
+        for k in _HOST_SET:
+            vars(new).pop(k, None)
+        vars(new).update(copy.deepcopy(state))
+        return new
+    except (TypeError, copy.Error):
+        return op  # holds something that cannot be copied (a lock, a handle): shared, as before
 
 
 class _Timer:
@@ -94,7 +112,11 @@ class SyncGraph:
         self.clock = StampClock(state["now"] if state is not None else now)
         member_set = set(members)
         region = event_time_region(graph)
-        self.runners = [OperatorRunner(self, graph.operator(n), region)  # type: ignore[arg-type]
+        # Each host gets its own operator objects: several hosts (key groups) live in one process,
+        # and what one group's operator keeps must not leak into another's.
+        self.runners = [OperatorRunner(self, replace(graph.operator(n),  # type: ignore[arg-type]
+                                                     operator=_fresh(graph.operator(n).operator)),
+                                       region)
                         for n in members]
         self._by_name = {r.name: r for r in self.runners}
         self._inside: dict[tuple[str, int], list[tuple[OperatorRunner, int]]] = {}
@@ -206,11 +228,15 @@ class SyncGraph:
     def runner(self, name: str) -> OperatorRunner:
         return self._by_name[name]
 
-    def state(self, *, drain: bool = False) -> dict[str, Any]:
-        """Everything the members hold, as plain data (see `OperatorRunner.checkpoint_state`)."""
+    def state(self, *, drain: bool = False, drain_operators: bool = False) -> dict[str, Any]:
+        """Everything the members hold, as plain data (see `OperatorRunner.checkpoint_state`).
+
+        ``drain_operators`` lets operators finish what they hold first (a
+        transactional sink flushes); what they submit then is routed as usual.
+        """
         ops = {}
         for r in self.runners:
-            entry = r.checkpoint_state(drain=drain)
+            entry = r.checkpoint_state(drain=drain, drain_operator=drain or drain_operators)
             entry["finished"] = r.finished
             ops[r.name] = entry
         self._pump()  # a drain may have raised events

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -10,6 +11,7 @@ from typing import Any
 
 from ..graph import FrozenGraph, Graph
 from ._driver import DriverStage, stage_dir
+from ._errors import TranslationError
 from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, Hosted, make_processor, make_router, spread_labels
 from ._plan import Mode, Plan, plan
@@ -55,6 +57,36 @@ class _Fixed:
         return self.hosted
 
 
+_GROUPS_FILE = "riverbed-key-groups.json"
+
+
+def _saved_groups(checkpoint: str) -> dict[str, Any] | None:
+    path = os.path.join(checkpoint, _GROUPS_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        saved: dict[str, Any] = json.load(f)
+    return saved
+
+
+def _key_groups(checkpoint: str, saved: dict[str, Any] | None, asked: int, groups: int,
+                choose: Any) -> list[int]:
+    """The key groups' labels, kept with the checkpoint: a restart routes every key to the group
+    whose stored state holds it, whatever the new session's shuffle partitions are."""
+    if saved is not None:
+        if saved["groups"] != groups:
+            raise TranslationError(None, f"the checkpoint {checkpoint!r} holds windows in "
+                                         f"{saved['groups']} key groups; this deployment would use "
+                                         f"{groups}")
+        return [int(x) for x in saved["labels"]]
+    labels: list[int] = choose()
+    path = os.path.join(checkpoint, _GROUPS_FILE)
+    with open(f"{path}.tmp", "w") as f:
+        json.dump({"asked": asked, "groups": groups, "labels": labels}, f)
+    os.replace(f"{path}.tmp", path)
+    return labels
+
+
 def _source_frame(spark: Any, graph: FrozenGraph, name: str, index: int, *, max_rows: int,
                   spool: str, route: Any = None) -> Any:
     return (spark.readStream.format(SOURCE_FORMAT)
@@ -83,10 +115,11 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
     from pyspark.sql import functions as F
 
     frozen = graph.freeze() if isinstance(graph, Graph) else graph
-    n_groups = groups or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    checkpoint = checkpoint or tempfile.mkdtemp(prefix=f"riverbed-{frozen.name}-")
+    saved = _saved_groups(checkpoint)
+    n_groups = groups or (saved["asked"] if saved else int(spark.conf.get("spark.sql.shuffle.partitions")))
     inputs = dict(inputs or {})
     p = plan(frozen, mode, groups=n_groups, inputs=set(inputs))
-    checkpoint = checkpoint or tempfile.mkdtemp(prefix=f"riverbed-{frozen.name}-")
     os.makedirs(checkpoint, exist_ok=True)
     register(spark)
     if p.mode == "driver":
@@ -104,7 +137,7 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
         assert p.keyed is not None
         entry_op = p.pre_chain[-1] if p.pre_chain else p.sources[0]
         keyed_in = (entry_op, 0)
-        labels = spread_labels(spark, p.groups)
+        labels = _key_groups(checkpoint, saved, n_groups, p.groups, lambda: spread_labels(spark, p.groups))
         if p.pre_chain:  # the stateless chain runs first, then routes its output
             router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
                                  labels=labels)
@@ -127,7 +160,10 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
         last = (p.keyed, *p.keyed_chain)[-1]
         n_out = len(frozen.operator(last).outputs)
         streams = [(last, port) for port in range(n_out)]
-        stage = DriverStage(frozen, p.driver, streams, [p.groups] * n_out, state_dir=stage_dir(checkpoint))
+        copied = all(frozen.operator(m).operator.window_punctuation == "preserving"
+                     for m in (p.keyed, *p.keyed_chain))
+        stage = DriverStage(frozen, p.driver, streams, [p.groups] * n_out, state_dir=stage_dir(checkpoint),
+                            copied_marks=copied)
     writer = (df.writeStream.foreachBatch(stage.process)
               .option("checkpointLocation", os.path.join(checkpoint, "spark"))
               .queryName(f"riverbed-{frozen.name}"))

@@ -10,9 +10,10 @@ windows resume where the last stored batch left them.
 
 Rows come from several streams (a source, or a keyed stage's output port)
 and, after a keyed stage, from several key groups. A group is a parallel
-channel of the same stream: final goes on once every group sent it, and a
+channel of the same stream: final goes on once every group sent it, a
 watermark once the minimum over the groups moves (SPL's merge of parallel
-channels, E30).
+channels, E30), and the n-th window mark once every group sent its n-th
+(each group forwards the marks copied to it).
 """
 
 from __future__ import annotations
@@ -32,15 +33,35 @@ __all__ = ["ChannelMerge", "DriverStage"]
 class ChannelMerge:
     """Merges the control items of one stream arriving over ``channels`` parallel groups."""
 
-    def __init__(self, channels: int) -> None:
+    def __init__(self, channels: int, *, copied_marks: bool = True) -> None:
         self.channels = channels
+        # True: every window mark on this stream is a copy made for each group (the operators
+        # upstream all preserve marks), merged by count; False: groups make their own marks
+        # (an operator that generates them per partition), each of which goes on.
+        self.copied_marks = copied_marks
         self.finals: set[int] = set()
         self.marks: dict[int, int] = {}
         self.sent: int | None = None
+        self.windows: dict[int, int] = {}  # window marks received per channel
+        self.windows_sent = 0
 
     def final(self, chan: int) -> bool:
         self.finals.add(chan)
         return len(self.finals) == self.channels
+
+    def window(self, chan: int) -> bool:
+        """A window mark: every group forwards each mark of the stream it was copied from, so
+        the n-th mark goes on once every group has sent its n-th."""
+        if not self.copied_marks:
+            return True
+        self.windows[chan] = self.windows.get(chan, 0) + 1
+        if len(self.windows) < self.channels:
+            return False
+        low = min(self.windows.values())
+        if low <= self.windows_sent:
+            return False
+        self.windows_sent = low
+        return True
 
     def watermark(self, chan: int, value: int) -> int | None:
         if value <= self.marks.get(chan, -(1 << 63)):
@@ -56,12 +77,15 @@ class ChannelMerge:
 
     def state(self) -> dict[str, Any]:
         return {"finals": sorted(self.finals), "marks": [[k, v] for k, v in self.marks.items()],
-                "sent": self.sent}
+                "sent": self.sent, "windows": [[k, v] for k, v in self.windows.items()],
+                "windows_sent": self.windows_sent}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         self.finals = set(state["finals"])
         self.marks = {int(k): int(v) for k, v in state["marks"]}
         self.sent = state["sent"]
+        self.windows = {int(k): int(v) for k, v in state["windows"]}
+        self.windows_sent = int(state["windows_sent"])
 
 
 class DriverStage:
@@ -70,11 +94,12 @@ class DriverStage:
 
     def __init__(self, graph: FrozenGraph, members: Sequence[str], streams: Sequence[tuple[str, int]],
                  channels: Sequence[int], *, state_dir: str | None,
-                 emitted: set[str] | frozenset[str] = frozenset()) -> None:
+                 emitted: set[str] | frozenset[str] = frozenset(),
+                 copied_marks: bool = True) -> None:
         self.graph = graph
         self.members = list(members)
         self.streams = list(streams)
-        self.merges = [ChannelMerge(c) for c in channels]
+        self.merges = [ChannelMerge(c, copied_marks=copied_marks) for c in channels]
         self.emitted = emitted  # sources whose stream Spark reads: rows are their submissions
         self.host: SyncGraph | None = None
         self.store = RocksDBStore(state_dir) if state_dir is not None else None
@@ -123,14 +148,15 @@ class DriverStage:
                 if self.merges[stream].final(chan):
                     host.feed(op, port, Punct.FINAL)
             elif kind == KIND_WINDOW:
-                host.feed(op, port, Punct.WINDOW)
+                if self.merges[stream].window(chan):
+                    host.feed(op, port, Punct.WINDOW)
             elif kind != KIND_TIME:
                 raise ValueError(f"row of unknown kind {kind} in stream {op}.out[{port}]")
         host.take_exits()  # the driver stage ends the graph: nothing leaves it
         self.rows += len(rows)
         self.batches += 1
         if self.store is not None:
-            state = {"host": host.state(), "merges": [m.state() for m in self.merges]}
+            state = {"host": host.state(drain_operators=True), "merges": [m.state() for m in self.merges]}
             self.store.save(batch_id + 1, {"stage": state}, job=self.graph.name, time_ns=host.clock.now())
         host.committed(batch_id + 1)
         self.last_batch = batch_id

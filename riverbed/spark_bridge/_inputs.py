@@ -52,8 +52,8 @@ class SparkInput:
                     tup = to_tuple(row)
                     if tup is None:
                         continue
-                    stamp = row[time_column]
-                    time = (stamp.value if hasattr(stamp, "value") else int(stamp)) * scale
+                    stamp = row[time_column]  # a pandas Timestamp is in ns already
+                    time = stamp.value if hasattr(stamp, "value") else int(stamp) * scale
                     out.append((source_ord(time, index, int(row[order_by])), KIND_TUPLE, time, 0,
                                 encode(tup)))
                 yield pd.DataFrame(out, columns=["ord", "kind", "time", "value", "data"])

@@ -78,6 +78,17 @@ def spread_labels(spark: Any, groups: int) -> list[int]:
     return labels
 
 
+def _group_of_row(key_of: Callable[[Any], Any] | None, data: bytes, groups: int) -> int:
+    """A routed tuple's group; one without a usable key goes to group 0, where its window raises
+    (or routes it to the error port) as in the runtime."""
+    if key_of is None:
+        return 0
+    try:
+        return group_of(key_of(decode(data)), groups)
+    except (KeyError, TypeError, IndexError):
+        return 0
+
+
 def group_of(key: Any, groups: int) -> int:
     """A key's group: stable across processes (Python's own str hash is salted per process;
     an int is its own stable hash)."""
@@ -112,6 +123,8 @@ def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], ke
         import pandas as pd  # type: ignore[import-untyped]
 
         host: SyncGraph | None = None
+        last: tuple[bytes, int] | None = None
+        columns = ["ord", "kind", "time", "value", "data", "grp"]
         for pdf in batches:
             out: list[tuple[Any, ...]] = []
             for ord_, kind_, time_, value, data in zip(pdf["ord"], pdf["kind"], pdf["time"],
@@ -130,14 +143,16 @@ def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], ke
                         produced.append((ord_, KIND_TIME, at, 0, None))
                 else:
                     produced = [(ord_, kind, at, int(value), data)]
+                last = (ord_, at)
                 for row in produced:
                     if row[1] == KIND_TUPLE:
-                        tup = decode(row[4])
-                        g = group_of(key_of(tup), groups) if key_of is not None else 0
-                        out.append((*row, spread[g]))
+                        out.append((*row, spread[_group_of_row(key_of, row[4], groups)]))
                     else:
                         out.extend((*row, label) for label in spread)
-            yield pd.DataFrame(out, columns=["ord", "kind", "time", "value", "data", "grp"])
+            yield pd.DataFrame(out, columns=columns)
+        if last is not None:  # every group sees this task's time: its timers fire with the others'
+            yield pd.DataFrame([(last[0], KIND_TIME, last[1], 0, None, label) for label in spread],
+                               columns=columns)
 
     return route
 
@@ -171,9 +186,13 @@ class Hosted:
 
         def check(operator: str, tuples: list[Any]) -> None:
             for t in tuples:
-                if labels[group_of(t[key], groups)] != label:
+                try:
+                    k = t[key]
+                except (KeyError, TypeError, IndexError):
+                    continue  # no key: the window raises or routes it, as in the runtime
+                if labels[group_of(k, groups)] != label:
                     raise KeyGroupError(
-                        f"operator {operator!r}: a tuple with {key}={t[key]!r} reached it in another "
+                        f"operator {operator!r}: a tuple with {key}={k!r} reached it in another "
                         f"key group than its key's: the operator before it changed the partition "
                         f"key; run this graph with mode='driver'")
 
@@ -205,12 +224,13 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     extra = tuple(key[:-1])
     label = f"{keyed}/{group}"
     guard, guarded = hosted.guard(group)
+    items = expand(rows)
     out: list[tuple[Any, ...]] = []
     if stored is not None:
         host = SyncGraph(graph, members, state=decode_value(stored, checkpoint_id=0, key=label),
                          guard=guard, guarded=guarded)
     else:
-        host = SyncGraph(graph, members, now=int(rows[0][2]) if rows else 0, guard=guard,
+        host = SyncGraph(graph, members, now=int(items[0][2]) if items else 0, guard=guard,
                          guarded=guarded)
         out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, b"", host.clock.now()))
     runner = host.runner(keyed)
@@ -227,7 +247,6 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
         else:
             host.advance(at)
 
-    items = expand(rows)
     i, n = 0, len(items)
     while i < n:
         ord_, kind, at, value, data = items[i]

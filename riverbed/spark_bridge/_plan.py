@@ -77,6 +77,7 @@ def _stateless(op: OperatorDef) -> bool:
     can run in whichever task holds a row, with a fresh instance per micro-batch."""
     o = op.operator
     if (len(op.inputs) != 1 or op.inputs[0].windowed or op.error_port is not None
+            or op.event_time is not None  # it generates watermarks: state across batches
             or type(o).on_punct is not Operator.on_punct
             or getattr(o, "window_punctuation", "preserving") != "preserving"):
         return False
@@ -163,6 +164,9 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
             return w.name, "its input merges several streams"
         up = graph.operator(upstream[0].operator)
         if up.kind == "source":
+            if len(graph.consumers(up.name, 0)) != 1:
+                return up.name, ("its stream also feeds operators outside the keyed stage; only "
+                                 "the driver stage sees every row")
             break
         if not _stateless(up):
             return up.name, ("sits between the source and the window but is not a stateless "

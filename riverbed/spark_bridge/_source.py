@@ -227,21 +227,36 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
             seq += 1
         o = source_ord(time, index, seq)
         if kind == KIND_TUPLE:
-            g = 0 if key_of is None else group_of(key_of(tup), groups)
-            lists[g].append([o, kind, time, value, tup])
+            lists[_group(key_of, tup, groups)].append([o, kind, time, value, tup])
         else:
             for lst in lists:
                 lst.append([o, kind, time, value, None])
         if seq % bundle == 0:
-            yield from _bundles(lists, labels)
-    yield from _bundles(lists, labels)
+            yield from _bundles(lists, labels, o, time)
+    if seq % bundle:
+        yield from _bundles(lists, labels, o, time)
 
 
-def _bundles(lists: list[list[list[Any]]], labels: list[int]) -> Iterator[tuple[Any, ...]]:
+def _group(key_of: Callable[[Any], Any] | None, tup: Any, groups: int) -> int:
+    """A tuple's key group; one without a usable key goes to group 0, where its window raises
+    (or routes it to the error port) as in the runtime."""
+    if key_of is None:
+        return 0
+    try:
+        return group_of(key_of(tup), groups)
+    except (KeyError, TypeError, IndexError):
+        return 0
+
+
+def _bundles(lists: list[list[list[Any]]], labels: list[int], last: bytes, time: int
+             ) -> Iterator[tuple[Any, ...]]:
+    """One bundle per group for the round that ended at ``last``, each closed by a time mark at
+    the round's time: every group gets a row every round, so micro-batches (cut by row count)
+    hold the same rounds for every group, and a quiet group's timers fire with the others'."""
     for g, lst in enumerate(lists):
-        if lst:
-            yield lst[0][0], KIND_BUNDLE, lst[0][2], 0, encode(lst), labels[g]
-            lst.clear()
+        lst.append([last, KIND_TIME, time, 0, None])
+        yield lst[0][0], KIND_BUNDLE, lst[0][2], 0, encode(lst), labels[g]
+        lst.clear()
 
 
 _ARROW_TYPES = {"BINARY": "binary", "INT": "int32", "LONG": "int64"}
@@ -292,10 +307,11 @@ def register(spark: Any) -> None:
             self._max = int(lowered.get("maxrecordsperbatch", "100000"))
             self._lock = threading.Lock()
             self._ahead: threading.Thread | None = None
+            self._failed: BaseException | None = None
 
         def __getstate__(self) -> dict[str, Any]:
             return {"options": self.options, "_rows": None, "_cache": {}, "_read": 0, "_done": False,
-                    "_target": None, "_max": self._max, "_ahead": None}
+                    "_target": None, "_max": self._max, "_ahead": None, "_failed": None}
 
         def __setstate__(self, state: dict[str, Any]) -> None:
             self.__dict__.update(state)
@@ -310,13 +326,25 @@ def register(spark: Any) -> None:
 
         def _pull(self, upto: int) -> None:
             with self._lock:
-                self._pull_locked(upto)
+                if self._failed is not None:
+                    raise self._failed  # the prefetch thread's error, in Spark's call
+                try:
+                    self._pull_locked(upto)
+                except BaseException as exc:
+                    self._failed = exc
+                    raise
+
+        def _prefetch_run(self, upto: int) -> None:
+            try:
+                self._pull(upto)
+            except BaseException:  # kept in _failed: raised by the next offset or plan call
+                return
 
         def _prefetch(self, upto: int) -> None:
             """Produce the next batch's rows while Spark runs this one (the reader idles then)."""
             if self._done or (self._ahead is not None and self._ahead.is_alive()):
                 return
-            self._ahead = threading.Thread(target=self._pull, args=(upto,), daemon=True,
+            self._ahead = threading.Thread(target=self._prefetch_run, args=(upto,), daemon=True,
                                            name="riverbed-source-prefetch")
             self._ahead.start()
 
@@ -385,8 +413,9 @@ def register(spark: Any) -> None:
 
         def commit(self, end: dict[str, int]) -> None:
             done = int(end["n"])
-            for i in [k for k in self._cache if k < done]:
-                del self._cache[i]
+            with self._lock:
+                for i in [k for k in self._cache if k < done]:
+                    del self._cache[i]
             spool = self.options.get("spool")
             if spool is not None and os.path.isdir(spool):
                 for name in os.listdir(spool):  # batches Spark committed are never read again
