@@ -360,6 +360,7 @@ def register(spark: Any) -> None:
                 self._read += 1
 
         def initialOffset(self) -> dict[str, int]:
+            self._prefetch(self._max)  # the first batch, while Spark plans the query
             return {"n": 0}
 
         def getDefaultReadLimit(self) -> Any:
