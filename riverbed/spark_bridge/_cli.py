@@ -52,19 +52,24 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
     echo(d.plan.explain())
     echo(f"checkpoint: {d.checkpoint}")
 
-    def stop(signum: int, frame: Any) -> None:
-        echo("riverbed spark: stopping the query (it resumes from its checkpoint)")
-        d.stop()
+    requested: list[int] = []
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    def stop(signum: int, frame: Any) -> None:
+        requested.append(signum)  # acted on by the loop below: py4j calls must not nest
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        d.await_termination()
-    except KeyboardInterrupt:
-        d.stop()
+        while not requested:
+            if d.await_termination(0.5):  # waits on the query; True once it ended
+                break
+        if requested:
+            echo("riverbed spark: stopping the query (a restart resumes from its checkpoint)")
+            d.stop()
     except Exception as exc:  # a failed query: Spark's StreamingQueryException
         print(f"riverbed spark: the query failed: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EXIT_FAILED
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     echo(f"done: {d.stage.batches} micro-batches, {d.stage.rows} rows into the driver stage")
     return EXIT_OK
