@@ -11,15 +11,18 @@ production and tests never sleep::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .graph import Graph, Operator, Punct, Schema, Source, Watermark
-from .runtime import JobMetrics, VirtualClock, run_graph
+from .runtime import Job, JobError, JobMetrics, VirtualClock, run_graph, run_virtual
 from .windows import StreamWindowEvent, TimeIntervalSpec, WindowSpec
 
-__all__ = ["At", "ListSink", "ListSource", "Output", "at", "capture_events", "run_operator"]
+__all__ = ["At", "ListSink", "ListSource", "Output", "at", "capture_events", "run_operator",
+           "run_until_crash"]
 
 _NS = 1_000_000_000
 
@@ -119,6 +122,29 @@ def run_operator(operator: Operator, inputs: Iterable[Any] | Mapping[int, Iterab
         g.sink(f"out{i}", sink, [stream])
     metrics = run_graph(g, clock=VirtualClock())
     return Output([s.items for s in sinks], metrics)
+
+
+def run_until_crash(job: Job, crash_at: int | None,
+                    actions: Sequence[tuple[float, Callable[[Job], None]]] = ()) -> bool:
+    """Run ``job`` on its `VirtualClock`, doing ``actions`` at their times (seconds), and abort
+    it at clock time ``crash_at`` (ns; None: let it end): a crash at a chosen instant, for
+    checkpoint tests. True if the job ran to its end before the crash."""
+
+    async def main() -> bool:
+        task = asyncio.ensure_future(job.run())
+        for when, act in actions:
+            await job.clock.sleep_until(round(when * _NS))
+            act(job)
+        if crash_at is not None:
+            await job.clock.sleep_until(crash_at)
+            if not task.done():
+                job.abort()
+        with contextlib.suppress(JobError, asyncio.CancelledError):
+            await task
+            return True
+        return False
+
+    return run_virtual(main(), job.clock)  # type: ignore[arg-type]
 
 
 def capture_events(into: list[tuple[str, Any, list[Any]]]) -> Any:

@@ -7,8 +7,6 @@ standard-operators.md section 1 and IBM's ``Aggregate_cpp.cgt``/``Aggregate.h``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 from collections import deque
 from typing import Any
@@ -54,8 +52,8 @@ from riverbed.operators._aggregate_functions import (
     Sum,
 )
 from riverbed.operators._params import OperatorParameterError
-from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
-from riverbed.testing import at, run_operator
+from riverbed.runtime import Job, JobError, VirtualClock
+from riverbed.testing import at, run_operator, run_until_crash
 from riverbed.windows import PaneTiming
 
 W = Punct.WINDOW
@@ -587,19 +585,6 @@ def build(n: int, window: str, out: Output, flavor: str = "java") -> Graph:
     return g
 
 
-def run_until(job: Job, crash_at: int | None) -> bool:
-    async def main() -> bool:
-        task = asyncio.ensure_future(job.run())
-        if crash_at is not None:
-            await job.clock.sleep_until(crash_at)
-            if not task.done():
-                job.abort()
-        with contextlib.suppress(JobError, asyncio.CancelledError):
-            await task
-            return True
-        return False
-
-    return run_virtual(main(), job.clock)  # type: ignore[arg-type]
 
 
 @settings(max_examples=40, deadline=None)
@@ -615,11 +600,11 @@ def test_a_crash_then_restart_from_a_checkpoint_gives_the_uninterrupted_output(
     n = 450
     window, flavor = setup
     reference = Output()
-    assert run_until(Job(build(n, window, reference, flavor), clock=VirtualClock()), None)
+    assert run_until_crash(Job(build(n, window, reference, flavor), clock=VirtualClock()), None)
     assert len(reference.rows) > 50
     store = MemoryStore()
     first = Output()
-    if run_until(Job(build(n, window, first, flavor), clock=VirtualClock(), checkpoints=store,
+    if run_until_crash(Job(build(n, window, first, flavor), clock=VirtualClock(), checkpoints=store,
                      checkpoint_period=0.35), crash * S // 10):
         assert first.rows == reference.rows
         return
@@ -630,7 +615,7 @@ def test_a_crash_then_restart_from_a_checkpoint_gives_the_uninterrupted_output(
     start = latest.time_ns if latest is not None else 0
     restarted = Job(build(n, window, second, flavor), clock=VirtualClock(start), checkpoints=store,
                     checkpoint_period=0.35)
-    assert run_until(restarted, None)
+    assert run_until_crash(restarted, None)
     assert second.rows == reference.rows, f"crash at {crash / 10} s, restored from {restarted.restored_from}"
 
 

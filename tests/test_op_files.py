@@ -9,8 +9,6 @@ on_checkpoint_committed(id) after the store commit, restore(state) in a restarte
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -35,8 +33,8 @@ from riverbed.operators._files import (
 )
 from riverbed.operators._params import OperatorParameterError
 from riverbed.run import load_graph
-from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
-from riverbed.testing import ListSink, ListSource, at, run_operator
+from riverbed.runtime import Job, JobError, VirtualClock, run_graph
+from riverbed.testing import ListSink, ListSource, at, run_operator, run_until_crash
 
 S = 1_000_000_000
 W, F = Punct.WINDOW, Punct.FINAL
@@ -304,27 +302,6 @@ class Recorder(Operator):
         self.rows = list(state)
 
 
-def run_until(job: Job, crash_at: int | None,
-              actions: list[tuple[float, Callable[[Job], None]]] = ()) -> bool:  # type: ignore[assignment]
-    """Run a job on its virtual clock, doing ``actions`` at their times; abort it at ``crash_at``.
-    True if it ran to the end."""
-
-    async def main() -> bool:
-        task = asyncio.ensure_future(job.run())
-        for when, act in actions:
-            await job.clock.sleep_until(round(when * S))
-            act(job)
-        if crash_at is not None:
-            await job.clock.sleep_until(crash_at)
-            if not task.done():
-                job.abort()
-        with contextlib.suppress(JobError, asyncio.CancelledError):
-            await task
-            return True
-        return False
-
-    return run_virtual(main(), job.clock)  # type: ignore[arg-type]
-
 
 def paced_file(path: Path, n: int) -> Path:
     """A csv file with a delay field: record i waits 0.1 s, so n records take n/10 s."""
@@ -375,16 +352,16 @@ def build_replay(src_path: Path, out: Operator) -> Graph:
 def test_a_crash_then_restart_neither_loses_nor_repeats_a_record(tmp_path: Path, crash: int) -> None:
     f = paced_file(tmp_path / "in.csv", 40)
     reference = Recorder()
-    assert run_until(Job(build_replay(f, reference), clock=VirtualClock()), None)
+    assert run_until_crash(Job(build_replay(f, reference), clock=VirtualClock()), None)
     store = MemoryStore()
     first = Recorder()
     job = Job(build_replay(f, first), clock=VirtualClock(), checkpoints=store, checkpoint_period=0.25)
-    assert not run_until(job, crash * S // 10 + S // 20)
+    assert not run_until_crash(job, crash * S // 10 + S // 20)
     restored = store.latest_good()
     assert restored is not None and 0 < restored.states["src"]["operator"]["offset"] < f.stat().st_size
     second = Recorder()
     restart = Job(build_replay(f, second), clock=VirtualClock(), checkpoints=store, checkpoint_period=0.25)
-    assert run_until(restart, None)
+    assert run_until_crash(restart, None)
     assert second.rows == reference.rows
 
 
@@ -402,7 +379,7 @@ def test_a_hot_file_is_tailed_restarted_when_it_shrinks_and_marked_at_stop(tmp_p
 
     actions = [(2.5, append("c\npart")), (4.5, append("ial\n")), (6.5, lambda job: write(f, "new\n")),
                (8.5, lambda job: job.stop())]
-    assert run_until(Job(g, clock=VirtualClock()), None, actions)
+    assert run_until_crash(Job(g, clock=VirtualClock()), None, actions)
     lines = [x if isinstance(x, Punct) else x["line"] for x in sink.items]
     assert lines == ["a", "b", "c", "partial", W, "new", W, F]
     assert sink.times == [0, 0, 3 * S, 5 * S, 7 * S, 7 * S, round(8.5 * S), round(8.5 * S)]
@@ -670,18 +647,18 @@ def test_file_source_to_transactional_file_sink_is_exactly_once_across_a_crash(
         tmp_path: Path, crash: int) -> None:
     src = paced_file(tmp_path / "in.csv", 40)
     reference = tmp_path / "reference.csv"
-    assert run_until(Job(build_exactly_once(src, reference), clock=VirtualClock()), None)
+    assert run_until_crash(Job(build_exactly_once(src, reference), clock=VirtualClock()), None)
     expected = reference.read_text()
     assert expected.count("\n") == 40
     out = tmp_path / "out.csv"
     store = MemoryStore()
     job = Job(build_exactly_once(src, out), clock=VirtualClock(), checkpoints=store, checkpoint_period=0.3)
-    assert not run_until(job, crash * S // 10 + S // 20)
+    assert not run_until_crash(job, crash * S // 10 + S // 20)
     seen = visible(out) or ""
     assert expected.startswith(seen) and seen.count("\n") < 40  # only committed, whole records
     restart = Job(build_exactly_once(src, out), clock=VirtualClock(), checkpoints=store,
                   checkpoint_period=0.3)
-    assert run_until(restart, None)
+    assert run_until_crash(restart, None)
     assert visible(out) == expected
     assert pending(tmp_path) == []
 
@@ -695,7 +672,7 @@ def scan_job(scan: DirectoryScan, actions: list[tuple[float, Callable[[Job], Non
     sink = ListSink()
     g.sink("out", sink, [g.source("dir", scan)])
     job = Job(g, clock=VirtualClock(), checkpoints=restore)
-    assert run_until(job, None, actions)
+    assert run_until_crash(job, None, actions)
     return sink
 
 

@@ -7,8 +7,6 @@ streams is exact. Outputs are compared item by item, marks included.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +19,8 @@ from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, Operator, Punct, Source
 from riverbed.operators._join import Join
 from riverbed.operators._params import OperatorParameterError
-from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
-from riverbed.testing import ListSink, ListSource, at
+from riverbed.runtime import Job, JobError, VirtualClock, run_graph
+from riverbed.testing import ListSink, ListSource, at, run_until_crash
 
 S = 1_000_000_000
 W = Punct.WINDOW
@@ -399,20 +397,6 @@ def build_checkpointed(keeps: list[Keep], *, left: str, right: str) -> Graph:
     return g
 
 
-def run_until(job: Job, crash_at: int | None) -> bool:
-    async def main() -> bool:
-        task = asyncio.ensure_future(job.run())
-        if crash_at is not None:
-            await job.clock.sleep_until(crash_at)
-            if not task.done():
-                job.abort()
-        with contextlib.suppress(JobError, asyncio.CancelledError):
-            await task
-            return True
-        return False
-
-    return run_virtual(main(), job.clock)  # type: ignore[arg-type]
-
 
 WINDOWS = {"count": ("sliding, count(2), partitioned", "sliding, count(4)"),
            "delta": ("sliding, delta(l, 8), partitioned", "sliding, delta(r, 5)")}
@@ -423,20 +407,21 @@ WINDOWS = {"count": ("sliding, count(2), partitioned", "sliding, count(4)"),
 def test_a_crash_then_restore_from_a_checkpoint_gives_the_uninterrupted_output(crash: int, kind: str) -> None:
     left, right = WINDOWS[kind]
     reference = [Keep(), Keep(), Keep()]
-    assert run_until(Job(build_checkpointed(reference, left=left, right=right), clock=VirtualClock()), None)
+    reference_job = Job(build_checkpointed(reference, left=left, right=right), clock=VirtualClock())
+    assert run_until_crash(reference_job, None)
     assert all(k.rows for k in reference), "the workload reaches every output"
 
     store = MemoryStore()
     first = [Keep(), Keep(), Keep()]
     job = Job(build_checkpointed(first, left=left, right=right), clock=VirtualClock(),
               checkpoints=store, checkpoint_period=0.45)
-    if run_until(job, crash * S // 10):
+    if run_until_crash(job, crash * S // 10):
         assert [k.rows for k in first] == [k.rows for k in reference]
         return
     second = [Keep(), Keep(), Keep()]
     restarted = Job(build_checkpointed(second, left=left, right=right), clock=VirtualClock(),
                     checkpoints=store, checkpoint_period=0.45)
-    assert run_until(restarted, None)
+    assert run_until_crash(restarted, None)
     assert [k.rows for k in second] == [k.rows for k in reference], \
         f"crash at {crash / 10} s, restored from {restarted.restored_from}"
 
@@ -463,7 +448,7 @@ def test_restoring_later_evicts_overdue_tuples_and_outputs_the_unmatched_ones(fl
 
     store = MemoryStore()
     first = [Keep(), Keep()]
-    assert not run_until(Job(build(first), clock=VirtualClock(), checkpoints=store,
+    assert not run_until_crash(Job(build(first), clock=VirtualClock(), checkpoints=store,
                              checkpoint_period=2.0), 3 * S)
     state = store.latest_good()
     assert state is not None and state.id == 1
@@ -472,6 +457,6 @@ def test_restoring_later_evicts_overdue_tuples_and_outputs_the_unmatched_ones(fl
 
     # Restarted at 10 s: b=1 (matched) and b=2 (not) are overdue and leave during the restore.
     second = [Keep(), Keep()]
-    assert run_until(Job(build(second), clock=VirtualClock(10 * S), checkpoints=store), None)
+    assert run_until_crash(Job(build(second), clock=VirtualClock(10 * S), checkpoints=store), None)
     assert second[0].rows == [{"a": 1, "b": 1}, "mark", {"a": 3, "b": 3}, "mark"]
     assert second[1].rows == [{"b": 2}, {"b": 4}]  # b=4 when it expires at 18 s

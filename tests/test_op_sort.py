@@ -3,8 +3,6 @@ timeInterval windows, progressive sorts on sliding windows, marks and final punc
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any
 
 import pytest
@@ -15,8 +13,8 @@ from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, Operator, Punct, Source, Watermark
 from riverbed.operators._params import OperatorParameterError
 from riverbed.operators._sort import Sort
-from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
-from riverbed.testing import ListSink, ListSource, at, run_operator
+from riverbed.runtime import Job, JobError, VirtualClock, run_graph
+from riverbed.testing import ListSink, ListSource, at, run_operator, run_until_crash
 
 S = 1_000_000_000
 W = Punct.WINDOW
@@ -230,20 +228,6 @@ def build(keep: Keep, window: str) -> Graph:
     return g
 
 
-def run_until(job: Job, crash_at: int | None) -> bool:
-    async def main() -> bool:
-        task = asyncio.ensure_future(job.run())
-        if crash_at is not None:
-            await job.clock.sleep_until(crash_at)
-            if not task.done():
-                job.abort()
-        with contextlib.suppress(JobError, asyncio.CancelledError):
-            await task
-            return True
-        return False
-
-    return run_virtual(main(), job.clock)  # type: ignore[arg-type]
-
 
 @settings(max_examples=20, deadline=None)
 @given(crash=st.integers(min_value=1, max_value=60),
@@ -251,22 +235,22 @@ def run_until(job: Job, crash_at: int | None) -> bool:
 def test_a_crash_then_restore_from_a_checkpoint_gives_the_uninterrupted_output(crash: int,
                                                                              window: str) -> None:
     reference = Keep()
-    assert run_until(Job(build(reference, window), clock=VirtualClock()), None)
+    assert run_until_crash(Job(build(reference, window), clock=VirtualClock()), None)
     store = MemoryStore()
     first = Keep()
-    if run_until(Job(build(first, window), clock=VirtualClock(), checkpoints=store,
+    if run_until_crash(Job(build(first, window), clock=VirtualClock(), checkpoints=store,
                      checkpoint_period=0.45), crash * S // 10):
         assert first.rows == reference.rows
         return
     second = Keep()
-    assert run_until(Job(build(second, window), clock=VirtualClock(), checkpoints=store,
+    assert run_until_crash(Job(build(second, window), clock=VirtualClock(), checkpoints=store,
                          checkpoint_period=0.45), None)
     assert second.rows == reference.rows
 
 
 def test_snapshot_of_a_progressive_sort_holds_its_sorted_partitions_as_plain_data() -> None:
     store = MemoryStore()
-    assert not run_until(Job(build(Keep(), "sliding, count(4), partitioned"), clock=VirtualClock(),
+    assert not run_until_crash(Job(build(Keep(), "sliding, count(4), partitioned"), clock=VirtualClock(),
                              checkpoints=store, checkpoint_period=1.0), S + S // 2)
     states = store.latest_good().states
     sent = states["src"]["operator"]

@@ -5,7 +5,6 @@ operators, and snapshot-restore-continue for every stateful one."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from riverbed.operators._utility import DeDuplicate, Split, SplitMapping, Thread
 from riverbed.operators._utility_sync import Barrier, DynamicFilter, Gate, Pair
 from riverbed.operators._utility_timed import Beacon, Delay, Throttle
 from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
-from riverbed.testing import ListSink, at
+from riverbed.testing import ListSink, at, run_until_crash
 from tests.test_op_relational import F, W, items, plain, run, run_split
 
 S = 1_000_000_000
@@ -505,19 +504,7 @@ def _crash_run(kind: str, crash_at: int | None, store: MemoryStore | None) -> tu
     rows = _Rows()
     g.sink("out", rows, [op])
     job = Job(g, clock=VirtualClock(), checkpoints=store, checkpoint_period=0.3 if store else None)
-
-    async def main() -> bool:
-        task = asyncio.ensure_future(job.run())
-        if crash_at is not None:
-            await job.clock.sleep_until(crash_at)
-            if not task.done():
-                job.abort()
-        with contextlib.suppress(JobError, asyncio.CancelledError):
-            await task
-            return True
-        return False
-
-    done = run_virtual(main(), job.clock)  # type: ignore[arg-type]
+    done = run_until_crash(job, crash_at)
     return rows.rows, done
 
 

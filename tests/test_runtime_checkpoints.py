@@ -7,8 +7,6 @@ output of a run that never crashed.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from hypothesis import strategies as st
 from riverbed.checkpoint import Checkpoint, MemoryStore
 from riverbed.graph import Graph, Operator, Schema, Source
 from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
+from riverbed.testing import run_until_crash
 from riverbed.windows import EventType, StreamWindowEvent
 
 S = 1_000_000_000
@@ -107,28 +106,12 @@ def build(n: int, out: Output) -> Graph:
     return g
 
 
-def run_until(job: Job, crash_at: int | None) -> bool:
-    """Run a job; abort it at virtual time ``crash_at``. True if it ran to the end."""
-
-    async def main() -> bool:
-        task = asyncio.ensure_future(job.run())
-        if crash_at is not None:
-            await job.clock.sleep_until(crash_at)
-            if not task.done():
-                job.abort()
-        with contextlib.suppress(JobError, asyncio.CancelledError):
-            await task
-            return True
-        return False
-
-    return run_virtual(main(), job.clock)  # type: ignore[arg-type]
-
 
 def test_checkpoints_commit_periodically_and_hold_every_operator() -> None:
     store = MemoryStore(keep_last=1000)
     out = Output()
     job = Job(build(400, out), clock=VirtualClock(), checkpoints=store, checkpoint_period=0.5)
-    assert run_until(job, None)
+    assert run_until_crash(job, None)
     saved = _all(store)
     assert len(saved) >= 5
     assert out.committed == sorted(saved)
@@ -146,19 +129,19 @@ def test_checkpoints_commit_periodically_and_hold_every_operator() -> None:
 def test_a_crash_at_any_instant_then_restart_gives_the_uninterrupted_output(crash: int) -> None:
     n = 600
     reference = Output()
-    assert run_until(Job(build(n, reference), clock=VirtualClock()), None)
+    assert run_until_crash(Job(build(n, reference), clock=VirtualClock()), None)
 
     store = MemoryStore(keep_last=1000)
     first = Output()
     crash_at = crash * S // 10  # somewhere in the 6 s the run takes
-    completed = run_until(Job(build(n, first), clock=VirtualClock(), checkpoints=store,
+    completed = run_until_crash(Job(build(n, first), clock=VirtualClock(), checkpoints=store,
                               checkpoint_period=0.35), crash_at)
     if completed:
         assert first.rows == reference.rows
         return
     second = Output()
     restarted = Job(build(n, second), clock=VirtualClock(), checkpoints=store, checkpoint_period=0.35)
-    assert run_until(restarted, None)
+    assert run_until_crash(restarted, None)
     assert second.rows == reference.rows, f"crash at {crash_at / S} s, restored from " \
                                           f"{restarted.restored_from}"
 
@@ -191,7 +174,7 @@ def test_a_fan_in_operator_aligns_barriers_from_both_connections() -> None:
     out = Output()
     g.sink("out", out, [m])
     job = Job(g, clock=VirtualClock(), checkpoints=store, checkpoint_period=0.5)
-    assert run_until(job, None)
+    assert run_until_crash(job, None)
     for ckpt in _all(store).values():
         s = ckpt.states
         # Aligned: merge saw exactly what both sources had emitted at their barriers.
