@@ -171,11 +171,6 @@ class SyncGraph:
             runner.inbox._items.append((conn, item))
         self._pump()
 
-    def feed_to(self, operator: str, conn: int, item: Any) -> None:
-        """An item for one member's input connection (numbered over its ports in order)."""
-        self._by_name[operator].inbox._items.append((conn, item))
-        self._pump()
-
     def emit(self, source: str, items: Iterable[Any]) -> None:
         """A member source submits ``items``: tuples, and `Punct.WINDOW` marks."""
         runner = self._by_name[source]

@@ -171,6 +171,17 @@ def _case_rows(index: int, case: Mapping[str, Any], groups: int, partition_by: A
     return rows
 
 
+def _cases_as_rows(cases: Sequence[Mapping[str, Any]], flavor: str
+                   ) -> tuple[list[Any], list[tuple[Any, ...]]]:
+    """Each case's one-operator graph, and every case's steps as rows for its key groups."""
+    graphs, rows = [], []
+    for i, case in enumerate(cases):
+        graph, groups, partition_by = _case_graph(case, flavor)
+        graphs.append(graph)
+        rows.extend(_case_rows(i, case, groups, partition_by))
+    return graphs, rows
+
+
 _SEQ = struct.Struct(">Q")
 
 
@@ -184,11 +195,7 @@ def run_cases_on_spark(cases: Sequence[Mapping[str, Any]], flavor: str = "java",
     from ._session import spark_session
 
     session = spark or spark_session()
-    graphs, rows = [], []
-    for i, case in enumerate(cases):
-        graph, groups, partition_by = _case_graph(case, flavor)
-        graphs.append(graph)
-        rows.extend(_case_rows(i, case, groups, partition_by))
+    graphs, rows = _cases_as_rows(cases, flavor)
     register(session)
     df = (session.readStream.format("riverbed_source").option("rows", dump_payload(rows))
           .option("ddl", CASE_DDL).option("maxRecordsPerBatch", str(rows_per_batch)).load())
@@ -232,11 +239,7 @@ def run_cases_locally(cases: Sequence[Mapping[str, Any]], flavor: str = "java",
     encoded and decoded between them as the state store would. For fast tests of the hosting."""
     from ._keyed import host_group
 
-    graphs, rows = [], []
-    for i, case in enumerate(cases):
-        graph, groups, partition_by = _case_graph(case, flavor)
-        graphs.append(graph)
-        rows.extend(_case_rows(i, case, groups, partition_by))
+    graphs, rows = _cases_as_rows(cases, flavor)
     by_case = _ByCase(graphs)
     states: dict[tuple[int, int], bytes] = {}
     results: list[list[tuple[bytes, int, dict[str, Any]]]] = [[] for _ in cases]
