@@ -16,8 +16,9 @@ import pytest
 from riverbed.graph import FrozenGraph, Graph, Operator, Punct
 from riverbed.operators import Aggregate, Count, Functor, Sum
 from riverbed.runtime import Job, VirtualClock, run_virtual
-from riverbed.spark_bridge._driver import ChannelMerge, DriverStage
-from riverbed.spark_bridge._keyed import Hosted, bundle_rows, host_group
+from riverbed.spark_bridge._deploy import keyed_stages
+from riverbed.spark_bridge._driver import ChannelMerge
+from riverbed.spark_bridge._keyed import bundle_rows, host_group
 from riverbed.spark_bridge._plan import plan
 from riverbed.spark_bridge._source import arrow_batch, route_of, source_rows
 from riverbed.testing import At, ListSink, ListSource
@@ -45,14 +46,7 @@ def _bridge(graph: FrozenGraph, *, groups: int = 2, bundle: int = 8, rounds: int
     p = plan(graph, "keyed", groups=groups)
     labels = [5, 2, 7][:p.groups]  # labels need not be 0..G-1
     rows = list(source_rows(graph, p.sources[0], 0, route=route_of(graph, p.keyed, p.groups, bundle, labels)))
-    assert p.keyed is not None
-    members = (p.keyed, *p.keyed_chain)
-    key = graph.operator(p.keyed).inputs[0].partition_by
-    hosted = Hosted(graph, members, (p.sources[0], 0), key if isinstance(key, str) else None, tuple(labels))
-    n_out = len(graph.operator(members[-1]).outputs)
-    copied = all(graph.operator(m).operator.window_punctuation == "preserving" for m in members)
-    stage = DriverStage(graph, p.driver, [(members[-1], q) for q in range(n_out)], [p.groups] * n_out,
-                        state_dir=None, copied_marks=copied)
+    hosted, stage = keyed_stages(graph, p, labels, None)  # what deploy builds, without Spark
     states: dict[int, bytes] = {}
     per_batch = rounds * p.groups
     for batch_id, start in enumerate(range(0, len(rows), per_batch)):

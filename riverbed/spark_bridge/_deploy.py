@@ -18,7 +18,7 @@ from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
 from ._source import BUNDLE_ITEMS, SOURCE_FORMAT, dump_payload, register, route_of
 
-__all__ = ["Deployment", "deploy"]
+__all__ = ["Deployment", "deploy", "keyed_stages"]
 
 
 @dataclass
@@ -45,6 +45,22 @@ class Deployment:
     def stop(self) -> None:
         self.query.stop()
         self.stage.close()
+
+
+def keyed_stages(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str | None
+                 ) -> tuple[Hosted, DriverStage]:
+    """Keyed mode's two hosts: what each key group runs, and the driver stage after them."""
+    assert p.keyed is not None
+    members = (p.keyed, *p.keyed_chain)
+    entry = (p.pre_chain[-1] if p.pre_chain else p.sources[0], 0)
+    partition_by = graph.operator(p.keyed).inputs[0].partition_by
+    hosted = Hosted(graph, members, entry, partition_by if isinstance(partition_by, str) else None,
+                    tuple(labels))
+    n_out = len(graph.operator(members[-1]).outputs)
+    copied = all(graph.operator(m).operator.window_punctuation == "preserving" for m in members)
+    stage = DriverStage(graph, p.driver, [(members[-1], port) for port in range(n_out)],
+                        [p.groups] * n_out, state_dir=state_dir, copied_marks=copied)
+    return hosted, stage
 
 
 class _Fixed:
@@ -135,8 +151,6 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
                             state_dir=stage_dir(checkpoint), emitted=set(inputs))
     else:
         assert p.keyed is not None
-        entry_op = p.pre_chain[-1] if p.pre_chain else p.sources[0]
-        keyed_in = (entry_op, 0)
         labels = _key_groups(checkpoint, saved, n_groups, p.groups, lambda: spread_labels(spark, p.groups))
         if p.pre_chain:  # the stateless chain runs first, then routes its output
             router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
@@ -149,21 +163,12 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
             rounds = max(1, max_records_per_batch // size)
             routed = _source_frame(spark, frozen, p.sources[0], 0, max_rows=rounds * p.groups,
                                    spool=checkpoint, route=route_of(frozen, p.keyed, p.groups, size, labels))
-        partition_by = frozen.operator(p.keyed).inputs[0].partition_by
-        hosted = Hosted(frozen, (p.keyed, *p.keyed_chain), keyed_in,
-                        partition_by if isinstance(partition_by, str) else None, tuple(labels))
+        hosted, stage = keyed_stages(frozen, p, labels, stage_dir(checkpoint))
         keyed = (routed.groupBy("grp")
                  .transformWithStateInPandas(
                      make_processor(_Fixed(hosted), bundle_output=True),
                      KEYED_OUT_DDL, "Append", "None"))
         df = keyed
-        last = (p.keyed, *p.keyed_chain)[-1]
-        n_out = len(frozen.operator(last).outputs)
-        streams = [(last, port) for port in range(n_out)]
-        copied = all(frozen.operator(m).operator.window_punctuation == "preserving"
-                     for m in (p.keyed, *p.keyed_chain))
-        stage = DriverStage(frozen, p.driver, streams, [p.groups] * n_out, state_dir=stage_dir(checkpoint),
-                            copied_marks=copied)
     writer = (df.writeStream.foreachBatch(stage.process)
               .option("checkpointLocation", os.path.join(checkpoint, "spark"))
               .queryName(f"riverbed-{frozen.name}"))
