@@ -103,9 +103,17 @@ def _key_groups(checkpoint: str, saved: dict[str, Any] | None, asked: int, group
     return labels
 
 
+SLOW_START = 8  # a run's first micro-batch is this many times smaller than the others
+
+
 def _source_frame(spark: Any, graph: FrozenGraph, name: str, index: int, *, max_rows: int,
-                  spool: str, route: Any = None) -> Any:
+                  spool: str, route: Any = None, round_rows: int = 1) -> Any:
+    """The source as a stream of rows, at most ``max_rows`` a micro-batch, cut at multiples of
+    ``round_rows``. The first micro-batch of a run is smaller (`SLOW_START`): Spark waits for
+    it before it plans the query, and the source makes the next while Spark runs it."""
+    first = max(1, max_rows // round_rows // SLOW_START) * round_rows
     return (spark.readStream.format(SOURCE_FORMAT)
+            .option("firstRecordsPerBatch", str(first))
             .option("payload", dump_payload((graph, name, index, route)))
             .option("spool", os.path.join(spool, f"riverbed-source-{index}"))
             .option("ddl", ROW_DDL if route is None else ROUTED_DDL)
@@ -162,7 +170,8 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
             size = min(BUNDLE_ITEMS, max_records_per_batch)
             rounds = max(1, max_records_per_batch // size)
             routed = _source_frame(spark, frozen, p.sources[0], 0, max_rows=rounds * p.groups,
-                                   spool=checkpoint, route=route_of(frozen, p.keyed, p.groups, size, labels))
+                                   spool=checkpoint, round_rows=p.groups,
+                                   route=route_of(frozen, p.keyed, p.groups, size, labels))
         hosted, stage = keyed_stages(frozen, p, labels, stage_dir(checkpoint))
         keyed = (routed.groupBy("grp")
                  .transformWithStateInPandas(

@@ -137,9 +137,9 @@ class DriverStage:
             op, port = self.streams[stream]
             if kind == KIND_TUPLE:
                 if op in self.emitted:
-                    host.emit(op, [decode(data)])  # the source submits it: schema, watermarks
+                    host.emit(op, [data])  # the source submits it: schema, watermarks
                 else:
-                    host.feed(op, port, [decode(data)])
+                    host.feed(op, port, [data])
             elif kind == KIND_WATERMARK:
                 low = self.merges[stream].watermark(chan, value)
                 if low is not None:
@@ -174,8 +174,10 @@ def _sorted_rows(table: Any) -> list[tuple[Any, ...]]:
     rows: list[tuple[Any, ...]] = []
     for row in zip(cols["ord"], chan, cols["kind"], cols["time"], cols["value"], cols["data"],
                    cols["stream"], strict=True):
-        if row[2] == KIND_BUNDLE:  # a key group's output of one micro-batch
+        if row[2] == KIND_BUNDLE:  # a key group's output of one micro-batch, tuples decoded already
             rows.extend((o, row[1], k, t, v, d, p) for o, k, t, v, d, p in decode(row[5]))
+        elif row[2] == KIND_TUPLE:
+            rows.append((*row[:5], decode(row[5]), row[6]))
         else:
             rows.append(row)
     rows.sort(key=lambda r: (r[0], r[1]))

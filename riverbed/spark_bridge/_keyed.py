@@ -15,6 +15,7 @@ step copies them), so a group sees the whole stream's control items in order.
 
 from __future__ import annotations
 
+import gc
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from ._rows import (
     item_of,
     kind_of,
     source_ord,
+    unpack_seqs,
 )
 
 __all__ = [
@@ -98,13 +100,13 @@ def group_of(key: Any, groups: int) -> int:
 
 
 def exit_rows(host: SyncGraph, cause: bytes, time: int) -> list[tuple[Any, ...]]:
-    """What the host sent out while handling ``cause``: rows ``(port, ord, kind, time, value, data)``,
-    ordered after ``cause`` in the order they were sent."""
+    """What the host sent out while handling ``cause``: rows ``(port, ord, kind, time, value,
+    tuple)``, ordered after ``cause`` in the order they were sent (tuples not encoded yet)."""
     out: list[tuple[Any, ...]] = []
     for _op, port, entry in host.take_exits():
         if type(entry) is list:
             for tup in entry:
-                out.append((port, derived_ord(cause, len(out)), KIND_TUPLE, time, 0, encode(tup)))
+                out.append((port, derived_ord(cause, len(out)), KIND_TUPLE, time, 0, tup))
         else:
             kind, value = kind_of(entry)
             out.append((port, derived_ord(cause, len(out)), kind, time, value, None))
@@ -138,7 +140,8 @@ def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], ke
                     item = item_of(kind, int(value), data)
                     if item is not None:
                         host.feed(*entry, [item] if kind == KIND_TUPLE else item)
-                    produced = [row[1:] for row in exit_rows(host, ord_, at)]
+                    produced = [(o, k, t, v, None if d is None else encode(d))
+                                for _p, o, k, t, v, d in exit_rows(host, ord_, at)]
                     if kind == KIND_TIME:
                         produced.append((ord_, KIND_TIME, at, 0, None))
                 else:
@@ -208,9 +211,10 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
                timer_order: bool = True) -> tuple[list[tuple[Any, ...]], bytes]:
     """One key group's micro-batch: restore its host, run its rows in order, store it again.
 
-    ``rows`` are ``(ord, kind, time, value, data)``, sorted by ``ord``. Returns
-    the output rows ``(ord, kind, time, value, data, port, group, *key[:-1])``
-    and the new state. Kept apart from Spark so that it can be tested alone.
+    ``rows`` are ``(ord, kind, time, value, data)``, in any order. Returns
+    the output rows ``(ord, kind, time, value, tuple, port, group, *key[:-1])``
+    (tuples not encoded) and the new state. Kept apart from Spark so that it
+    can be tested alone.
 
     What a timer raises is ordered by the timer's time (``timer_order``),
     before the items stamped with that time: where the runtime would have
@@ -224,13 +228,13 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     extra = tuple(key[:-1])
     label = f"{keyed}/{group}"
     guard, guarded = hosted.guard(group)
-    items = expand(rows)
+    rows = sorted(rows, key=_first)  # in order already when they come from one source task: linear
     out: list[tuple[Any, ...]] = []
     if stored is not None:
         host = SyncGraph(graph, members, state=decode_value(stored, checkpoint_id=0, key=label),
                          guard=guard, guarded=guarded)
     else:
-        host = SyncGraph(graph, members, now=int(items[0][2]) if items else 0, guard=guard,
+        host = SyncGraph(graph, members, now=int(rows[0][2]) if rows else 0, guard=guard,
                          guarded=guarded)
         out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, b"", host.clock.now()))
     runner = host.runner(keyed)
@@ -238,6 +242,7 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     # stamped time goes in as one batch (the window's inlined batch path).
     batchable = hooks is None and bool(runner.windows) and all(
         isinstance(w, TimeIntervalWindow) for w in runner.windows)
+    items = expand(rows, runs=batchable)
 
     def advance(at: int) -> None:
         if timer_order:
@@ -247,18 +252,10 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
         else:
             host.advance(at)
 
-    i, n = 0, len(items)
-    while i < n:
-        ord_, kind, at, value, data = items[i]
-        i += 1
-        if batchable and kind == KIND_TUPLE:
-            batch = [data]
-            while i < n and items[i][1] == KIND_TUPLE and items[i][2] == at:
-                ord_ = items[i][0]
-                batch.append(items[i][4])
-                i += 1
+    for ord_, kind, at, value, data in items:
+        if kind == _RUN:
             advance(at)
-            host.feed(*entry, batch)
+            host.feed(*entry, data)
             out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
             continue
         if hooks is not None:
@@ -280,24 +277,47 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     return out, encode_value(host.state(), checkpoint_id=0, key=label)
 
 
-def expand(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Rows (bundles opened) as items ``(ord, kind, time, value, data)`` in order, with the
-    tuple of a tuple item decoded."""
-    items: list[tuple[Any, ...]] = []
+_RUN = -1  # an item of `expand`: a list of tuples with one stamped time, fed as one batch
+
+
+def expand(rows: list[tuple[Any, ...]], *, runs: bool = False) -> list[Sequence[Any]]:
+    """Rows (in order; bundles opened) as items ``(ord, kind, time, value, data)`` in order,
+    with the tuple of a tuple item decoded. With ``runs``, consecutive tuples with one stamped
+    time are one item of kind `_RUN` whose data is their list and whose ord is the last one's."""
+    items: list[Sequence[Any]] = []
+    pending: list[Any] | None = None  # with runs: the open run of single tuple rows
     for ord_, kind_, time_, value, data in rows:
         kind = int(kind_)
         if kind == KIND_BUNDLE:
-            items.extend(decode(data))  # lists [ord, kind, time, value, tuple], read by index
+            pending = None
+            index, entries = decode(data)
+            for e in entries:
+                if e[0] != KIND_TUPLE:
+                    items.append((source_ord(e[1], index, e[3]), e[0], e[1], e[2], None))
+                elif runs:
+                    items.append((source_ord(e[1], index, unpack_seqs(e[2])[-1]), _RUN, e[1], 0, e[3]))
+                else:
+                    at = e[1]
+                    items.extend((source_ord(at, index, seq), KIND_TUPLE, at, 0, tup)
+                                 for seq, tup in zip(unpack_seqs(e[2]), e[3], strict=True))
         elif kind == KIND_TUPLE:
-            items.append((ord_, kind, int(time_), int(value), decode(data)))
+            at = int(time_)
+            if not runs:
+                items.append((ord_, kind, at, int(value), decode(data)))
+                continue
+            if pending is None or pending[2] != at:
+                pending = [ord_, _RUN, at, 0, []]
+                items.append(pending)
+            pending[0] = ord_
+            pending[4].append(decode(data))
         else:
+            pending = None
             items.append((ord_, kind, int(time_), int(value), data))
-    items.sort(key=_first)  # in order already when they come from one source task: linear
     return items
 
 
 def bundle_rows(out: list[tuple[Any, ...]], group: int) -> list[tuple[Any, ...]]:
-    """A group's output rows ``(ord, kind, time, value, data, port, chan)`` as one bundle row."""
+    """A group's output rows ``(ord, kind, time, value, tuple, port, chan)`` as one bundle row."""
     if not out:
         return []
     items = [[o, k, t, v, d, p] for o, k, t, v, d, p, _c in out]
@@ -333,10 +353,18 @@ def make_processor(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
             ordered = list(zip(*(frame[c].tolist() for c in ("ord", "kind", "time", "value", "data")),
                                strict=True))
             stored = self.state.get()[0] if self.state.exists() else None
-            out, state = host_group(hosted(key), hooks, key, ordered, stored, timer_order=timer_order)
+            # Decoding a bundle makes objects by the hundred thousand and keeps them all: each
+            # make of the collector would walk them again. Cycles wait until the batch is done.
+            gc.disable()
+            try:
+                out, state = host_group(hosted(key), hooks, key, ordered, stored, timer_order=timer_order)
+            finally:
+                gc.enable()
             self.state.update((state,))
             if bundle_output:
                 out = bundle_rows(out, int(key[-1]))
+            else:
+                out = [(o, k, t, v, None if d is None else encode(d), *rest) for o, k, t, v, d, *rest in out]
             if out:
                 yield pd.DataFrame(out, columns=columns)
 

@@ -18,6 +18,8 @@ a micro-batch; so every item carries its own order and time:
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
@@ -40,7 +42,9 @@ __all__ = [
     "encode",
     "item_of",
     "kind_of",
+    "pack_seqs",
     "source_ord",
+    "unpack_seqs",
 ]
 
 KIND_TUPLE = 0
@@ -49,8 +53,10 @@ KIND_FINAL = 2
 KIND_WATERMARK = 3
 KIND_TIME = 4
 KIND_COMMAND = 5  # a host-level action on a hosted operator's window (the trace host's steps)
-# Many items of one key group in one row: ``data`` is a msgpack list of item rows. Spark's
-# stateful Python stages cost tens of microseconds per row; bundles make that per bundle.
+# Many items of one key group in one row. Spark's stateful Python stages cost tens of
+# microseconds per row; bundles make that per bundle. From a source, ``data`` is
+# ``[source index, entries]`` (see `source_entries`); out of a keyed stage it is a list of
+# item rows ``[ord, kind, time, value, tuple, port]`` with the tuples not encoded apart.
 KIND_BUNDLE = 6
 
 COLUMNS = ("ord", "kind", "time", "value", "data")
@@ -81,6 +87,28 @@ def encode(tup: Any) -> bytes:
 
 def decode(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def pack_seqs(seqs: array[int]) -> bytes:
+    """A run's sequence numbers as little-endian uint64s: one bytes object, not one int per
+    tuple, to encode and decode (a source bundle's tuple entry is ``[KIND_TUPLE, time, seqs,
+    tuples]``: tuples in a row of one group with one stamped time; a mark is ``[kind, time,
+    value, seq]``)."""
+    if _BIG_ENDIAN:
+        seqs = array("Q", seqs)
+        seqs.byteswap()
+    return seqs.tobytes()
+
+
+def unpack_seqs(data: bytes) -> array[int]:
+    seqs = array("Q")
+    seqs.frombytes(data)
+    if _BIG_ENDIAN:
+        seqs.byteswap()
+    return seqs
+
+
+_BIG_ENDIAN = sys.byteorder == "big"
 
 
 def kind_of(item: Any) -> tuple[int, int]:

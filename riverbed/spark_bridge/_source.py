@@ -21,6 +21,7 @@ import operator
 import os
 import queue
 import threading
+from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,6 +39,7 @@ from ._rows import (
     ROW_DDL,
     encode,
     kind_of,
+    pack_seqs,
     source_ord,
 )
 
@@ -210,53 +212,65 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
                  key_of: Callable[[Any], Any] | None, groups: int, bundle: int,
                  labels: list[int]) -> Iterator[tuple[Any, ...]]:
     """Rows for key groups: every ``bundle`` source items, one bundle row per group holding,
-    in order, its tuples and a copy of every mark (see `_rows.KIND_BUNDLE`)."""
-    everywhere = range(groups)
-    lists: list[list[list[Any]]] = [[] for _ in everywhere]
+    in order, its tuples and a copy of every mark (see `_rows.KIND_BUNDLE`).
+
+    A group's tuples with one stamped time go into one run (one list of tuples, one array of
+    sequence numbers): per tuple this costs two appends, not a sort key and a list, and the
+    key group decodes them with as few objects.
+    """
+    entries: list[list[list[Any]]] = [[] for _ in range(groups)]
+    runs: list[list[Any] | None] = [None] * groups  # each group's open run: [KIND_TUPLE, time, seqs, tuples]
     seq = 0
     mark = first[1]
-    for lst in lists:
-        lst.append([source_ord(mark, index, seq), KIND_TIME, mark, 0, None])
+    for lst in entries:
+        lst.append([KIND_TIME, mark, 0, seq])
     for kind, time, value, tup in itertools.chain([first], items):
         seq += 1
         if time - mark >= time_mark_ns:
             mark = time
-            o = source_ord(time, index, seq)
-            for lst in lists:
-                lst.append([o, KIND_TIME, time, 0, None])
+            for g, lst in enumerate(entries):
+                lst.append([KIND_TIME, time, 0, seq])
+                runs[g] = None
             seq += 1
-        o = source_ord(time, index, seq)
         if kind == KIND_TUPLE:
-            lists[_group(key_of, tup, groups)].append([o, kind, time, value, tup])
+            g = 0
+            if key_of is not None:
+                try:
+                    k = key_of(tup)
+                    g = k % groups if type(k) is int else group_of(k, groups)
+                except (KeyError, TypeError, IndexError):
+                    g = 0  # no usable key: its window raises (or routes it) in group 0, as in the runtime
+            run = runs[g]
+            if run is None or run[1] != time:
+                run = runs[g] = [KIND_TUPLE, time, array("Q"), []]
+                entries[g].append(run)
+            run[2].append(seq)
+            run[3].append(tup)
         else:
-            for lst in lists:
-                lst.append([o, kind, time, value, None])
+            for g, lst in enumerate(entries):
+                lst.append([kind, time, value, seq])
+                runs[g] = None
         if seq % bundle == 0:
-            yield from _bundles(lists, labels, o, time)
+            yield from _bundles(entries, runs, labels, index, last=seq, time=time)
     if seq % bundle:
-        yield from _bundles(lists, labels, o, time)
+        yield from _bundles(entries, runs, labels, index, last=seq, time=time)
 
 
-def _group(key_of: Callable[[Any], Any] | None, tup: Any, groups: int) -> int:
-    """A tuple's key group; one without a usable key goes to group 0, where its window raises
-    (or routes it to the error port) as in the runtime."""
-    if key_of is None:
-        return 0
-    try:
-        return group_of(key_of(tup), groups)
-    except (KeyError, TypeError, IndexError):
-        return 0
-
-
-def _bundles(lists: list[list[list[Any]]], labels: list[int], last: bytes, time: int
-             ) -> Iterator[tuple[Any, ...]]:
-    """One bundle per group for the round that ended at ``last``, each closed by a time mark at
-    the round's time: every group gets a row every round, so micro-batches (cut by row count)
-    hold the same rounds for every group, and a quiet group's timers fire with the others'."""
-    for g, lst in enumerate(lists):
-        lst.append([last, KIND_TIME, time, 0, None])
-        yield lst[0][0], KIND_BUNDLE, lst[0][2], 0, encode(lst), labels[g]
+def _bundles(entries: list[list[list[Any]]], runs: list[list[Any] | None], labels: list[int],
+             index: int, *, last: int, time: int) -> Iterator[tuple[Any, ...]]:
+    """One bundle per group for the round that ended with item ``last``, each closed by a time
+    mark at the round's time: every group gets a row every round, so micro-batches (cut by row
+    count) hold the same rounds for every group, and a quiet group's timers fire with the others'."""
+    for g, lst in enumerate(entries):
+        lst.append([KIND_TIME, time, 0, last])
+        head = lst[0]
+        first_seq = head[2][0] if head[0] == KIND_TUPLE else head[3]
+        for entry in lst:
+            if entry[0] == KIND_TUPLE:
+                entry[2] = pack_seqs(entry[2])
+        yield source_ord(head[1], index, first_seq), KIND_BUNDLE, head[1], 0, encode([index, lst]), labels[g]
         lst.clear()
+        runs[g] = None
 
 
 _ARROW_TYPES = {"BINARY": "binary", "INT": "int32", "LONG": "int64"}
@@ -305,13 +319,15 @@ def register(spark: Any) -> None:
             self._target: int | None = None
             lowered = {k.lower(): v for k, v in options.items()}  # Spark may lower-case option names
             self._max = int(lowered.get("maxrecordsperbatch", "100000"))
+            self._first = int(lowered.get("firstrecordsperbatch", "0"))  # once, then _max
             self._lock = threading.Lock()
             self._ahead: threading.Thread | None = None
             self._failed: BaseException | None = None
 
         def __getstate__(self) -> dict[str, Any]:
             return {"options": self.options, "_rows": None, "_cache": {}, "_read": 0, "_done": False,
-                    "_target": None, "_max": self._max, "_ahead": None, "_failed": None}
+                    "_target": None, "_max": self._max, "_first": self._first, "_ahead": None,
+                    "_failed": None}
 
         def __setstate__(self, state: dict[str, Any]) -> None:
             self.__dict__.update(state)
@@ -360,7 +376,7 @@ def register(spark: Any) -> None:
                 self._read += 1
 
         def initialOffset(self) -> dict[str, int]:
-            self._prefetch(self._max)  # the first batch, while Spark plans the query
+            self._prefetch(self._first or self._max)  # the first batch, while Spark plans the query
             return {"n": 0}
 
         def getDefaultReadLimit(self) -> Any:
@@ -376,6 +392,8 @@ def register(spark: Any) -> None:
         def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
             begin = int(start["n"])
             want = 1 << 62 if isinstance(limit, ReadAllAvailable) else begin + int(limit.max_rows)
+            if self._first:
+                want, self._first = min(want, begin + self._first), 0
             if self._target is not None:
                 want = min(want, self._target)
             self._pull(max(want, begin))

@@ -251,7 +251,7 @@ def run_cases_locally(cases: Sequence[Mapping[str, Any]], flavor: str = "java",
             group_rows.sort(key=lambda r: r[0])
             out, states[key] = host_group(by_case(key), _Hooks(), key, group_rows, states.get(key),
                                           timer_order=False)
-            for ord_, kind, _time, _value, data, _port, chan, case in out:
+            for ord_, kind, _time, _value, tup, _port, chan, case in out:
                 if kind == KIND_TUPLE:
-                    results[case].append((ord_, chan, decode(data)))
+                    results[case].append((ord_, chan, tup))
     return [_events(per_case) for per_case in results]
