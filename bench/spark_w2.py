@@ -9,7 +9,7 @@ ms growing by 0-2 ms per reading) go through:
   ``event_time="ts"``, `PaneAvg` on ``timeInterval, intervalDuration(10),
   partitioned`` by sensor, a digest sink) deployed in keyed mode: the source
   in the data-source reader, the window per key group in
-  transformWithStateInPandas, the sink in the driver stage;
+  applyInPandasWithState, the sink in the driver stage;
 * **spark**: the readings, written once to Parquet files of ``--batch`` rows
   (not timed; both engines read them), read with ``maxFilesPerTrigger=1``, ``withWatermark(ts, 0)``,
   ``groupBy(window(ts, 10 s), sensor).agg(count, avg)`` in append mode,

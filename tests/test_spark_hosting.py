@@ -1,6 +1,6 @@
 """The Spark bridge's hosting without Spark: plans, key-group hosting and the synchronous host.
 
-`host_group` is what each key group runs inside transformWithStateInPandas;
+`host_group` is what each key group runs inside applyInPandasWithState;
 here micro-batches are cut at every size, and each group's state goes through
 the same encoding as in Spark's state store between them.
 """
@@ -87,7 +87,7 @@ def test_keyed_plan_routes_by_key_and_says_how() -> None:
     p = plan(g.freeze(), groups=4)
     assert (p.mode, p.pre_chain, p.keyed, p.groups, p.driver) == ("keyed", ["f"], "agg", 4, ["sink"])
     text = p.explain()
-    assert "groupBy(hash(k) mod 4).transformWithStateInPandas" in text
+    assert "groupBy(hash(k) mod 4).applyInPandasWithState" in text
     assert "runs in the source's task" in text
 
 
@@ -129,7 +129,7 @@ def test_spark_explain_needs_no_spark_and_refusals_exit_2(tmp_path: Any, capsys:
     assert main(["spark", "explain", "examples/stock_moving_average.py"]) == 0
     out = capsys.readouterr().out
     assert "graph 'stocks': keyed mode" in out
-    assert "average: keyed stage: groupBy(hash(sym) mod 2).transformWithStateInPandas" in out
+    assert "average: keyed stage: groupBy(hash(sym) mod 2).applyInPandasWithState" in out
     script = tmp_path / "loop.py"
     script.write_text(
         "from riverbed.graph import Graph\n"

@@ -13,7 +13,7 @@ from ..graph import FrozenGraph, Graph
 from ._driver import DriverStage, stage_dir
 from ._errors import TranslationError
 from ._inputs import SparkInput
-from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, Hosted, make_processor, make_router, spread_labels
+from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, STATE_DDL, Hosted, group_function, make_router, spread_labels
 from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
 from ._source import BUNDLE_ITEMS, SOURCE_FORMAT, dump_payload, register, route_of
@@ -173,11 +173,9 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
                                    spool=checkpoint, round_rows=p.groups,
                                    route=route_of(frozen, p.keyed, p.groups, size, labels))
         hosted, stage = keyed_stages(frozen, p, labels, stage_dir(checkpoint))
-        keyed = (routed.groupBy("grp")
-                 .transformWithStateInPandas(
-                     make_processor(_Fixed(hosted), bundle_output=True),
-                     KEYED_OUT_DDL, "Append", "None"))
-        df = keyed
+        df = routed.groupBy("grp").applyInPandasWithState(
+            group_function(_Fixed(hosted), bundle_output=True), KEYED_OUT_DDL, STATE_DDL, "append",
+            "NoTimeout")
     writer = (df.writeStream.foreachBatch(stage.process)
               .option("checkpointLocation", os.path.join(checkpoint, "spark"))
               .queryName(f"riverbed-{frozen.name}"))

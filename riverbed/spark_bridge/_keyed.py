@@ -4,9 +4,9 @@ Each key group (a hash of the partition key, modulo the number of groups)
 holds one instance of the operator with its windows, exactly as the runtime
 would run it, but seeing only its keys' tuples. Its state is the runtime's
 own snapshot (operator, windows, watermarks, ended connections, clock),
-stored as one binary value per group in Spark's RocksDB state store; a group
-reads it once and writes it once per micro-batch, because every state call
-is a round trip to the JVM.
+stored as one binary value per group in Spark's RocksDB state store, read
+and written once per micro-batch (``applyInPandasWithState``; see
+`group_function` for why not ``transformWithStateInPandas``).
 
 Rows are sorted by their order key first: Spark does not keep per-key order
 inside a micro-batch. Marks and watermarks reach every group (the routing
@@ -40,21 +40,25 @@ from ._rows import (
 )
 
 __all__ = [
+    "KEYED_OUT_COLUMNS",
     "KEYED_OUT_DDL",
     "ROUTED_DDL",
+    "STATE_DDL",
     "Hosted",
     "ItemHooks",
     "KeyGroupError",
     "exit_rows",
+    "group_function",
     "group_of",
     "host_group",
-    "make_processor",
     "make_router",
     "spread_labels",
 ]
 
 ROUTED_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY, grp INT"
 KEYED_OUT_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY, stream INT, chan INT"
+KEYED_OUT_COLUMNS = ("ord", "kind", "time", "value", "data", "stream", "chan")
+STATE_DDL = "host BINARY"  # a key group's state: its host's snapshot
 
 
 def spread_labels(spark: Any, groups: int) -> list[int]:
@@ -328,47 +332,45 @@ def _first(row: tuple[Any, ...]) -> Any:
     return row[0]
 
 
-def make_processor(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks | None = None,
+def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks | None = None,
                    key_columns: Sequence[str] = (), *, timer_order: bool = True,
                    bundle_output: bool = False) -> Any:
-    """The StatefulProcessor hosting one operator per key group (see `host_group`).
+    """The ``applyInPandasWithState`` function hosting one operator per key group (see `host_group`).
 
     ``hosted(key)`` names what a group hosts: the graph, the operator and the
     stream feeding it (one operator for a deployed graph; the trace host keys
     by case as well). The group number is the key's last column; the
     ``key_columns`` before it are copied into every output row.
+
+    Why this API and not ``transformWithStateInPandas``: a group's state is one
+    value and time travels as rows, so none of the newer API's timers, state
+    variables or TTL are used, while its costs are: a Python process on the
+    driver to plan every query (0.7 s a start here) and a socket round trip to
+    the JVM for each state read and write.
     """
-    columns = ["ord", "kind", "time", "value", "data", "stream", "chan", *key_columns]
-    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-    class HostedOperator(StatefulProcessor):
-        def init(self, handle: Any) -> None:
-            self.state = handle.getValueState("host", "blob BINARY")
+    columns = [*KEYED_OUT_COLUMNS, *key_columns]
 
-        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-            import pandas as pd
+    def run(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
 
-            key = tuple(key)
-            frame = pd.concat(list(rows), ignore_index=True)
-            ordered = list(zip(*(frame[c].tolist() for c in ("ord", "kind", "time", "value", "data")),
-                               strict=True))
-            stored = self.state.get()[0] if self.state.exists() else None
-            # Decoding a bundle makes objects by the hundred thousand and keeps them all: each
-            # make of the collector would walk them again. Cycles wait until the batch is done.
-            gc.disable()
-            try:
-                out, state = host_group(hosted(key), hooks, key, ordered, stored, timer_order=timer_order)
-            finally:
-                gc.enable()
-            self.state.update((state,))
-            if bundle_output:
-                out = bundle_rows(out, int(key[-1]))
-            else:
-                out = [(o, k, t, v, None if d is None else encode(d), *rest) for o, k, t, v, d, *rest in out]
-            if out:
-                yield pd.DataFrame(out, columns=columns)
+        frame = pd.concat(list(frames), ignore_index=True)
+        rows = list(zip(*(frame[c].tolist() for c in ("ord", "kind", "time", "value", "data")),
+                        strict=True))
+        stored = state.get[0] if state.exists else None
+        # Decoding a bundle makes objects by the hundred thousand and keeps them all: every
+        # pass of the cycle collector would walk them again. Cycles wait until the batch is done.
+        gc.disable()
+        try:
+            out, new = host_group(hosted(tuple(key)), hooks, tuple(key), rows, stored,
+                                  timer_order=timer_order)
+        finally:
+            gc.enable()
+        state.update((new,))
+        if bundle_output:
+            out = bundle_rows(out, int(key[-1]))
+        else:
+            out = [(o, k, t, v, None if d is None else encode(d), *rest) for o, k, t, v, d, *rest in out]
+        yield pd.DataFrame(out, columns=columns)
 
-        def close(self) -> None:
-            pass
-
-    return HostedOperator()
+    return run

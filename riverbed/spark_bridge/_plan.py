@@ -11,7 +11,7 @@ Two shapes are exact:
   stateless or windowed on the same partition key. The stateless ones before
   it run in the source's task and route each tuple to a key group (a hash of
   its partition key); the window and the line after it run per key group in
-  Spark's ``transformWithStateInPandas``, windows and state in the RocksDB
+  Spark's ``applyInPandasWithState``, windows and state in the RocksDB
   state store; sinks and everything else run in the driver stage. Marks and
   watermarks are sent to every key group.
 
@@ -210,7 +210,7 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
     for name in chain:
         p.notes[name] = "stateless: runs in the source's task (mapInPandas), before the key routing"
     key = inp.partition_by if isinstance(inp.partition_by, str) else "a key function"
-    p.notes[w.name] = (f"keyed stage: groupBy(hash({key}) mod {g}).transformWithStateInPandas hosting "
+    p.notes[w.name] = (f"keyed stage: groupBy(hash({key}) mod {g}).applyInPandasWithState hosting "
                        f"window {_describe_window(spec)!r} and the operator; state in the RocksDB "
                        "state store" + (f" ({one_group})" if one_group else ""))
     return None

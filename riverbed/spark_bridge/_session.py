@@ -1,7 +1,8 @@
 """The SparkSession riverbed deploys onto: local by default, with what the bridge needs.
 
-Transform-with-state needs the RocksDB state-store provider (the default HDFS
-one is refused), and the Python workers must run the interpreter that has
+Key groups keep their state in the RocksDB state-store provider (restarts
+resume from its checkpoints without holding every version in memory, as the
+default HDFS-backed one does), and the Python workers must run the interpreter that has
 riverbed installed. Locally the driver binds to 127.0.0.1 only and the UI is
 off, so parallel sessions do not clash on ports. The C1-only JIT halves the
 JVM's start-up CPU, which dominates short local runs.

@@ -26,7 +26,7 @@ from ..runtime._sync import SyncGraph
 from ..testing import ListSink, ListSource
 from ..trace import TraceError, _event_seconds_to_ns, _Replay, _seconds_to_ns, _tuple_of, case_window
 from ..windows import EVENT_TIME_MAX, StreamWindowEvent, TimeIntervalSpec
-from ._keyed import KEYED_OUT_DDL, Hosted, group_of, make_processor
+from ._keyed import KEYED_OUT_DDL, STATE_DDL, Hosted, group_function, group_of
 from ._plan import plan
 from ._rows import (
     KIND_COMMAND,
@@ -199,9 +199,9 @@ def run_cases_on_spark(cases: Sequence[Mapping[str, Any]], flavor: str = "java",
     register(session)
     df = (session.readStream.format("riverbed_source").option("rows", dump_payload(rows))
           .option("ddl", CASE_DDL).option("maxRecordsPerBatch", str(rows_per_batch)).load())
-    out = (df.groupBy("case", "grp")
-           .transformWithStateInPandas(make_processor(_ByCase(graphs), _Hooks(), ["case"], timer_order=False),
-                                       KEYED_OUT_DDL + ", case INT", "Append", "None"))
+    out = df.groupBy("case", "grp").applyInPandasWithState(
+        group_function(_ByCase(graphs), _Hooks(), ["case"], timer_order=False),
+        KEYED_OUT_DDL + ", case INT", STATE_DDL, "append", "NoTimeout")
     collected: dict[int, list[tuple[Any, ...]]] = {}
 
     def collect(batch: Any, batch_id: int) -> None:
