@@ -62,7 +62,8 @@ class ParquetReadings(Source):
 
         for name in sorted(os.listdir(self.directory)):
             if name.endswith(".parquet") and not name.startswith("sentinel"):
-                yield from pq.read_table(os.path.join(self.directory, name)).to_pylist()
+                for batch in pq.ParquetFile(os.path.join(self.directory, name)).iter_batches(8192):
+                    yield from batch.to_pylist()
 
 
 class Keep(Operator):

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..graph import FrozenGraph, Graph
-from ._driver import DriverStage, stage_dir
+from ._driver import DriverStage, log_dir, stage_dir
 from ._errors import TranslationError
 from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, STATE_DDL, Hosted, group_function, make_router, spread_labels
+from ._pipeline import PipelinedStage
 from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
 from ._source import BUNDLE_ITEMS, SOURCE_FORMAT, dump_payload, register, route_of
@@ -23,12 +24,14 @@ __all__ = ["Deployment", "deploy", "keyed_stages"]
 
 @dataclass
 class Deployment:
-    """A running (or finished) query, its plan, and the driver stage holding the sinks."""
+    """A running (or finished) query, its plan, and the driver stage holding the sinks
+    (run by ``pipeline``, a batch behind Spark)."""
 
     plan: Plan
     query: Any
     stage: DriverStage
     checkpoint: str
+    pipeline: PipelinedStage
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait for the query (an ``availableNow`` query ends when its sources did); re-raise
@@ -40,11 +43,11 @@ class Deployment:
             return bool(self.query.awaitTermination(timeout))
         finally:
             if not self.query.isActive:
-                self.stage.close()
+                self.pipeline.close()
 
     def stop(self) -> None:
         self.query.stop()
-        self.stage.close()
+        self.pipeline.close()
 
 
 def keyed_stages(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str | None
@@ -176,10 +179,15 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
         df = routed.groupBy("grp").applyInPandasWithState(
             group_function(_Fixed(hosted), bundle_output=True), KEYED_OUT_DDL, STATE_DDL, "append",
             "NoTimeout")
-    writer = (df.writeStream.foreachBatch(stage.process)
+    pipeline = PipelinedStage(stage, log_dir(checkpoint))
+    writer = (df.writeStream.foreachBatch(pipeline.process)
               .option("checkpointLocation", os.path.join(checkpoint, "spark"))
               .queryName(f"riverbed-{frozen.name}"))
     writer = writer.trigger(availableNow=True) if available_now else \
         writer.trigger(processingTime=processing_time or "1 second")
-    query = writer.start()
-    return Deployment(p, query, stage, checkpoint)
+    try:
+        query = writer.start()
+    except BaseException:
+        pipeline.close()
+        raise
+    return Deployment(p, query, stage, checkpoint, pipeline)

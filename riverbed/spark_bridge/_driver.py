@@ -27,7 +27,7 @@ from ..graph import FrozenGraph, Punct, Watermark
 from ..runtime._sync import SyncGraph
 from ._rows import KIND_BUNDLE, KIND_FINAL, KIND_TIME, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode
 
-__all__ = ["ChannelMerge", "DriverStage"]
+__all__ = ["ChannelMerge", "DriverStage", "sorted_rows"]
 
 
 class ChannelMerge:
@@ -125,7 +125,7 @@ class DriverStage:
         if batch_id <= self.last_batch:
             return  # delivered again after a restart: its effects are stored already
         table = batch.toArrow()
-        self.process_rows(_sorted_rows(table), batch_id)
+        self.process_rows(sorted_rows(table), batch_id)
 
     def process_rows(self, rows: list[tuple[Any, ...]], batch_id: int) -> None:
         host = self.host
@@ -167,7 +167,8 @@ class DriverStage:
         return self.host.runner(name).op
 
 
-def _sorted_rows(table: Any) -> list[tuple[Any, ...]]:
+def sorted_rows(table: Any) -> list[tuple[Any, ...]]:
+    """A batch's rows (bundles opened, tuples decoded) in order: by ord, then group."""
     cols = {name: table.column(name).to_pylist() for name in table.column_names}
     n = table.num_rows
     chan = cols.get("chan", [0] * n)
@@ -186,3 +187,8 @@ def _sorted_rows(table: Any) -> list[tuple[Any, ...]]:
 
 def stage_dir(checkpoint: str | None) -> str | None:
     return None if checkpoint is None else os.path.join(checkpoint, "riverbed-driver")
+
+
+def log_dir(checkpoint: str) -> str:
+    """Where `PipelinedStage` logs the batches the stage has not stored yet."""
+    return os.path.join(checkpoint, "riverbed-driver-log")
