@@ -293,7 +293,7 @@ def write_spool(path: str, batch: Any) -> None:
     import pyarrow as pa
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"  # the reader and its thread may race
     with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, batch.schema) as writer:
         writer.write_batch(batch)
     os.replace(tmp, path)
@@ -350,19 +350,37 @@ def register(spark: Any) -> None:
                     self._failed = exc
                     raise
 
-        def _prefetch_run(self, upto: int) -> None:
+        def _prefetch_run(self, lo: int, upto: int) -> None:
             try:
                 self._pull(upto)
+                self._spool_ahead(lo, upto)
             except BaseException:  # kept in _failed: raised by the next offset or plan call
                 return
 
-        def _prefetch(self, upto: int) -> None:
-            """Produce the next batch's rows while Spark runs this one (the reader idles then)."""
+        def _prefetch(self, lo: int, upto: int) -> None:
+            """Produce (and spool) the next batch, ``lo`` to ``upto``, while Spark runs this one:
+            the reader idles then, and the planning of that batch finds it written."""
             if self._done or (self._ahead is not None and self._ahead.is_alive()):
                 return
-            self._ahead = threading.Thread(target=self._prefetch_run, args=(upto,), daemon=True,
+            self._ahead = threading.Thread(target=self._prefetch_run, args=(lo, upto), daemon=True,
                                            name="riverbed-source-prefetch")
             self._ahead.start()
+
+        def _spool_path(self, lo: int, hi: int) -> str | None:
+            spool = self.options.get("spool")
+            return None if spool is None else os.path.join(spool, f"{lo:020d}-{hi:020d}.arrow")
+
+        def _spool_ahead(self, lo: int, upto: int) -> None:
+            """Spool the batch Spark will ask for next if it asks for all it may (the usual
+            case); any other cut is spooled when asked for, and this file is never read."""
+            with self._lock:
+                hi = min(upto, self._read)
+                if lo >= hi or lo not in self._cache:
+                    return
+                rows = [self._cache[i] for i in range(lo, hi)]
+            path = self._spool_path(lo, hi)
+            if path is not None and not os.path.exists(path):
+                write_spool(path, arrow_batch(rows, str(self.options.get("ddl", ROW_DDL))))
 
         def _pull_locked(self, upto: int) -> None:
             if self._rows is None:
@@ -376,7 +394,7 @@ def register(spark: Any) -> None:
                 self._read += 1
 
         def initialOffset(self) -> dict[str, int]:
-            self._prefetch(self._first or self._max)  # the first batch, while Spark plans the query
+            self._prefetch(0, self._first or self._max)  # the first batch, while Spark plans the query
             return {"n": 0}
 
         def getDefaultReadLimit(self) -> Any:
@@ -403,19 +421,17 @@ def register(spark: Any) -> None:
             lo, hi = int(start["n"]), int(end["n"])
             if lo >= hi:
                 return []
-            ddl = str(self.options.get("ddl", ROW_DDL))
-            spool = self.options.get("spool")
-            path = None if spool is None else os.path.join(spool, f"{lo:020d}-{hi:020d}.arrow")
+            path = self._spool_path(lo, hi)
+            self._prefetch(hi, hi + self._max)
             if path is not None and os.path.exists(path):
-                return [_Partition(lo, hi, None, path)]  # a replay: the batch is spooled already
+                return [_Partition(lo, hi, None, path)]  # spooled ahead, or a replay
             if lo in self._cache and hi - 1 in self._cache:
                 rows = [self._cache[i] for i in range(lo, hi)]
             else:
                 rows = None  # a replay after a restart: produced again where it is read
             if path is None or rows is None:
                 return [_Partition(lo, hi, rows, None)]
-            self._prefetch(hi + self._max)
-            write_spool(path, arrow_batch(rows, ddl))
+            write_spool(path, arrow_batch(rows, str(self.options.get("ddl", ROW_DDL))))
             return [_Partition(lo, hi, None, path)]
 
         def read(self, partition: Any) -> Iterator[Any]:
