@@ -20,14 +20,17 @@ ms growing by 0-2 ms per reading) go through:
 
 Both run ``availableNow`` with ``--batch`` readings per micro-batch in one
 session, after an untimed warm-up run of each (``--no-warmup`` times cold
-starts), and both results are digested the same way and checked equal. It
-prints wall time, readings/s and the ratio (bridge / spark throughput).
+starts), and both results are digested the same way and checked equal. Runs
+alternate between the engines ``--repeat`` times (a 2-core machine's timings
+wander by 10-15 % from run to run); it prints each run's wall time and
+readings/s, then the medians and their ratio (bridge / spark throughput).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -150,6 +153,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=250_000, help="readings per micro-batch")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--only", choices=("bridge", "spark"))
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs of each engine, alternating")
     ap.add_argument("--no-warmup", dest="warmup", action="store_false",
                     help="time cold runs (by default each engine first runs 50000 readings "
                          "untimed: JVM JIT, Python workers, imports)")
@@ -159,7 +163,8 @@ def main() -> None:
     assert T0 % PANE_MS == 0
     conf = dict(item.split("=", 1) for item in args.conf)
     spark = spark_session(args.master, app_name="riverbed-bench-w2", conf=conf)
-    results = {}
+    times: dict[str, list[float]] = {"spark": [], "bridge": []}
+    summaries: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.warmup:
             warm = Path(tmp) / "warm"
@@ -170,20 +175,25 @@ def main() -> None:
         data = Path(tmp) / "parquet"
         data.mkdir()
         write_data(args.readings, args.batch, data)
-        for name in ("spark", "bridge"):
-            if args.only and name != args.only:
-                continue
-            if name == "bridge":
-                results[name] = bridge(spark, args.batch, data)
-            else:
-                results[name] = spark_own(spark, data)
-            took, summary, note = results[name]
-            print(f"{name:>6}: {took:7.2f} s  {args.readings / took:10,.0f} readings/s  "
-                  f"{summary['records']} panes  ({note})", flush=True)
-    if len(results) == 2:
-        same = same_results(results["bridge"][1], results["spark"][1])
+        for _ in range(args.repeat):
+            for name in ("spark", "bridge"):
+                if args.only and name != args.only:
+                    continue
+                took, summary, note = (bridge(spark, args.batch, data) if name == "bridge"
+                                       else spark_own(spark, data))
+                times[name].append(took)
+                summaries[name] = summary
+                print(f"{name:>6}: {took:7.2f} s  {args.readings / took:10,.0f} readings/s  "
+                      f"{summary['records']} panes  ({note})", flush=True)
+    for name, runs in times.items():
+        if runs:
+            print(f"{name:>6} median: {statistics.median(runs):7.2f} s  "
+                  f"{args.readings / statistics.median(runs):10,.0f} readings/s")
+    if len(summaries) == 2:
+        same = same_results(summaries["bridge"], summaries["spark"])
         print(f"results equal: {same}")
-        print(f"bridge / spark throughput: {results['spark'][0] / results['bridge'][0]:.2f}x")
+        ratio = statistics.median(times["spark"]) / statistics.median(times["bridge"])
+        print(f"bridge / spark throughput (medians of {args.repeat}): {ratio:.2f}x")
         if not same:
             sys.exit(1)
 
