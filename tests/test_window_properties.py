@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from riverbed.windows import EventType, StreamWindow, WindowStateError, WindowTupleError
@@ -430,3 +430,63 @@ def test_a_listener_restricted_to_some_types_sees_exactly_those_events(
     _run(everything, script)
     _run(some, script)
     assert rec_some.events == [e for e in rec_all.events if EventType(e[0]) in types]
+
+
+class _FailingRecorder(Recorder):
+    """Records events, and raises on the ``fail_on``-th one (each failing once)."""
+
+    def __init__(self, window: StreamWindow[Any], fail_on: set[int]) -> None:
+        super().__init__(window)
+        self.fail_on, self.seen = fail_on, 0
+
+    def handle_event(self, event: Any) -> None:
+        self.seen += 1
+        super().handle_event(event)
+        if self.seen in self.fail_on:
+            raise RuntimeError(f"listener failed at event {self.seen}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_fast_path_clauses(),
+                 st.sampled_from(["java", "cpp"]).flatmap(lambda f: st.tuples(st.just(f), clauses(f)))),
+       st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 12)), max_size=60),
+       st.sets(st.integers(1, 12), max_size=3), st.booleans())
+@example(("java", "tumbling, count(2), partitioned"), [("a", i) for i in range(9)], {1, 3}, False)
+def test_a_hosts_batch_insert_names_the_failing_tuple_and_goes_on_as_one_by_one(
+        flavor_clause: tuple[str, str], rows: list[tuple[str, int]], fail_on: set[int],
+        insertions: bool) -> None:
+    # What a host does: insert_tuples, and when it raises, note the tuple at batch_failed_at
+    # and go on after it; one by one, a failing insert names its tuple directly.
+    flavor, clause = flavor_clause
+    one, many = _build(clause, flavor), _build(clause, flavor)
+    rec_one, rec_many = _FailingRecorder(one, set()), _FailingRecorder(many, set())
+    # Without INSERTION events (as a runtime host listens), tumbling count windows stay inline.
+    types = None if insertions else [t for t in EventType if t is not EventType.INSERTION]
+    one.register_listener(rec_one, types)
+    many.register_listener(rec_many, types)
+    for w in (one, many):
+        w.activate(0)
+    for rec in (rec_one, rec_many):  # listeners fail from the first insertion on
+        rec.fail_on, rec.seen = set(fail_on), 0
+    tuples = [{"id": i, "k": k, "v": v} for i, (k, v) in enumerate(rows)]
+    # (A listener failing inside an update can leave some windows unable to go on: whatever
+    # is raised, one by one and in a batch must raise it at the same tuples.)
+    failed_one = []
+    for t in tuples:
+        try:
+            one.insert(t)
+        except Exception as exc:
+            failed_one.append((t["id"], type(exc).__name__))
+    failed_many, start = [], 0
+    while start < len(tuples):
+        try:
+            many.insert_tuples(tuples[start:])
+            break
+        except Exception as exc:
+            i = start + many.batch_failed_at
+            failed_many.append((tuples[i]["id"], type(exc).__name__))
+            start = i + 1
+    assert failed_many == failed_one
+    assert rec_many.events == rec_one.events
+    if not failed_one:
+        assert many.snapshot() == one.snapshot()

@@ -103,11 +103,17 @@ def _inline_check(expr: str, spl_type: str, env: dict[str, Any], index: int) -> 
     if spl_type == "timestamp":
         return f"type({expr}) is int"
     if spl_type in ("float32", "float64"):
-        return f"type(v{index} := {expr}) in (float, int)"
+        return f"type(v{index} := {expr}) in _number"
     if spl_type in _SCALARS:
         return f"type({expr}) is {_SCALARS[spl_type].__name__}"
     env[f"check{index}"] = _checker(spl_type)
     return f"check{index}({expr})"
+
+
+def _locals(env: dict[str, Any]) -> str:
+    """Default arguments binding every name a generated check uses: locals are read by index,
+    globals and builtins by a dict lookup each (a fifth of the check's time)."""
+    return ", ".join(f"{name}={name}" for name in env)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,11 +164,8 @@ class Schema:
         that fails it goes through the slower check that says what is wrong.
         """
         explain = self._explainer()
-        terms = ["type(t) is dict", f"len(t) == {len(self.attributes)}"]
-        env: dict[str, Any] = {"Decimal": Decimal}
-        for i, (name, spl_type) in enumerate(self.attributes):
-            terms.append(_inline_check(f"t[{name!r}]", spl_type.strip(), env, i))
-        code = (f"def fast(t):\n    try:\n        return {' and '.join(terms)}\n"
+        terms, env = self._terms()
+        code = (f"def fast(t, {_locals(env)}):\n    try:\n        return {' and '.join(terms)}\n"
                 "    except KeyError:\n        return False\n")
         exec(code, env)  # generated from validated type names only
         fast: Callable[[Any], bool] = env["fast"]
@@ -179,16 +182,23 @@ class Schema:
         One generated loop over the batch: what a host runs once per batch
         instead of a check call per tuple. `validator` says what is wrong.
         """
-        terms = ["type(t) is dict", f"len(t) == {len(self.attributes)}"]
-        env: dict[str, Any] = {"Decimal": Decimal}
-        for i, (name, spl_type) in enumerate(self.attributes):
-            terms.append(_inline_check(f"t[{name!r}]", spl_type.strip(), env, i))
-        code = ("def first_invalid(batch):\n    i = 0\n    try:\n        for t in batch:\n"
+        terms, env = self._terms()
+        code = (f"def first_invalid(batch, {_locals(env)}):\n    i = 0\n    try:\n        for t in batch:\n"
                 f"            if not ({' and '.join(terms)}):\n                return i\n"
                 "            i += 1\n    except KeyError:\n        return i\n    return -1\n")
         exec(code, env)  # generated from validated type names only
         first_invalid: Callable[[list[Any]], int] = env["first_invalid"]
         return first_invalid
+
+    def _terms(self) -> tuple[list[str], dict[str, Any]]:
+        """The generated check's terms, and the names they use (the builtins among them too)."""
+        terms = ["type(t) is dict", f"len(t) == {len(self.attributes)}"]
+        env: dict[str, Any] = {"Decimal": Decimal, "type": type, "len": len, "dict": dict, "int": int,
+                               "float": float, "bool": bool, "str": str, "bytes": bytes,
+                               "_number": (float, int)}
+        for i, (name, spl_type) in enumerate(self.attributes):
+            terms.append(_inline_check(f"t[{name!r}]", spl_type.strip(), env, i))
+        return terms, env
 
     def _explainer(self) -> Callable[[Any], str | None]:
         checks = [(name, spl_type, _checker(spl_type)) for name, spl_type in self.attributes]

@@ -714,6 +714,17 @@ class OperatorRunner:
                     start = i + 1
             pm.tuples_dropped_late = window.dropped
             return
+        if isinstance(window, StreamWindow):
+            while start < n:  # the window's host batch path; errors name their index
+                try:
+                    window.insert_tuples(batch if start == 0 else batch[start:])
+                    break
+                except Exception as exc:  # user code: stop the job naming the tuple, or route it
+                    i = start + window.batch_failed_at
+                    pm.errors += 1
+                    self._fail_or_route(exc, port, batch[i])
+                    start = i + 1
+            return
         while start < n:
             i = start
             try:

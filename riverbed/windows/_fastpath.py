@@ -39,7 +39,7 @@ from ._policy import Count, Delta, Time, WindowType
 if TYPE_CHECKING:
     from ._window import StreamWindow
 
-__all__ = ["compile_batch", "compile_insert"]
+__all__ = ["compile_batch", "compile_hosted", "compile_insert"]
 
 INSERTION = EventType.INSERTION
 EVICTION = EventType.EVICTION
@@ -95,6 +95,52 @@ def compile_batch(w: StreamWindow[Any], insert: Insert) -> Batch | None:
     if isinstance(ev, Delta):
         return _batch_sliding_delta(w, insert, tr.size)
     return None
+
+
+def compile_hosted(w: StreamWindow[Any], insert: Insert) -> Callable[[list[Any]], None] | None:
+    """A host's batch insert (see `StreamWindow.insert_tuples`) for this configuration, or None
+    for the per-tuple loop. Only tumbling count windows have one: their events come at a tumble
+    only, so with listeners the loop stays inline (a host always listens)."""
+    spec = w.spec
+    if (w._evictor is not None or spec.type is not WindowType.TUMBLING
+            or not isinstance(spec.eviction, Count) or spec.eviction.size <= 0):
+        return None
+    size = spec.eviction.size
+    single, key_of, parts = _locator(w)
+    live = w._live
+    inserted = w._insertion_listeners  # listeners that asked for INSERTION events
+    flush = w._flush
+
+    def insert_tuples(tuples_in: list[Any]) -> None:
+        get = parts.get
+        i = 0
+        try:
+            for t in tuples_in:
+                if inserted or not live[0]:  # events per tuple, or the window was reinstalled
+                    w._insert(t)
+                    i += 1
+                    continue
+                if single is not None:
+                    part = single
+                else:
+                    try:
+                        part = get(key_of(t))
+                    except Exception:
+                        part = None
+                    if part is None:  # a new partition or a bad key: the generic path
+                        insert(t)
+                        i += 1
+                        continue
+                tuples = part.tuples
+                tuples.append(t)
+                if len(tuples) == size:
+                    flush(part)
+                i += 1
+        except BaseException:
+            w.batch_failed_at = i
+            raise
+
+    return insert_tuples
 
 
 # How a closure compares delta values: inlined for the two exact phrasings, else a call.

@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 from ._delta import DeltaReader, bound_for, delta_kind_for_type, make_delta_reader
 from ._errors import WindowClauseError, WindowStateError, WindowTupleError
 from ._events import EventType, Listener, StreamWindowEvent
-from ._fastpath import compile_batch, compile_insert
+from ._fastpath import compile_batch, compile_hosted, compile_insert
 from ._flavor import Flavor, FlavorRules, rules_for
 from ._partition import Partition
 from ._partition_eviction import PartitionEvictor, make_partition_evictor
@@ -148,6 +148,7 @@ class StreamWindow(Generic[T]):
         self._lane = self._timers.lane
         self._use_fast = True
         self._live = [True]  # cleared when the insert functions built with it are replaced
+        self.batch_failed_at = 0  # see `insert_tuples`
         self._evictor: PartitionEvictor | None = make_partition_evictor(
             spec.partition_eviction, self._java)
         self._reset_state()
@@ -538,11 +539,13 @@ class StreamWindow(Generic[T]):
         insert: Callable[[T], None] = fast if fast is not None else self._insert_generic
         batch = compile_batch(self, insert) if fast is not None else None
         many: Callable[[Iterable[T]], None] = batch if batch is not None else self._insert_each
+        hosted = compile_hosted(self, insert) if fast is not None else None
         self._insert = insert
         self._insert_many = many
-        # The chosen functions shadow the `insert` and `insert_batch` methods on the instance,
-        # which saves a Python call per tuple; the methods stay for the class's API and docs.
-        vars(self).update(insert=insert, insert_batch=many)
+        # The chosen functions shadow the `insert`, `insert_batch` and `insert_tuples` methods on
+        # the instance, which saves a Python call per tuple; the methods stay for the API and docs.
+        vars(self).update(insert=insert, insert_batch=many,
+                          insert_tuples=hosted if hosted is not None else self._insert_counted)
 
     def _insert_generic(self, t: T) -> None:
         if self._final:
@@ -605,6 +608,23 @@ class StreamWindow(Generic[T]):
     def insert_batch(self, tuples: Iterable[T]) -> None:
         """Insert many tuples; same events as inserting them one by one."""
         self._insert_many(tuples)
+
+    def insert_tuples(self, tuples: list[T]) -> None:
+        """Insert a host's batch: as `insert_batch`, and if something fails (a listener, an
+        invalid tuple), ``batch_failed_at`` is the index of the tuple it failed on, so the
+        host can name that tuple and go on after it."""
+        self._insert_counted(tuples)
+
+    def _insert_counted(self, tuples: list[T]) -> None:
+        insert = self._insert
+        i = 0
+        try:
+            for t in tuples:
+                insert(t)
+                i += 1
+        except BaseException:
+            self.batch_failed_at = i
+            raise
 
     def _insert_each(self, tuples: Iterable[T]) -> None:
         insert = self._insert
