@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ class Deployment:
     stage: DriverStage
     checkpoint: str
     pipeline: PipelinedStage
+    temporary: bool = False  # the checkpoint is a temporary directory, removed at the end
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait for the query (an ``availableNow`` query ends when its sources did); re-raise
@@ -43,11 +46,18 @@ class Deployment:
             return bool(self.query.awaitTermination(timeout))
         finally:
             if not self.query.isActive:
-                self.pipeline.close()
+                self._finish()
 
     def stop(self) -> None:
         self.query.stop()
-        self.pipeline.close()
+        self._finish()
+
+    def _finish(self) -> None:
+        try:
+            self.pipeline.close()
+        finally:
+            if self.temporary:  # nothing can resume from it: no deployment was given its name
+                shutil.rmtree(self.checkpoint, ignore_errors=True)
 
 
 def keyed_stages(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str | None
@@ -131,18 +141,34 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
     """Start ``graph`` on ``spark``; returns at once (see `Deployment.await_termination`).
 
     ``checkpoint`` is the query's checkpointLocation (a fresh temporary one if
-    None); restarting with the same directory resumes windows, operators and
-    sources where the last completed micro-batch left them.
+    None, removed when the deployment ends); restarting with the same directory
+    resumes windows, operators and sources where the last completed micro-batch
+    left them.
     ``available_now`` runs until the sources end (micro-batches of at most
     ``max_records_per_batch`` items); otherwise the query keeps running with
     ``processing_time`` triggers (for example ``"1 second"``).
     ``inputs`` replaces sources by Spark streams (`SparkInput`, e.g.
     `mqtt_input`); such a graph runs in driver mode.
     """
+    frozen = graph.freeze() if isinstance(graph, Graph) else graph
+    start = functools.partial(_deploy, frozen, spark, mode=mode, available_now=available_now,
+                              processing_time=processing_time, groups=groups, inputs=inputs,
+                              max_records_per_batch=max_records_per_batch)
+    if checkpoint is not None:
+        return start(checkpoint, temporary=False)
+    temporary = tempfile.mkdtemp(prefix=f"riverbed-{frozen.name}-")
+    try:
+        return start(temporary, temporary=True)
+    except BaseException:  # refused or failed to start: nothing will ever use it
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool, mode: Mode,
+            available_now: bool, processing_time: str | None, max_records_per_batch: int,
+            groups: int | None, inputs: Mapping[str, SparkInput] | None) -> Deployment:
     from pyspark.sql import functions as F
 
-    frozen = graph.freeze() if isinstance(graph, Graph) else graph
-    checkpoint = checkpoint or tempfile.mkdtemp(prefix=f"riverbed-{frozen.name}-")
     saved = _saved_groups(checkpoint)
     n_groups = groups or (saved["asked"] if saved else int(spark.conf.get("spark.sql.shuffle.partitions")))
     inputs = dict(inputs or {})
@@ -190,4 +216,4 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
     except BaseException:
         pipeline.close()
         raise
-    return Deployment(p, query, stage, checkpoint, pipeline)
+    return Deployment(p, query, stage, checkpoint, pipeline, temporary)

@@ -315,6 +315,7 @@ def register(spark: Any) -> None:
             self._rows: Iterator[Any] | None = None  # created lazily, in the driver
             self._cache: dict[int, Any] = {}
             self._read = 0  # rows pulled from the source so far
+            self._low = 0  # rows below this one were committed and left the cache
             self._done = False
             self._target: int | None = None
             lowered = {k.lower(): v for k, v in options.items()}  # Spark may lower-case option names
@@ -325,8 +326,8 @@ def register(spark: Any) -> None:
             self._failed: BaseException | None = None
 
         def __getstate__(self) -> dict[str, Any]:
-            return {"options": self.options, "_rows": None, "_cache": {}, "_read": 0, "_done": False,
-                    "_target": None, "_max": self._max, "_first": self._first, "_ahead": None,
+            return {"options": self.options, "_rows": None, "_cache": {}, "_read": 0, "_low": 0,
+                    "_done": False, "_target": None, "_max": self._max, "_first": self._first, "_ahead": None,
                     "_failed": None}
 
         def __setstate__(self, state: dict[str, Any]) -> None:
@@ -448,9 +449,11 @@ def register(spark: Any) -> None:
 
         def commit(self, end: dict[str, int]) -> None:
             done = int(end["n"])
-            with self._lock:
-                for i in [k for k in self._cache if k < done]:
-                    del self._cache[i]
+            # Not under the lock, which the prefetch thread holds while it makes a whole batch:
+            # keys are consecutive, and a single pop is atomic.
+            for i in range(self._low, done):
+                self._cache.pop(i, None)
+            self._low = max(self._low, done)
             spool = self.options.get("spool")
             if spool is not None and os.path.isdir(spool):
                 for name in os.listdir(spool):  # batches Spark committed are never read again

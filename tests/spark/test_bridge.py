@@ -72,12 +72,14 @@ def _runtime_items(g: Graph | FrozenGraph, sink: str = "sink") -> list[Any]:
 def test_a_partitioned_aggregate_gives_the_runtimes_output_in_its_order(spark: Any, tmp_path: Path,
                                                                        mode: str) -> None:
     expected = _runtime_items(_counts_graph())
-    d = deploy(_counts_graph(), spark, mode=mode, checkpoint=str(tmp_path / "ck"),  # type: ignore[arg-type]
+    checkpoint = str(tmp_path / "ck") if mode == "keyed" else None  # None: a temporary one
+    d = deploy(_counts_graph(), spark, mode=mode, checkpoint=checkpoint,  # type: ignore[arg-type]
                max_records_per_batch=50)
     d.await_termination()
     assert d.plan.mode == mode
     assert d.stage.batches >= 6  # 300 items and the marks, 50 a batch
     assert d.stage.operator("sink").items == expected
+    assert Path(d.checkpoint).exists() == (checkpoint is not None)  # a temporary one is removed
 
 
 def _files(tmp_path: Path) -> Path:
