@@ -122,9 +122,12 @@ class DriverStage:
 
     def process(self, batch: Any, batch_id: int) -> None:
         """``foreachBatch``: the batch's rows in order through the hosted operators."""
-        if batch_id <= self.last_batch:
-            return  # delivered again after a restart: its effects are stored already
+        # The batch runs even when it is delivered again after a restart and its effects are
+        # stored already: Spark fails the query unless every stateful partition of the batch
+        # commits (the key groups recompute the same state from the same stored version).
         table = batch.toArrow()
+        if batch_id <= self.last_batch:
+            return
         self.process_rows(sorted_rows(table), batch_id)
 
     def process_rows(self, rows: list[tuple[Any, ...]], batch_id: int) -> None:

@@ -67,9 +67,9 @@ class PipelinedStage:
     def process(self, batch: Any, batch_id: int) -> None:
         """``foreachBatch``: fetch the rows, make them durable, queue them for the stage."""
         self._raise_failed()
+        table = batch.toArrow()  # run even when delivered again: see `DriverStage.process`
         if batch_id <= self.accepted:
             return  # delivered again after a restart: logged or stored already
-        table = batch.toArrow()
         if self.log_dir is not None:
             _write_log(os.path.join(self.log_dir, f"{batch_id:020d}{_LOG_SUFFIX}"), table)
         with self._idle:

@@ -155,6 +155,29 @@ def test_a_query_that_failed_mid_stream_resumes_from_its_checkpoint(spark: Any, 
     assert out.read_text() == ref.read_text()
 
 
+def test_a_batch_spark_delivers_again_after_the_stage_stored_it_is_not_applied_twice(
+        spark: Any, tmp_path: Path) -> None:
+    """A crash after the driver stage stored a batch and before Spark committed it: on restart
+    Spark runs that batch again. Its key groups must still commit their state (Spark fails the
+    query otherwise) and the sink must not write it twice."""
+    ref, out, ck = tmp_path / "ref.csv", tmp_path / "out.csv", tmp_path / "ck"
+    run_graph(_crash_graph(ref, tmp_path / "no-flag"), clock=VirtualClock())
+    first = deploy(_crash_graph(out, tmp_path / "no-flag"), spark, checkpoint=str(ck),
+                   max_records_per_batch=100)
+    first.await_termination()
+    assert first.plan.mode == "keyed" and out.read_text() == ref.read_text()
+    commits = ck / "spark" / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    for p in commits.iterdir():  # as if the driver died before Spark wrote its commit
+        if p.name in (str(last), f".{last}.crc"):
+            p.unlink()
+    again = deploy(_crash_graph(out, tmp_path / "no-flag"), spark, checkpoint=str(ck),
+                   max_records_per_batch=100)
+    again.await_termination()
+    assert again.query.lastProgress["batchId"] == last  # Spark did run that batch again
+    assert out.read_text() == ref.read_text()
+
+
 def test_refusals_name_the_operator_and_why(spark: Any) -> None:
     g = Graph("two")
     a = g.source("a", ListSource([{"k": 1, "j": 2}]))
