@@ -135,15 +135,33 @@ class DriverStage:
         if host is None:
             first = rows[0][2] if rows else 0
             host = self.host = SyncGraph(self.graph, self.members, now=first)
-        for _ord, chan, kind, time, value, data, stream in rows:
+        run: list[Any] = []  # consecutive tuples of one stream with one stamped time
+        run_of = (-1, 0)  # their (stream, time)
+
+        def feed_run() -> None:
+            stream, time = run_of
             host.advance(time)
             op, port = self.streams[stream]
+            if op in self.emitted:
+                host.emit(op, run)  # the source submits them: schema, watermarks
+            else:
+                host.feed(op, port, run)
+
+        for _ord, chan, kind, time, value, data, stream in rows:
             if kind == KIND_TUPLE:
-                if op in self.emitted:
-                    host.emit(op, [data])  # the source submits it: schema, watermarks
-                else:
-                    host.feed(op, port, [data])
-            elif kind == KIND_WATERMARK:
+                if run and run_of == (stream, time):
+                    run.append(data)
+                    continue
+                if run:
+                    feed_run()
+                run, run_of = [data], (stream, time)
+                continue
+            if run:
+                feed_run()
+                run = []
+            host.advance(time)
+            op, port = self.streams[stream]
+            if kind == KIND_WATERMARK:
                 low = self.merges[stream].watermark(chan, value)
                 if low is not None:
                     host.feed(op, port, Watermark(low))
@@ -155,6 +173,8 @@ class DriverStage:
                     host.feed(op, port, Punct.WINDOW)
             elif kind != KIND_TIME:
                 raise ValueError(f"row of unknown kind {kind} in stream {op}.out[{port}]")
+        if run:
+            feed_run()
         host.take_exits()  # the driver stage ends the graph: nothing leaves it
         self.rows += len(rows)
         self.batches += 1
