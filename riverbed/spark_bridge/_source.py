@@ -20,6 +20,7 @@ import itertools
 import operator
 import os
 import queue
+import sys
 import threading
 from array import array
 from collections.abc import Callable, Iterator
@@ -46,6 +47,7 @@ from ._rows import (
 __all__ = ["SOURCE_FORMAT", "SourceItems", "dump_payload", "load_payload", "source_rows"]
 
 SOURCE_FORMAT = "riverbed_source"
+SWITCH_INTERVAL_S = 0.0005  # in the reader's process while its prefetch thread runs
 BUNDLE_ITEMS = 4096  # source items per round of bundles (one bundle row per key group a round)
 _END = object()
 
@@ -363,6 +365,10 @@ def register(spark: Any) -> None:
             the reader idles then, and the planning of that batch finds it written."""
             if self._done or (self._ahead is not None and self._ahead.is_alive()):
                 return
+            # Spark's calls (offsets, planning, commit) come in on this process's main thread,
+            # which needs the GIL back from the busy prefetch thread at every socket read and
+            # write: with the default 5 ms switch interval each call waited tens of ms.
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
             self._ahead = threading.Thread(target=self._prefetch_run, args=(lo, upto), daemon=True,
                                            name="riverbed-source-prefetch")
             self._ahead.start()
