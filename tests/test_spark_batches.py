@@ -18,21 +18,12 @@ from riverbed.operators import Aggregate, Count, Functor, Sum
 from riverbed.runtime import Job, VirtualClock, run_virtual
 from riverbed.spark_bridge._deploy import keyed_stages
 from riverbed.spark_bridge._driver import ChannelMerge
-from riverbed.spark_bridge._keyed import bundle_rows, host_group
+from riverbed.spark_bridge._keyed import KEYED_OUT_DDL, bundle_rows, host_group
 from riverbed.spark_bridge._plan import plan
 from riverbed.spark_bridge._source import arrow_batch, route_of, source_rows
 from riverbed.testing import At, ListSink, ListSource
 from riverbed.windows import EventType, StreamWindowEvent
-
-OUT_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY, stream INT, chan INT"
-
-
-class _Batch:
-    def __init__(self, table: Any) -> None:
-        self.table = table
-
-    def toArrow(self) -> Any:
-        return self.table
+from tests.spark_fakes import FakeBatch
 
 
 def _runtime(graph: FrozenGraph) -> list[Any]:
@@ -57,7 +48,7 @@ def _bridge(graph: FrozenGraph, *, groups: int = 2, bundle: int = 8, rounds: int
         for label, group_rows in by_group.items():
             produced, states[label] = host_group(hosted, None, (label,), group_rows, states.get(label))
             out += bundle_rows(produced, label)
-        stage.process(_Batch(arrow_batch(out, OUT_DDL)), batch_id)
+        stage.process(FakeBatch(arrow_batch(out, KEYED_OUT_DDL)), batch_id)
     return list(stage.operator("sink").items)
 
 

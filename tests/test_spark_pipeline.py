@@ -20,21 +20,12 @@ from riverbed.operators import Aggregate, Count, FileSink, Sum
 from riverbed.runtime import VirtualClock, run_graph
 from riverbed.spark_bridge._deploy import keyed_stages
 from riverbed.spark_bridge._driver import DriverStage, log_dir, stage_dir
-from riverbed.spark_bridge._keyed import bundle_rows, host_group
+from riverbed.spark_bridge._keyed import KEYED_OUT_DDL, bundle_rows, host_group
 from riverbed.spark_bridge._pipeline import PipelinedStage
 from riverbed.spark_bridge._plan import plan
 from riverbed.spark_bridge._source import arrow_batch, route_of, source_rows
 from riverbed.testing import ListSource
-
-OUT_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY, stream INT, chan INT"
-
-
-class _Batch:
-    def __init__(self, table: Any) -> None:
-        self.table = table
-
-    def toArrow(self) -> Any:
-        return self.table
+from tests.spark_fakes import FakeBatch
 
 
 class _FailingFileSink(FileSink):
@@ -75,7 +66,7 @@ def _batches(graph: FrozenGraph, groups: int = 2, rounds: int = 2) -> list[Any]:
             group_rows = [row[:5] for row in rows[start:start + per_batch] if row[5] == label]
             produced, states[label] = host_group(hosted, None, (label,), group_rows, states.get(label))
             out += bundle_rows(produced, label)
-        tables.append(arrow_batch(out, OUT_DDL))
+        tables.append(arrow_batch(out, KEYED_OUT_DDL))
     return tables
 
 
@@ -96,7 +87,7 @@ def test_a_stage_failing_mid_stream_resumes_from_its_log_and_writes_each_tuple_o
     committed = 0  # batches Spark committed: foreachBatch returned
     with pytest.raises(RuntimeError, match="the driver stage failed"):
         for batch_id, table in enumerate(tables):
-            first.process(_Batch(table), batch_id)
+            first.process(FakeBatch(table), batch_id)
             committed = batch_id + 1
     with pytest.raises(RuntimeError, match="the driver stage failed"):
         first.close()
@@ -105,7 +96,7 @@ def test_a_stage_failing_mid_stream_resumes_from_its_log_and_writes_each_tuple_o
     # Restart: the stage replays its log, Spark delivers again from its first uncommitted batch.
     second = PipelinedStage(_stage(graph, ck), log_dir(str(ck)))
     for batch_id in range(committed, len(tables)):
-        second.process(_Batch(tables[batch_id]), batch_id)
+        second.process(FakeBatch(tables[batch_id]), batch_id)
     second.close()
     assert out.read_text() == ref.read_text()
     assert not list(Path(log_dir(str(ck))).iterdir())
@@ -120,7 +111,7 @@ def test_a_torn_log_write_is_dropped_and_the_batch_comes_again(tmp_path: Path) -
     (Path(log_dir(str(ck))) / f"{0:020d}.arrow.tmp").write_bytes(b"cut short")
     stage = PipelinedStage(_stage(graph, ck), log_dir(str(ck)))
     for batch_id, table in enumerate(tables):
-        stage.process(_Batch(table), batch_id)
+        stage.process(FakeBatch(table), batch_id)
     stage.close()
     assert out.read_text() == ref.read_text()
 
@@ -139,13 +130,13 @@ def test_at_most_depth_batches_wait_for_a_slow_stage(tmp_path: Path) -> None:
 
     stage.process_rows = slow  # type: ignore[method-assign]
     pipelined = PipelinedStage(stage, None, depth=2)
-    pipelined.process(_Batch(tables[0]), 0)
+    pipelined.process(FakeBatch(tables[0]), 0)
     assert started.wait(timeout=60)  # the thread holds batch 0
-    pipelined.process(_Batch(tables[1]), 1)
-    pipelined.process(_Batch(tables[2]), 2)
+    pipelined.process(FakeBatch(tables[1]), 1)
+    pipelined.process(FakeBatch(tables[2]), 2)
     assert pipelined._queue.full()  # the next foreachBatch call would wait
     release.set()
     for batch_id in range(3, len(tables)):
-        pipelined.process(_Batch(tables[batch_id]), batch_id)
+        pipelined.process(FakeBatch(tables[batch_id]), batch_id)
     pipelined.close()
     assert stage.batches == len(tables)
