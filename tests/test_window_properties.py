@@ -490,3 +490,51 @@ def test_a_hosts_batch_insert_names_the_failing_tuple_and_goes_on_as_one_by_one(
     assert rec_many.events == rec_one.events
     if not failed_one:
         assert many.snapshot() == one.snapshot()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_fast_path_clauses(),
+                 st.sampled_from(["java", "cpp"]).flatmap(lambda f: st.tuples(st.just(f), clauses(f)))),
+       st.sets(st.integers(1, 12), max_size=3), st.booleans(), st.data())
+def test_a_failing_listener_never_leaves_the_window_unable_to_go_on(
+        flavor_clause: tuple[str, str], fail_on: set[int], insertions: bool, data: st.DataObject) -> None:
+    # A host that routes a listener's error and goes on (an error port) must find the window
+    # whole: whatever follows raises only the listener's own errors or the window's typed ones.
+    flavor, clause = flavor_clause
+    window = _build(clause, flavor)
+    rec = _FailingRecorder(window, set())
+    window.register_listener(rec, None if insertions else
+                             [t for t in EventType if t is not EventType.INSERTION])
+    window.activate(0)
+    rec.fail_on = set(fail_on)
+    for seq, op in enumerate(data.draw(ops(window.is_partitioned))):
+        try:
+            apply(window, op, seq)
+        except WindowStateError:
+            assert op[0] == "t", "only inserting after final may be refused"
+        except (RuntimeError, WindowTupleError) as exc:
+            assert isinstance(exc, WindowTupleError) or "listener failed" in str(exc), exc
+    if window._evictor is not None:
+        assert window._total == sum(len(p.tuples) for p in window._parts.values())
+
+
+@pytest.mark.parametrize(("clause", "flavor", "values", "fail_on"), [
+    ("sliding, delta(v, 0), count(2)", "cpp", [0, 1, 1, 0, 1], 3),  # an eviction's listener fails
+])
+def test_a_window_goes_on_after_a_listener_failed_mid_eviction(clause: str, flavor: str,
+                                                              values: list[int], fail_on: int) -> None:
+    window = _build(clause, flavor)
+    rec = _FailingRecorder(window, set())
+    window.register_listener(rec)
+    window.activate(0)
+    rec.fail_on = {fail_on}
+    failures = 0
+    for i, v in enumerate(values):
+        try:
+            window.insert({"id": i, "k": "a", "v": v})
+        except RuntimeError as exc:
+            assert "listener failed" in str(exc)
+            failures += 1
+    assert failures == 1
+    part = window._parts.get(None, window._single)
+    assert len(part.tuples) == len(part.values)

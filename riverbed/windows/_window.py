@@ -762,12 +762,14 @@ class StreamWindow(Generic[T]):
         if not scan_all:
             while values and out(value, values[0], bound):
                 values.popleft()
+                self._total -= 1
                 if batch or not listeners:
                     evicted.append(tuples.popleft())
                 else:
-                    self._emit(EVICTION, part.key, (tuples[0],))
-                    tuples.popleft()
-                self._total -= 1
+                    try:  # the tuple is in the window while its event runs, gone after it
+                        self._emit(EVICTION, part.key, (tuples[0],))
+                    finally:  # even if a listener raises: values and tuples stay paired
+                        tuples.popleft()
         else:
             kept_t: list[T] = []
             kept_v: list[Any] = []
@@ -799,12 +801,14 @@ class StreamWindow(Generic[T]):
         batch = self.rules.batches_sliding_evictions
         while arrivals and arrivals[0] < limit:
             arrivals.popleft()
+            self._total -= 1
             if listeners and not batch:
-                self._emit(EVICTION, part.key, (tuples[0],))
-                tuples.popleft()
+                try:  # as in `_delta_evict`: arrivals and tuples stay paired if a listener raises
+                    self._emit(EVICTION, part.key, (tuples[0],))
+                finally:
+                    tuples.popleft()
             else:
                 evicted.append(tuples.popleft())
-            self._total -= 1
         if evicted and listeners:
             self._emit(EVICTION, part.key, evicted)
         if not tuples and not self.rules.keeps_emptied_partitions:
