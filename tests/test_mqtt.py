@@ -252,7 +252,7 @@ def test_wrong_credentials_are_a_clear_error_not_a_retry_loop() -> None:
                                                    r"check username/password"):
             asyncio.run(asyncio.wait_for(connect("wrong"), 10))
     finally:
-        b.stop()
+        b.close()  # stops it and removes its working directory
 
 
 def test_tls_and_option_errors_before_connecting(tmp_path: Path) -> None:
