@@ -17,7 +17,7 @@ import pytest
 
 from riverbed.graph import FrozenGraph, Graph
 from riverbed.operators import Aggregate, Count, FileSink, Sum
-from riverbed.runtime import VirtualClock, run_graph
+from riverbed.runtime import OperatorError, VirtualClock, run_graph
 from riverbed.spark_bridge._deploy import keyed_stages
 from riverbed.spark_bridge._driver import DriverStage, log_dir, stage_dir
 from riverbed.spark_bridge._keyed import KEYED_OUT_DDL, bundle_rows, host_group
@@ -93,6 +93,10 @@ def test_a_stage_failing_mid_stream_resumes_from_its_log_and_writes_each_tuple_o
         first.close()
     assert 0 < committed < len(tables) - 1
     assert len(list(Path(log_dir(str(ck))).iterdir())) >= 1  # the failed batch stays logged
+    # A restart whose replay fails again says so at deployment; the next one goes on
+    flag.touch()
+    with pytest.raises(OperatorError, match=r"operator 'file'.*the sink failed"):
+        PipelinedStage(_stage(graph, ck), log_dir(str(ck)))
     # Restart: the stage replays its log, Spark delivers again from its first uncommitted batch.
     second = PipelinedStage(_stage(graph, ck), log_dir(str(ck)))
     for batch_id in range(committed, len(tables)):

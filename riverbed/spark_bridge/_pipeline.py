@@ -43,7 +43,11 @@ class PipelinedStage:
         self._pending = 0
         if log_dir is not None:
             os.makedirs(log_dir, exist_ok=True)
-            self._replay(log_dir)
+            try:
+                self._replay(log_dir)
+            except BaseException:  # the store closes, so the next deployment can open it
+                stage.close()
+                raise
         self._thread = threading.Thread(target=self._run, name="riverbed-driver-stage", daemon=True)
         self._thread.start()
 
