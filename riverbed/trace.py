@@ -174,22 +174,18 @@ def case_window(case: Mapping[str, Any]) -> tuple[WindowSpec | TimeIntervalSpec,
 def run_case(case: Mapping[str, Any], flavor: str = "java") -> list[dict[str, Any]]:
     """Replay one case on the window library; return its events as JSON-ready dicts."""
     name = case.get("name", "?")
-    clause = case.get("window")
-    if not isinstance(clause, str):
-        raise TraceError(f"case {name}: 'window' must be the SPL clause text")
+    spec, key = case_window(case)
     schema = case.get("schema") or {}
     partition_by = case.get("partition_by")
+
+    def make_window() -> AnyWindow:
+        if isinstance(spec, TimeIntervalSpec):
+            return TimeIntervalWindow(spec, flavor=flavor, partition_by=key)
+        return StreamWindow(
+            spec, flavor=flavor, partition_by=key,
+            attribute_types=schema, default_partition=_default_key(schema, partition_by))
+
     try:
-        spec = parse_window_clause(clause)
-
-        def make_window() -> AnyWindow:
-            key = partition_by if spec.partitioned else None
-            if isinstance(spec, TimeIntervalSpec):
-                return TimeIntervalWindow(spec, flavor=flavor, partition_by=key)
-            return StreamWindow(
-                spec, flavor=flavor, partition_by=key,
-                attribute_types=schema, default_partition=_default_key(schema, partition_by))
-
         window = make_window()
     except WindowError as exc:
         raise TraceError(f"case {name}: {exc}") from None

@@ -55,7 +55,7 @@ KIND_TIME = 4
 KIND_COMMAND = 5  # a host-level action on a hosted operator's window (the trace host's steps)
 # Many items of one key group in one row. Spark's stateful Python stages cost tens of
 # microseconds per row; bundles make that per bundle. From a source, ``data`` is
-# ``[source index, entries]`` (see `source_entries`); out of a keyed stage it is a list of
+# ``[source index, entries]`` (see `pack_seqs`); out of a keyed stage it is a list of
 # item rows ``[ord, kind, time, value, tuple, port]`` with the tuples not encoded apart.
 KIND_BUNDLE = 6
 

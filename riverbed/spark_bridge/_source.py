@@ -373,6 +373,10 @@ def register(spark: Any) -> None:
                                            name="riverbed-source-prefetch")
             self._ahead.start()
 
+        def _batch(self, rows: list[Any]) -> Any:
+            """Rows as an Arrow record batch of this source's row format."""
+            return arrow_batch(rows, str(self.options.get("ddl", ROW_DDL)))
+
         def _spool_path(self, lo: int, hi: int) -> str | None:
             spool = self.options.get("spool")
             return None if spool is None else os.path.join(spool, f"{lo:020d}-{hi:020d}.arrow")
@@ -387,7 +391,7 @@ def register(spark: Any) -> None:
                 rows = [self._cache[i] for i in range(lo, hi)]
             path = self._spool_path(lo, hi)
             if path is not None and not os.path.exists(path):
-                write_spool(path, arrow_batch(rows, str(self.options.get("ddl", ROW_DDL))))
+                write_spool(path, self._batch(rows))
 
         def _pull_locked(self, upto: int) -> None:
             if self._rows is None:
@@ -438,7 +442,7 @@ def register(spark: Any) -> None:
                 rows = None  # a replay after a restart: produced again where it is read
             if path is None or rows is None:
                 return [_Partition(lo, hi, rows, None)]
-            write_spool(path, arrow_batch(rows, str(self.options.get("ddl", ROW_DDL))))
+            write_spool(path, self._batch(rows))
             return [_Partition(lo, hi, None, path)]
 
         def read(self, partition: Any) -> Iterator[Any]:
@@ -451,7 +455,7 @@ def register(spark: Any) -> None:
             rows = partition.rows
             if rows is None:
                 rows = list(itertools.islice(self._produce(), partition.start, partition.end))
-            yield arrow_batch(rows, str(self.options.get("ddl", ROW_DDL)))
+            yield self._batch(rows)
 
         def commit(self, end: dict[str, int]) -> None:
             done = int(end["n"])

@@ -248,7 +248,6 @@ def run_cases_locally(cases: Sequence[Mapping[str, Any]], flavor: str = "java",
         for ord_, kind, time, value, data, grp, case in rows[start:start + rows_per_batch]:
             groups_rows.setdefault((case, grp), []).append((ord_, kind, time, value, data))
         for key, group_rows in groups_rows.items():
-            group_rows.sort(key=lambda r: r[0])
             out, states[key] = host_group(by_case(key), _Hooks(), key, group_rows, states.get(key),
                                           timer_order=False)
             for ord_, kind, _time, _value, tup, _port, chan, case in out:
