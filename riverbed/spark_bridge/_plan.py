@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..graph import FrozenGraph, Operator, OperatorDef, Source
+from ..graph import FrozenGraph, InputPort, Operator, OperatorDef, Source
 from ..windows import TimeIntervalSpec, WindowSpec
 from ._errors import TranslationError
 
@@ -177,13 +177,7 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
         upstream = up.inputs[0].connections
     spec = w.inputs[0].window
     inp = w.inputs[0]
-    one_group = None
-    if inp.partition_by is None:
-        one_group = "unpartitioned window: one key group"
-    elif isinstance(spec, WindowSpec) and spec.partition_eviction is not None:
-        one_group = "partition eviction counts across all partitions: one key group"
-    elif inp.flavor == "cpp" and isinstance(spec, WindowSpec) and spec.uses_system_time:
-        one_group = "cpp time window: its timers flush a default partition window-wide: one key group"
+    one_group = "unpartitioned window: one key group" if inp.partition_by is None else _spans(inp)
     g = 1 if one_group else groups
     after = _co_partitioned(graph, w, g)
     hosted = {w.name, *after}
@@ -216,6 +210,18 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
     return None
 
 
+def _spans(inp: InputPort) -> str | None:
+    """Why a partitioned window's behaviour spans its partitions (so it needs one key group)."""
+    spec = inp.window
+    if not isinstance(spec, WindowSpec):
+        return None
+    if spec.partition_eviction is not None:
+        return "partition eviction counts across all partitions: one key group"
+    if inp.flavor == "cpp" and spec.uses_system_time:
+        return "cpp time window: its timers flush a default partition window-wide: one key group"
+    return None
+
+
 def _co_partitioned(graph: FrozenGraph, w: OperatorDef, groups: int) -> list[str]:
     """The operators after ``w`` that can share its key groups: a straight line of single-port
     operators, each stateless or windowed on the same partition attribute (its tuples must keep
@@ -232,11 +238,9 @@ def _co_partitioned(graph: FrozenGraph, w: OperatorDef, groups: int) -> list[str
             break
         inp = nxt.inputs[0]
         if inp.windowed:
-            spec = inp.window
             if groups > 1 and (not isinstance(key, str) or inp.partition_by != key):
                 break
-            if isinstance(spec, WindowSpec) and (spec.partition_eviction is not None
-                                                 or (inp.flavor == "cpp" and spec.uses_system_time)):
+            if _spans(inp) is not None:
                 break
         elif not _stateless(nxt):
             break
