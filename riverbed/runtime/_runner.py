@@ -693,50 +693,44 @@ class OperatorRunner:
         pm = self.metrics.inputs[port]
         pm.tuples_processed += len(batch)
         window = self.windows[port]
-        on_tuple = self.op.on_tuple
-        insert: Callable[[Any], Any] | None = None
-        if window is not None:
-            if self._timed:
-                now = self.clock.now()
-                for w in self._timed:
-                    self._guard(w.advance_time, None, now)
-            insert = window.insert
-        start, n = 0, len(batch)
-        if isinstance(window, TimeIntervalWindow):
-            while start < n:  # the window's inlined batch path; errors name their index
-                try:
-                    window.insert_batch(batch if start == 0 else batch[start:])
-                    break
-                except WindowTupleError as exc:
-                    i = start + getattr(exc, "index", 0)
-                    pm.errors += 1
-                    self._fail_or_route(exc, port, batch[i])
-                    start = i + 1
+        if window is not None and self._timed:
+            now = self.clock.now()
+            for w in self._timed:
+                self._guard(w.advance_time, None, now)
+        if isinstance(window, TimeIntervalWindow):  # its inlined batch path: errors name their index
+            self._insert_routed(port, batch, window.insert_batch, WindowTupleError,
+                                lambda exc: getattr(exc, "index", 0))
             pm.tuples_dropped_late = window.dropped
             return
-        if isinstance(window, StreamWindow):
-            while start < n:  # the window's host batch path; errors name their index
-                try:
-                    window.insert_tuples(batch if start == 0 else batch[start:])
-                    break
-                except Exception as exc:  # user code: stop the job naming the tuple, or route it
-                    i = start + window.batch_failed_at
-                    pm.errors += 1
-                    self._fail_or_route(exc, port, batch[i])
-                    start = i + 1
+        if window is not None:  # the window's host batch path (`StreamWindow.insert_tuples`)
+            self._insert_routed(port, batch, window.insert_tuples, Exception,
+                                lambda exc: window.batch_failed_at)
             return
+        on_tuple = self.op.on_tuple
+        start, n = 0, len(batch)
         while start < n:
             i = start
             try:
-                if insert is None:
-                    for i in range(start, n):
-                        on_tuple(batch[i], port)
-                else:
-                    for i in range(start, n):
-                        insert(batch[i])
+                for i in range(start, n):
+                    on_tuple(batch[i], port)
                 break
             except Exception as exc:  # user code: stop the job naming the tuple, or route it
                 pm.errors += 1
+                self._fail_or_route(exc, port, batch[i])
+                start = i + 1
+
+    def _insert_routed(self, port: int, batch: list[Any], insert: Callable[[list[Any]], Any],
+                       errors: type[Exception], failed_at: Callable[[Exception], int]) -> None:
+        """Insert ``batch`` into a window; a tuple that fails (``failed_at`` its index) stops the
+        job naming it or goes to the error port, and the rest of the batch goes on after it."""
+        start, n = 0, len(batch)
+        while start < n:
+            try:
+                insert(batch if start == 0 else batch[start:])
+                return
+            except errors as exc:  # user code or a bad tuple
+                i = start + failed_at(exc)
+                self.metrics.inputs[port].errors += 1
                 self._fail_or_route(exc, port, batch[i])
                 start = i + 1
 

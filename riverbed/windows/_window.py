@@ -545,7 +545,7 @@ class StreamWindow(Generic[T]):
         # The chosen functions shadow the `insert`, `insert_batch` and `insert_tuples` methods on
         # the instance, which saves a Python call per tuple; the methods stay for the API and docs.
         vars(self).update(insert=insert, insert_batch=many,
-                          insert_tuples=hosted if hosted is not None else self._insert_counted)
+                          insert_tuples=hosted if hosted is not None else self._insert_each)
 
     def _insert_generic(self, t: T) -> None:
         if self._final:
@@ -613,9 +613,10 @@ class StreamWindow(Generic[T]):
         """Insert a host's batch: as `insert_batch`, and if something fails (a listener, an
         invalid tuple), ``batch_failed_at`` is the index of the tuple it failed on, so the
         host can name that tuple and go on after it."""
-        self._insert_counted(tuples)
+        self._insert_each(tuples)
 
-    def _insert_counted(self, tuples: list[T]) -> None:
+    def _insert_each(self, tuples: Iterable[T]) -> None:
+        """One by one; on a failure ``batch_failed_at`` is the failing tuple's index."""
         insert = self._insert
         i = 0
         try:
@@ -625,11 +626,6 @@ class StreamWindow(Generic[T]):
         except BaseException:
             self.batch_failed_at = i
             raise
-
-    def _insert_each(self, tuples: Iterable[T]) -> None:
-        insert = self._insert
-        for t in tuples:
-            insert(t)
 
     def _insert_tumbling(self, part: Partition, t: T, ev_val: Any) -> None:
         ev = self._ev
