@@ -237,7 +237,7 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
         if kind == KIND_TUPLE:
             g = 0
             if key_of is not None:
-                try:
+                try:  # `group_of`, its int case inlined: this runs once per source tuple
                     k = key_of(tup)
                     g = k % groups if type(k) is int else group_of(k, groups)
                 except (KeyError, TypeError, IndexError):
