@@ -432,6 +432,44 @@ def test_a_listener_restricted_to_some_types_sees_exactly_those_events(
     assert rec_some.events == [e for e in rec_all.events if EventType(e[0]) in types]
 
 
+@pytest.mark.parametrize("clause", [*_FAST_PATH_CLAUSES,
+                                    *(c + ", partitioned" for c in _FAST_PATH_CLAUSES)])
+@settings(max_examples=25, deadline=None)
+@given(flavor=st.sampled_from(["java", "cpp"]), fast=st.booleans(),
+       chosen=st.lists(st.sampled_from([*_TYPE_SETS, None]), min_size=2, max_size=4), data=st.data())
+def test_listeners_restricted_to_different_types_are_called_in_registration_order(
+        clause: str, flavor: str, fast: bool, chosen: list[set[EventType] | None],
+        data: st.DataObject) -> None:
+    # Each event type keeps its own list of listeners; whatever mix of restrictions they have,
+    # every event goes to the listeners that asked for its type, in the order they registered.
+    w = _build(clause, flavor)
+    w._use_fast = fast
+    calls: list[tuple[int, EventType, Any, list[Any]]] = []
+    for index, types in enumerate(chosen):
+        def listener(event: Any, index: int = index) -> None:
+            calls.append((index, event.type, event.partition, list(event.tuples)))
+        w.register_listener(listener, types)
+    w.activate(0)
+    _run(w, data.draw(ops(w.is_partitioned)))
+    expected = []
+    i = 0
+    while i < len(calls):  # group the calls by event: one event's calls share type and contents
+        _, etype, key, tuples = calls[i]
+        wanted = [n for n, types in enumerate(chosen) if types is None or etype in types]
+        got = [n for n, *_ in calls[i:i + len(wanted)]]
+        assert got == wanted, f"{etype.name} went to {got}, wanted {wanted}"
+        assert all(c[1:] == (etype, key, tuples) for c in calls[i:i + len(wanted)])
+        expected.extend(wanted)
+        i += len(wanted)
+    assert [c[0] for c in calls] == expected
+
+
+def test_a_listener_type_must_be_an_event_type() -> None:
+    w = _build("sliding, count(2)", "java")
+    with pytest.raises(TypeError, match="EventType members, got 'TRIGGER'"):
+        w.register_listener(lambda e: None, ["TRIGGER"])  # type: ignore[list-item]
+
+
 class _FailingRecorder(Recorder):
     """Records events, and raises on the ``fail_on``-th one (each failing once)."""
 

@@ -155,6 +155,11 @@ def _delta_mode(out: Callable[[Any, Any, Any], bool]) -> int:
     return _OUT_CALL
 
 
+def _handlers(w: StreamWindow[Any], *types: EventType) -> tuple[list[Callable[..., None]], ...]:
+    """The window's listener lists for these event types (the same lists for its life)."""
+    return tuple(w._handlers[t] for t in types)
+
+
 def _locator(w: StreamWindow[Any]) -> tuple[Any, Any, Any]:
     single = w._single
     key_of = w._key_of
@@ -304,6 +309,7 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
     generic = w._insert_generic
     listeners = w._listeners
     inserted = w._insertion_listeners  # listeners that asked for INSERTION events
+    evicted_to, full_to, triggered_to = _handlers(w, EVICTION, INITIAL_FULL, TRIGGER)
 
     def insert(t: Any) -> None:
         if not live[0]:  # kept by a host across a reinstall
@@ -321,9 +327,11 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
         if listeners or inserted:
             key = part.key
             if len(tuples) >= size:
-                event = Event(w, EVICTION, key, (tuples.popleft(),))
-                for handle in listeners:
-                    handle(event)
+                old = tuples.popleft()
+                if evicted_to:
+                    event = Event(w, EVICTION, key, (old,))
+                    for handle in evicted_to:
+                        handle(event)
             tuples.append(t)
             if inserted:
                 event = Event(w, INSERTION, key, (t,))
@@ -331,9 +339,10 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
                     handle(event)
             if not part.seen_full and len(tuples) == size:
                 part.seen_full = True
-                event = Event(w, INITIAL_FULL, key, tuples)
-                for handle in listeners:
-                    handle(event)
+                if full_to:
+                    event = Event(w, INITIAL_FULL, key, tuples)
+                    for handle in full_to:
+                        handle(event)
         else:
             if len(tuples) >= size:
                 tuples.popleft()
@@ -343,9 +352,11 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
         count = part.trigger_count + 1
         if count >= every:
             part.trigger_count = 0
-            if listeners:
-                event = Event(w, TRIGGER, part.key, tuples)
-                for handle in listeners:
+            if triggered_to:
+                event = part.trigger_event
+                if event is None or event.tuples is not tuples:
+                    event = part.trigger_event = Event(w, TRIGGER, part.key, tuples)
+                for handle in triggered_to:
                     handle(event)
         else:
             part.trigger_count = count
@@ -358,8 +369,8 @@ def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
     single, key_of, parts = _locator(w)
     live = w._live
     generic = w._insert_generic
-    listeners = w._listeners
     inserted = w._insertion_listeners  # listeners that asked for INSERTION events
+    (triggered_to,) = _handlers(w, TRIGGER)
     arm = w._arm_evict
     evict_expired = w._evict_expired
     java = w._java
@@ -392,9 +403,11 @@ def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
             part.trigger_count = 0
             if java:
                 evict_expired(part)
-            if listeners:
-                event = Event(w, TRIGGER, part.key, tuples)
-                for handle in listeners:
+            if triggered_to:
+                event = part.trigger_event
+                if event is None or event.tuples is not tuples:
+                    event = part.trigger_event = Event(w, TRIGGER, part.key, tuples)
+                for handle in triggered_to:
                     handle(event)
         else:
             part.trigger_count = count
@@ -410,6 +423,7 @@ def _sliding_delta(w: StreamWindow[Any], every: int) -> Insert:
     generic = w._insert_generic
     listeners = w._listeners
     inserted = w._insertion_listeners  # listeners that asked for INSERTION events
+    (triggered_to,) = _handlers(w, TRIGGER)
     delta_evict = w._delta_evict
     reader = w._ev_reader
     assert reader is not None
@@ -469,9 +483,11 @@ def _sliding_delta(w: StreamWindow[Any], every: int) -> Insert:
         count = part.trigger_count + 1
         if count >= every:
             part.trigger_count = 0
-            if listeners:
-                event = Event(w, TRIGGER, part.key, tuples)
-                for handle in listeners:
+            if triggered_to:
+                event = part.trigger_event
+                if event is None or event.tuples is not tuples:
+                    event = part.trigger_event = Event(w, TRIGGER, part.key, tuples)
+                for handle in triggered_to:
                     handle(event)
         else:
             part.trigger_count = count

@@ -29,6 +29,7 @@ class Partition:
         "seen_full",
         "tick_timer",
         "trigger_count",
+        "trigger_event",
         "tuples",
         "values",
     )
@@ -40,6 +41,9 @@ class Partition:
         self.values: deque[Any] = deque()  # delta-eviction attribute values, parallel to tuples
         self.arrivals: deque[int] = deque()  # time-eviction arrival times (ns), parallel to tuples
         self.trigger_count = 0  # count trigger: arrivals since the last trigger
+        # The sliding fast paths' TRIGGER event, built once: its fields (the window, the type,
+        # the key, the live tuples) are the same at every trigger of this partition.
+        self.trigger_event: Any = None
         self.seen_full = False  # sliding: INITIAL_FULL already raised
         self.delta_ref: Any = None  # delta trigger reference (per-partition flavors)
         self.has_delta_ref = False

@@ -137,9 +137,14 @@ class StreamWindow(Generic[T]):
         self._key_name: str | None = None
         if partition_by is not None:
             self.register_partitioner(partition_by)
+        # Who receives each event type, in registration order. The lists live as long as the
+        # window (registering appends in place), so compiled insert paths can hold them.
+        self._handlers: dict[EventType, list[Callable[[StreamWindowEvent[T]], None]]] = {
+            t: [] for t in EventType}
+        # Every listener of some type other than INSERTION: the gate for building those events.
         self._listeners: list[Callable[[StreamWindowEvent[T]], None]] = []
         # Listeners for INSERTION events, raised by their own code paths (one per tuple).
-        self._insertion_listeners: list[Callable[[StreamWindowEvent[T]], None]] = []
+        self._insertion_listeners = self._handlers[INSERTION]
         for listener in listeners:
             self.register_listener(listener)
         self._timers = TimerQueue()
@@ -219,6 +224,9 @@ class StreamWindow(Generic[T]):
         ``types`` restricts it to some event types. A window raises one
         INSERTION per tuple; a listener that does not ask for them costs
         nothing per insertion, which is most of a window's event traffic.
+        Each event type has its own list of listeners, so an event no listener
+        asked for is never built, and a restricted listener is called directly,
+        not through a filter.
         """
         handle = getattr(listener, "handle_event", None)
         if handle is None:
@@ -226,22 +234,14 @@ class StreamWindow(Generic[T]):
                 raise TypeError(f"a window listener needs handle_event(event) or must be callable, "
                                 f"got {listener!r}")
             handle = listener
-        wanted = None if types is None else frozenset(types)
-        if wanted is None or INSERTION in wanted:
-            self._insertion_listeners.append(handle)
-        others = None if wanted is None else wanted - {INSERTION}
-        if others is None:
+        wanted = tuple(EventType) if types is None else tuple(dict.fromkeys(types))
+        for etype in wanted:
+            if not isinstance(etype, EventType):
+                raise TypeError(f"listener event types must be EventType members, got {etype!r}")
+        for etype in wanted:
+            self._handlers[etype].append(handle)
+        if any(etype is not INSERTION for etype in wanted):
             self._listeners.append(handle)
-        elif others:
-            # A tuple, not a set: `in` then compares enum members by identity, in C.
-            chosen = tuple(others)
-
-            def filtered(event: StreamWindowEvent[T], handle: Callable[..., None] = handle,
-                         chosen: tuple[EventType, ...] = chosen) -> None:
-                if event.type in chosen:
-                    handle(event)
-
-            self._listeners.append(filtered)
 
     def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
         """Set how a tuple's partition key is computed: an attribute name or a function."""
@@ -290,9 +290,11 @@ class StreamWindow(Generic[T]):
     # --------------------------------------------------------------- events
 
     def _emit(self, etype: EventType, key: Hashable | None, tuples: Sequence[T]) -> None:
-        event = StreamWindowEvent(self, etype, key, tuples)
-        for handle in self._listeners:
-            handle(event)
+        handlers = self._handlers[etype]
+        if handlers:
+            event = StreamWindowEvent(self, etype, key, tuples)
+            for handle in handlers:
+                handle(event)
 
     def _emit_insertion(self, key: Hashable | None, t: T) -> None:
         event = StreamWindowEvent(self, INSERTION, key, (t,))
