@@ -99,3 +99,17 @@ def test_batches_are_the_same_spooled_ahead_when_planned_or_after_a_restart(tmp_
     fresh = _reader(options)
     got = _rows_of(fresh, fresh.partitions({"n": odd[0]}, {"n": odd[1]}))
     assert got == [tuple(r) for r in itertools.islice(rows, *odd)]
+
+
+def test_the_processes_spark_starts_for_the_source_import_only_what_the_reader_needs() -> None:
+    # Spark starts a fresh Python process to plan the source and another to run its reader, at
+    # every query start; both unpickle the source and so import the bridge. Logging, the status
+    # view, the metrics exporter, the checkpoint store and the deployment code are not needed.
+    import subprocess
+    import sys
+
+    code = ("import sys, riverbed.spark_bridge._source, riverbed.spark_bridge._keyed\n"
+            "print(' '.join(sorted(m for m in ('structlog', 'rich', 'prometheus_client', 'rocksdict',"
+            " 'riverbed.spark_bridge._deploy', 'riverbed.runtime._logging') if m in sys.modules)))\n")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == ""

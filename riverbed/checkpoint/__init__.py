@@ -12,6 +12,10 @@ per record, never pickled: decoding what is on disk cannot run code.
 locked); `MemoryStore` has the same semantics in a dict, for tests.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from ._codec import FORMAT, FORMAT_VERSION
 from ._errors import (
     CheckpointCorrupt,
@@ -26,8 +30,21 @@ from ._errors import (
     StoreIOError,
     StoreLocked,
 )
-from ._rocksdb import RocksDBStore
 from ._store import Checkpoint, CheckpointInfo, CheckpointStore, MemoryStore, SkipHook
+
+if TYPE_CHECKING:
+    from ._rocksdb import RocksDBStore
+
+
+def __getattr__(name: str) -> Any:
+    # rocksdict loads on first use: the codec is imported by processes that never open a store
+    # (the Spark bridge's key-group workers and source reader).
+    if name == "RocksDBStore":
+        from ._rocksdb import RocksDBStore
+
+        globals()[name] = RocksDBStore
+        return RocksDBStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "FORMAT",

@@ -6,13 +6,39 @@ synchronous code. Time comes from a `Clock`: `RealClock` in production,
 timer whenever every task waits.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
 from ._errors import JobError, OperatorError, SchemaViolation
 from ._job import Job, run_graph
-from ._logging import configure_logging, get_logger
 from ._metrics import InputPortMetrics, JobMetrics, OperatorMetrics, OutputPortMetrics
-from ._prometheus import MetricsServer, serve_metrics
-from ._status import StatusView, render_plain
+
+if TYPE_CHECKING:
+    from ._logging import configure_logging, get_logger
+    from ._prometheus import MetricsServer, serve_metrics
+    from ._status import StatusView, render_plain
+
+# Logging, the status view and the Prometheus exporter pull in structlog, rich and
+# prometheus_client (about 80 ms). Processes that only run graphs, such as the Spark
+# bridge's source and key-group workers, never need them, so they load on first use.
+_LAZY = {
+    "configure_logging": "._logging", "get_logger": "._logging",
+    "MetricsServer": "._prometheus", "serve_metrics": "._prometheus",
+    "StatusView": "._status", "render_plain": "._status",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Clock",

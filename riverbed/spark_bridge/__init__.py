@@ -7,12 +7,40 @@ from the command line); ``plan(graph)`` says how each operator translates
 functions that need Spark do.
 """
 
-from ._deploy import Deployment, deploy
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._errors import SparkSetupError, TranslationError
-from ._inputs import SparkInput, mqtt_input, rate_input
 from ._keyed import KeyGroupError
-from ._plan import Plan, plan
-from ._session import check_java, spark_session
+
+if TYPE_CHECKING:
+    from ._deploy import Deployment, deploy
+    from ._inputs import SparkInput, mqtt_input, rate_input
+    from ._plan import Plan, plan
+    from ._session import check_java, spark_session
+
+# Spark starts a fresh Python process to plan a Python data source and another to run it
+# (the bridge's source reader); they import this package to unpickle the source. Loading
+# deployment, the checkpoint store and the planner only on first use keeps those imports
+# (paid at every query start) to what the reader needs.
+_LAZY = {
+    "Deployment": "._deploy", "deploy": "._deploy",
+    "SparkInput": "._inputs", "mqtt_input": "._inputs", "rate_input": "._inputs",
+    "Plan": "._plan", "plan": "._plan",
+    "check_java": "._session", "spark_session": "._session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Deployment",
