@@ -50,6 +50,9 @@ SOURCE_FORMAT = "riverbed_source"
 SWITCH_INTERVAL_S = 0.0005  # in the reader's process while its prefetch thread runs
 BUNDLE_ITEMS = 4096  # source items per round of bundles (one bundle row per key group a round)
 _END = object()
+# An item holding a list of tuples submitted at one time (generated sources hand over whole
+# batches): ``(_TUPLES, time, 0, [tuple, ...])``, the same as one KIND_TUPLE item per tuple.
+_TUPLES = -1
 
 
 def dump_payload(obj: Any) -> str:
@@ -143,8 +146,8 @@ def _items_of(host: SyncGraph) -> Iterator[tuple[int, int, int, Any]]:
     now = host.clock.now()
     for _op, _port, entry in host.take_exits():
         if type(entry) is list:
-            for tup in entry:
-                yield KIND_TUPLE, now, 0, tup
+            if entry:
+                yield _TUPLES, now, 0, entry
         else:
             kind, value = kind_of(entry)
             yield kind, now, value, None
@@ -200,7 +203,7 @@ def _plain_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int)
     seq = 0
     mark = first[1]
     yield source_ord(mark, index, seq), KIND_TIME, mark, 0, None
-    for kind, time, value, tup in itertools.chain([first], items):
+    for kind, time, value, tup in _one_by_one(itertools.chain([first], items)):
         seq += 1
         if time - mark >= time_mark_ns:
             mark = time
@@ -208,6 +211,16 @@ def _plain_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int)
             seq += 1
         data = encode(tup) if kind == KIND_TUPLE else None
         yield source_ord(time, index, seq), kind, time, value, data
+
+
+def _one_by_one(items: Iterator[tuple[int, int, int, Any]]) -> Iterator[tuple[int, int, int, Any]]:
+    for item in items:
+        if item[0] == _TUPLES:
+            time = item[1]
+            for tup in item[3]:
+                yield KIND_TUPLE, time, 0, tup
+        else:
+            yield item
 
 
 def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int, *,
@@ -226,7 +239,38 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
     mark = first[1]
     for lst in entries:
         lst.append([KIND_TIME, mark, 0, seq])
-    for kind, time, value, tup in itertools.chain([first], items):
+    for kind, time, value, payload in itertools.chain([first], items):
+        if kind in (KIND_TUPLE, _TUPLES):
+            tuples = (payload,) if kind == KIND_TUPLE else payload
+            if time - mark >= time_mark_ns:  # before the first tuple (the others share its time)
+                seq += 1
+                mark = time
+                for g, lst in enumerate(entries):
+                    lst.append([KIND_TIME, time, 0, seq])
+                    runs[g] = None
+            n, pos = len(tuples), 0
+            while pos < n:
+                take = min(n - pos, bundle - seq % bundle)  # up to the end of this round
+                for tup in tuples[pos:pos + take]:
+                    seq += 1
+                    g = 0
+                    if key_of is not None:
+                        try:  # `group_of`, its int case inlined: this runs once per source tuple
+                            k = key_of(tup)
+                            g = k % groups if type(k) is int else group_of(k, groups)
+                        except (KeyError, TypeError, IndexError):
+                            g = 0  # no usable key: its window raises (or routes it) in group 0,
+                            # as in the runtime
+                    run = runs[g]
+                    if run is None or run[1] != time:
+                        run = runs[g] = [KIND_TUPLE, time, array("Q"), []]
+                        entries[g].append(run)
+                    run[2].append(seq)
+                    run[3].append(tup)
+                pos += take
+                if seq % bundle == 0:
+                    yield from _bundles(entries, runs, labels, index, last=seq, time=time)
+            continue
         seq += 1
         if time - mark >= time_mark_ns:
             mark = time
@@ -234,24 +278,9 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
                 lst.append([KIND_TIME, time, 0, seq])
                 runs[g] = None
             seq += 1
-        if kind == KIND_TUPLE:
-            g = 0
-            if key_of is not None:
-                try:  # `group_of`, its int case inlined: this runs once per source tuple
-                    k = key_of(tup)
-                    g = k % groups if type(k) is int else group_of(k, groups)
-                except (KeyError, TypeError, IndexError):
-                    g = 0  # no usable key: its window raises (or routes it) in group 0, as in the runtime
-            run = runs[g]
-            if run is None or run[1] != time:
-                run = runs[g] = [KIND_TUPLE, time, array("Q"), []]
-                entries[g].append(run)
-            run[2].append(seq)
-            run[3].append(tup)
-        else:
-            for g, lst in enumerate(entries):
-                lst.append([kind, time, value, seq])
-                runs[g] = None
+        for g, lst in enumerate(entries):
+            lst.append([kind, time, value, seq])
+            runs[g] = None
         if seq % bundle == 0:
             yield from _bundles(entries, runs, labels, index, last=seq, time=time)
     if seq % bundle:
