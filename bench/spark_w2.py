@@ -8,7 +8,7 @@ ms growing by 0-2 ms per reading) go through:
 * **bridge**: a riverbed graph (a source reading the same Parquet files with
   ``event_time="ts"``, `PaneAvg` on ``timeInterval, intervalDuration(10),
   partitioned`` by sensor, a digest sink) deployed in keyed mode: the source
-  in the data-source reader, the window per key group in
+  in a feeder process publishing Parquet files for Spark's file source, the window per key group in
   applyInPandasWithState, the sink in the driver stage;
 * **spark**: the readings, written once to Parquet files of ``--batch`` rows
   (not timed; both engines read them), read with ``maxFilesPerTrigger=1``, ``withWatermark(ts, 0)``,
@@ -53,7 +53,7 @@ READING = Schema(sensor="int64", value="float64", ts="int64")
 
 class ParquetReadings(Source):
     """The readings from the Parquet files Spark's own query reads, file by file, in name order
-    (the data-source reader reads them; nothing is shipped with the graph)."""
+    (the feeder process reads them; nothing is shipped with the graph)."""
 
     replayable = True
 

@@ -172,47 +172,6 @@ def test_operators_after_the_window_that_keep_its_key_share_its_groups() -> None
         host_group(rekeyed, None, (0,), rows, None)
 
 
-class _Broken(Source):
-    replayable = True
-
-    def generate(self) -> Any:
-        for i in range(5000):
-            yield {"v": i}
-        raise RuntimeError("the disk went away at item 5000")
-
-
-def test_a_source_that_fails_while_prefetching_fails_the_next_offset_call(tmp_path: Any) -> None:
-    """The reader produces the next batch in a thread while Spark runs the current one; an error
-    there must reach Spark (the query fails), not end the source early as if it were done."""
-    from riverbed.spark_bridge._source import dump_payload, register
-
-    captured: dict[str, Any] = {}
-
-    class _Registry:
-        def register(self, cls: Any) -> None:
-            captured["source"] = cls
-
-    class _Session:
-        dataSource = _Registry()
-
-    register(_Session())
-    g = Graph("broken")
-    s = g.source("src", _Broken())
-    g.sink("sink", ListSink(), [s])
-    source = captured["source"](options={"payload": dump_payload((g.freeze(), "src", 0, None)),
-                                         "maxRecordsPerBatch": "2000", "spool": str(tmp_path)})
-    reader = source.streamReader(None)
-    limit = reader.getDefaultReadLimit()
-    start = reader.initialOffset()
-    for _ in range(2):  # two batches of 2000; the second starts a prefetch up to 6000 that fails
-        end = reader.latestOffset(start, limit)
-        assert reader.partitions(start, end)
-        start = end
-    reader._ahead.join()
-    with pytest.raises(RuntimeError, match="the disk went away at item 5000"):
-        reader.latestOffset(start, limit)
-
-
 def test_a_source_that_also_feeds_other_operators_is_not_keyed() -> None:
     g = Graph("fork")
     s = g.source("src", ListSource([]))

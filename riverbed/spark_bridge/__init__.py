@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from ._plan import Plan, plan
     from ._session import check_java, spark_session
 
-# Spark starts a fresh Python process to plan a Python data source and another to run it
-# (the bridge's source reader); they import this package to unpickle the source. Loading
-# deployment, the checkpoint store and the planner only on first use keeps those imports
-# (paid at every query start) to what the reader needs.
+# Every query start runs each graph source in a fresh Python process (`_feeder`), and Spark
+# starts fresh worker processes for the keyed stage; they import this package to unpickle
+# the graph. Loading deployment, the checkpoint store and the planner only on first use keeps
+# those imports (paid at every query start) to what they need.
 _LAZY = {
     "Deployment": "._deploy", "deploy": "._deploy",
     "SparkInput": "._inputs", "mqtt_input": "._inputs", "rate_input": "._inputs",

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,12 +15,13 @@ from typing import Any
 from ..graph import FrozenGraph, Graph
 from ._driver import DriverStage, log_dir, stage_dir
 from ._errors import TranslationError
+from ._feeder import SourceFeeder
 from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, STATE_DDL, Hosted, group_function, make_router, spread_labels
 from ._pipeline import PipelinedStage
 from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
-from ._source import BUNDLE_ITEMS, SOURCE_FORMAT, dump_payload, register, route_of
+from ._source import BUNDLE_ITEMS, dump_payload, route_of
 
 __all__ = ["Deployment", "deploy", "keyed_stages"]
 
@@ -35,24 +37,36 @@ class Deployment:
     checkpoint: str
     pipeline: PipelinedStage
     temporary: bool = False  # the checkpoint is a temporary directory, removed at the end
+    feeders: tuple[SourceFeeder, ...] = ()
 
     def await_termination(self, timeout: float | None = None) -> bool:
-        """Wait for the query (an ``availableNow`` query ends when its sources did); re-raise
-        what failed in it."""
+        """Wait for the query (with ``available_now`` it stops once its sources ended and
+        every row went through); re-raise what failed in it, or in a source."""
         try:
             if timeout is None:
                 self.query.awaitTermination()
-                return True
-            return bool(self.query.awaitTermination(timeout))
+            elif not self.query.awaitTermination(timeout):
+                return False
+            self._raise_source_error()
+            return True
         finally:
             if not self.query.isActive:
                 self._finish()
 
     def stop(self) -> None:
+        for feeder in self.feeders:
+            feeder.stop()
         self.query.stop()
         self._finish()
 
+    def _raise_source_error(self) -> None:
+        for feeder in self.feeders:
+            if feeder.error is not None:
+                raise feeder.error
+
     def _finish(self) -> None:
+        for feeder in self.feeders:
+            feeder.stop()
         try:
             self.pipeline.close()
         finally:
@@ -119,19 +133,37 @@ def _key_groups(checkpoint: str, saved: dict[str, Any] | None, asked: int, group
 SLOW_START = 8  # a run's first micro-batch is this many times smaller than the others
 
 
-def _source_frame(spark: Any, graph: FrozenGraph, name: str, index: int, *, max_rows: int,
-                  spool: str, route: Any = None, round_rows: int = 1) -> Any:
-    """The source as a stream of rows, at most ``max_rows`` a micro-batch, cut at multiples of
-    ``round_rows``. The first micro-batch of a run is smaller (`SLOW_START`): Spark waits for
-    it before it plans the query, and the source makes the next while Spark runs it."""
+def _source_frame(spark: Any, graph: FrozenGraph, sources: list[tuple[str, int]], *, max_rows: int,
+                  spool: str, feeders: list[SourceFeeder], route: Any = None, round_rows: int = 1,
+                  stream_column: bool = False) -> Any:
+    """The graph's ``sources`` (name, index) as one stream of rows, at most ``max_rows`` of each
+    a micro-batch, cut at multiples of ``round_rows`` (see `SourceFeeder`; the feeder is added
+    to ``feeders``, not started). The first micro-batch of a run is smaller (`SLOW_START`):
+    the query starts on it while the sources make the next. With ``stream_column`` the rows
+    of source ``index`` have ``stream = index``."""
     first = max(1, max_rows // round_rows // SLOW_START) * round_rows
-    return (spark.readStream.format(SOURCE_FORMAT)
-            .option("firstRecordsPerBatch", str(first))
-            .option("payload", dump_payload((graph, name, index, route)))
-            .option("spool", os.path.join(spool, f"riverbed-source-{index}"))
-            .option("ddl", ROW_DDL if route is None else ROUTED_DDL)
-            .option("maxRecordsPerBatch", str(max_rows))
-            .load())
+    directory = os.path.join(spool, f"riverbed-source-{sources[0][1]}")
+    feeder = SourceFeeder([dump_payload((graph, name, index, route)) for name, index in sources],
+                          directory, ROW_DDL if route is None else ROUTED_DDL, first=first,
+                          size=max_rows, name=",".join(name for name, _ in sources),
+                          streams=[index for _, index in sources] if stream_column else None)
+    feeders.append(feeder)
+    os.makedirs(directory, exist_ok=True)  # Spark checks the path exists when the frame is made
+    return (spark.readStream.schema(feeder.ddl).option("maxFilesPerTrigger", 1)
+            .option("cleanSource", "delete").parquet(directory))
+
+
+def _stop_when_done(query: Any, feeders: list[SourceFeeder]) -> None:
+    """``available_now``: once every source ended, let the query take what they published,
+    then stop it (Spark's file source has no end of its own)."""
+    for feeder in feeders:
+        feeder.finished.wait()
+    if all(f.error is None for f in feeders):
+        try:
+            query.processAllAvailable()
+        except Exception:  # the query failed; `await_termination` raises its error
+            return
+    query.stop()
 
 
 def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", checkpoint: str | None = None,
@@ -174,14 +206,18 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
     inputs = dict(inputs or {})
     p = plan(frozen, mode, groups=n_groups, inputs=set(inputs))
     os.makedirs(checkpoint, exist_ok=True)
-    register(spark)
+    feeders: list[SourceFeeder] = []
     if p.mode == "driver":
-        frames = [inputs[name].rows(i) if name in inputs else
-                  _source_frame(spark, frozen, name, i, max_rows=max_records_per_batch, spool=checkpoint)
-                  for i, name in enumerate(p.sources)]
-        df = frames[0].withColumn("stream", F.lit(0))
-        for i, f in enumerate(frames[1:], start=1):
-            df = df.unionByName(f.withColumn("stream", F.lit(i)))
+        # The graph's own sources share one feeder, so each batch holds a share of every one.
+        own = [(name, i) for i, name in enumerate(p.sources) if name not in inputs]
+        frames = [inputs[name].rows(i).withColumn("stream", F.lit(i))
+                  for i, name in enumerate(p.sources) if name in inputs]
+        if own:
+            frames.append(_source_frame(spark, frozen, own, max_rows=max_records_per_batch,
+                                        spool=checkpoint, feeders=feeders, stream_column=True))
+        df = frames[0]
+        for f in frames[1:]:
+            df = df.unionByName(f)
         df = df.withColumn("chan", F.lit(0))
         streams = [(name, 0) for name in p.sources]
         stage = DriverStage(frozen, [*inputs, *p.driver], streams, [1] * len(streams),
@@ -192,28 +228,49 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
         if p.pre_chain:  # the stateless chain runs first, then routes its output
             router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
                                  labels=labels)
-            source = _source_frame(spark, frozen, p.sources[0], 0, max_rows=max_records_per_batch,
-                                   spool=checkpoint)
+            source = _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=max_records_per_batch,
+                                   spool=checkpoint, feeders=feeders)
             routed = source.mapInPandas(router, ROUTED_DDL)
         else:  # the source routes its rows itself, in bundles: about max_records items a batch
             size = min(BUNDLE_ITEMS, max_records_per_batch)
             rounds = max(1, max_records_per_batch // size)
-            routed = _source_frame(spark, frozen, p.sources[0], 0, max_rows=rounds * p.groups,
-                                   spool=checkpoint, round_rows=p.groups,
+            routed = _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=rounds * p.groups,
+                                   spool=checkpoint, feeders=feeders, round_rows=p.groups,
                                    route=route_of(frozen, p.keyed, p.groups, size, labels))
         hosted, stage = keyed_stages(frozen, p, labels, stage_dir(checkpoint))
         df = routed.groupBy("grp").applyInPandasWithState(
             group_function(_Fixed(hosted), bundle_output=True), KEYED_OUT_DDL, STATE_DDL, "append",
             "NoTimeout")
     pipeline = PipelinedStage(stage, log_dir(checkpoint))
-    writer = (df.writeStream.foreachBatch(pipeline.process)
+
+    def on_batch(batch: Any, batch_id: int) -> None:
+        try:
+            pipeline.process(batch, batch_id)
+        finally:
+            for feeder in feeders:
+                feeder.batch_done()
+
+    writer = (df.writeStream.foreachBatch(on_batch)
               .option("checkpointLocation", os.path.join(checkpoint, "spark"))
               .queryName(f"riverbed-{frozen.name}"))
-    writer = writer.trigger(availableNow=True) if available_now else \
-        writer.trigger(processingTime=processing_time or "1 second")
+    if available_now and feeders:
+        # Not Spark's availableNow: that trigger reads only the files present when the query
+        # starts, and the feeders publish while it runs (`_stop_when_done` ends it).
+        writer = writer.trigger(processingTime="0 seconds")
+    elif available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=processing_time or "1 second")
     try:
+        for feeder in feeders:
+            feeder.start()
         query = writer.start()
     except BaseException:
+        for feeder in feeders:
+            feeder.stop()
         pipeline.close()
         raise
-    return Deployment(p, query, stage, checkpoint, pipeline, temporary)
+    if available_now and feeders:
+        threading.Thread(target=_stop_when_done, args=(query, feeders), daemon=True,
+                         name="riverbed-stop-when-done").start()
+    return Deployment(p, query, stage, checkpoint, pipeline, temporary, tuple(feeders))

@@ -2,7 +2,7 @@
 
 Two shapes are exact:
 
-- **driver**: every source is a riverbed data source; all other operators run
+- **driver**: every source runs in a feeder process (`_feeder`); all other operators run
   in the driver, per micro-batch (``foreachBatch``), with their state stored
   under the query's checkpoint by batch id. Any graph whose sources the
   bridge can host runs this way, unchanged: it is the reference.
@@ -56,7 +56,7 @@ class Plan:
 
 
 def _refuse_source(op: OperatorDef) -> str | None:
-    """Why source ``op`` cannot run as a riverbed data source (None: it can)."""
+    """Why source ``op`` cannot run in a feeder process for Spark (None: it can)."""
     src = op.operator
     cls = type(src).__name__
     if cls == "MQTTSource":
@@ -120,8 +120,9 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
             raise TranslationError(op.name, "not a riverbed Source")
     p = Plan(graph, "driver", sources)
     for name in sources:
-        p.notes[name] = ("riverbed data source: the source runs in the driver on a virtual clock; "
-                         "each item stamped with its time, order and watermark")
+        p.notes[name] = ("riverbed source: runs in a feeder process on a virtual clock, each item "
+                         "stamped with its time, order and watermark, published as Parquet files "
+                         "that Spark's file source reads")
     for name in inputs:
         p.notes[name] = ("a Spark stream (SparkInput): rows turned into tuples in Spark's tasks, "
                          "submitted by this source in the driver stage in the stream's order")

@@ -1,16 +1,16 @@
-"""A riverbed source as a Spark streaming source (PySpark's Python Data Source API).
+"""A riverbed source's output as rows for Spark.
 
-The source operator runs in the driver's reader process, inside a one-source
-job on a virtual clock: a simulated or file source's own pacing
-(``sleep_until``) becomes the time stamped on its items, and its watermarks
-(SPL E26, lag and minimum gap) are computed by the runtime's own code. What
-it emits is served to Spark in micro-batches whose offsets count items, so a
-batch holds the same items, with the same times, every time it is read.
+The source operator runs inside a one-source job on a virtual clock: a
+simulated or file source's own pacing (``sleep_until``) becomes the time
+stamped on its items, and its watermarks (SPL E26, lag and minimum gap) are
+computed by the runtime's own code. `source_rows` turns what it emits into
+rows (`_rows`), routed to key groups in bundles where the query is keyed;
+`_feeder` publishes them for Spark's file source.
 
-After a restart the reader has no cache: a replayed batch is produced again
-by running a fresh copy of the source from the start and skipping what came
-before, which is exact because a source the bridge accepts is deterministic
-(the plan refuses sources that wait on the outside world).
+The rows are the same every time the source is run, because a source the
+bridge accepts is deterministic (the plan refuses sources that wait on the
+outside world): after a restart the feeder runs a fresh copy and skips what
+it had published.
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ from __future__ import annotations
 import base64
 import itertools
 import operator
-import os
 import queue
-import sys
 import threading
 from array import array
 from collections.abc import Callable, Iterator
@@ -37,17 +35,14 @@ from ._rows import (
     KIND_TUPLE,
     KIND_WATERMARK,
     KIND_WINDOW,
-    ROW_DDL,
     encode,
     kind_of,
     pack_seqs,
     source_ord,
 )
 
-__all__ = ["SOURCE_FORMAT", "SourceItems", "dump_payload", "load_payload", "source_rows"]
+__all__ = ["SourceItems", "arrow_batch", "dump_payload", "load_payload", "source_rows"]
 
-SOURCE_FORMAT = "riverbed_source"
-SWITCH_INTERVAL_S = 0.0005  # in the reader's process while its prefetch thread runs
 BUNDLE_ITEMS = 4096  # source items per round of bundles (one bundle row per key group a round)
 _END = object()
 # An item holding a list of tuples submitted at one time (generated sources hand over whole
@@ -316,198 +311,3 @@ def arrow_batch(rows: list[tuple[Any, ...]], ddl: str) -> Any:
     arrays = [pa.array(col, type=getattr(pa, _ARROW_TYPES[t.upper()])())
               for col, (_, t) in zip(columns, fields, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, names=[n for n, _ in fields])
-
-
-def write_spool(path: str, batch: Any) -> None:
-    """One micro-batch's rows as an Arrow file, written whole or not at all: executors map it
-    instead of unpickling rows, and a replay after a restart reads it instead of regenerating."""
-    import pyarrow as pa
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"  # the reader and its thread may race
-    with pa.OSFile(tmp, "wb") as f, pa.ipc.new_file(f, batch.schema) as writer:
-        writer.write_batch(batch)
-    os.replace(tmp, path)
-
-
-def register(spark: Any) -> None:
-    """Register the data source with a session (once per session is enough)."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
-
-    class _Partition(InputPartition):
-        def __init__(self, start: int, end: int, rows: list[Any] | None, path: str | None) -> None:
-            super().__init__(None)
-            self.start, self.end, self.rows, self.path = start, end, rows, path
-
-    class _Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-        def __init__(self, options: dict[str, str]) -> None:
-            self.options = options
-            self._rows: Iterator[Any] | None = None  # created lazily, in the driver
-            self._cache: dict[int, Any] = {}
-            self._read = 0  # rows pulled from the source so far
-            self._low = 0  # rows below this one were committed and left the cache
-            self._done = False
-            self._target: int | None = None
-            lowered = {k.lower(): v for k, v in options.items()}  # Spark may lower-case option names
-            self._max = int(lowered.get("maxrecordsperbatch", "100000"))
-            self._first = int(lowered.get("firstrecordsperbatch", "0"))  # once, then _max
-            self._lock = threading.Lock()
-            self._ahead: threading.Thread | None = None
-            self._failed: BaseException | None = None
-
-        def __getstate__(self) -> dict[str, Any]:
-            return {"options": self.options, "_rows": None, "_cache": {}, "_read": 0, "_low": 0,
-                    "_done": False, "_target": None, "_max": self._max, "_first": self._first, "_ahead": None,
-                    "_failed": None}
-
-        def __setstate__(self, state: dict[str, Any]) -> None:
-            self.__dict__.update(state)
-            self._lock = threading.Lock()
-
-        def _produce(self) -> Iterator[Any]:
-            """The rows from the start: the source's, or a fixed list (``rows``: the trace host)."""
-            if "rows" in self.options:
-                return iter(load_payload(self.options["rows"]))
-            graph, name, index, route = load_payload(self.options["payload"])
-            return source_rows(graph, name, index, route=route)
-
-        def _pull(self, upto: int) -> None:
-            with self._lock:
-                if self._failed is not None:
-                    raise self._failed  # the prefetch thread's error, in Spark's call
-                try:
-                    self._pull_locked(upto)
-                except BaseException as exc:
-                    self._failed = exc
-                    raise
-
-        def _prefetch_run(self, lo: int, upto: int) -> None:
-            try:
-                self._pull(upto)
-                self._spool_ahead(lo, upto)
-            except BaseException:  # kept in _failed: raised by the next offset or plan call
-                return
-
-        def _prefetch(self, lo: int, upto: int) -> None:
-            """Produce (and spool) the next batch, ``lo`` to ``upto``, while Spark runs this one:
-            the reader idles then, and the planning of that batch finds it written."""
-            if self._done or (self._ahead is not None and self._ahead.is_alive()):
-                return
-            # Spark's calls (offsets, planning, commit) come in on this process's main thread,
-            # which needs the GIL back from the busy prefetch thread at every socket read and
-            # write: with the default 5 ms switch interval each call waited tens of ms.
-            sys.setswitchinterval(SWITCH_INTERVAL_S)
-            self._ahead = threading.Thread(target=self._prefetch_run, args=(lo, upto), daemon=True,
-                                           name="riverbed-source-prefetch")
-            self._ahead.start()
-
-        def _batch(self, rows: list[Any]) -> Any:
-            """Rows as an Arrow record batch of this source's row format."""
-            return arrow_batch(rows, str(self.options.get("ddl", ROW_DDL)))
-
-        def _spool_path(self, lo: int, hi: int) -> str | None:
-            spool = self.options.get("spool")
-            return None if spool is None else os.path.join(spool, f"{lo:020d}-{hi:020d}.arrow")
-
-        def _spool_ahead(self, lo: int, upto: int) -> None:
-            """Spool the batch Spark will ask for next if it asks for all it may (the usual
-            case); any other cut is spooled when asked for, and this file is never read."""
-            with self._lock:
-                hi = min(upto, self._read)
-                if lo >= hi or lo not in self._cache:
-                    return
-                rows = [self._cache[i] for i in range(lo, hi)]
-            path = self._spool_path(lo, hi)
-            if path is not None and not os.path.exists(path):
-                write_spool(path, self._batch(rows))
-
-        def _pull_locked(self, upto: int) -> None:
-            if self._rows is None:
-                self._rows = self._produce()
-            while self._read < upto and not self._done:
-                row = next(self._rows, None)
-                if row is None:
-                    self._done = True
-                    break
-                self._cache[self._read] = row
-                self._read += 1
-
-        def initialOffset(self) -> dict[str, int]:
-            self._prefetch(0, self._first or self._max)  # the first batch, while Spark plans the query
-            return {"n": 0}
-
-        def getDefaultReadLimit(self) -> Any:
-            from pyspark.sql.streaming.datasource import ReadMaxRows
-
-            return ReadMaxRows(self._max)
-
-        def prepareForTriggerAvailableNow(self) -> None:
-            # The source is finite and fixed (replayable): what it will produce is what is
-            # available now, so it is pulled batch by batch, not all up front.
-            self._target = None
-
-        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
-            begin = int(start["n"])
-            want = 1 << 62 if isinstance(limit, ReadAllAvailable) else begin + int(limit.max_rows)
-            if self._first:
-                want, self._first = min(want, begin + self._first), 0
-            if self._target is not None:
-                want = min(want, self._target)
-            self._pull(max(want, begin))
-            return {"n": max(begin, min(want, self._read))}
-
-        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
-            lo, hi = int(start["n"]), int(end["n"])
-            if lo >= hi:
-                return []
-            path = self._spool_path(lo, hi)
-            self._prefetch(hi, hi + self._max)
-            if path is not None and os.path.exists(path):
-                return [_Partition(lo, hi, None, path)]  # spooled ahead, or a replay
-            if lo in self._cache and hi - 1 in self._cache:
-                rows = [self._cache[i] for i in range(lo, hi)]
-            else:
-                rows = None  # a replay after a restart: produced again where it is read
-            if path is None or rows is None:
-                return [_Partition(lo, hi, rows, None)]
-            write_spool(path, self._batch(rows))
-            return [_Partition(lo, hi, None, path)]
-
-        def read(self, partition: Any) -> Iterator[Any]:
-            if partition.path is not None:
-                import pyarrow as pa
-
-                with pa.OSFile(partition.path, "rb") as f:
-                    yield from pa.ipc.open_file(f).read_all().to_batches()
-                return
-            rows = partition.rows
-            if rows is None:
-                rows = list(itertools.islice(self._produce(), partition.start, partition.end))
-            yield self._batch(rows)
-
-        def commit(self, end: dict[str, int]) -> None:
-            done = int(end["n"])
-            # Not under the lock, which the prefetch thread holds while it makes a whole batch:
-            # keys are consecutive, and a single pop is atomic.
-            for i in range(self._low, done):
-                self._cache.pop(i, None)
-            self._low = max(self._low, done)
-            spool = self.options.get("spool")
-            if spool is not None and os.path.isdir(spool):
-                for name in os.listdir(spool):  # batches Spark committed are never read again
-                    if name.endswith(".arrow") and int(name.split("-")[1].split(".")[0]) <= done:
-                        os.unlink(os.path.join(spool, name))
-
-    class RiverbedSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return SOURCE_FORMAT
-
-        def schema(self) -> str:
-            return str(self.options.get("ddl", ROW_DDL))
-
-        def streamReader(self, schema: Any) -> Any:
-            return _Reader(dict(self.options))
-
-    spark.dataSource.register(RiverbedSource)

@@ -17,7 +17,9 @@ group's host applies between items, as the runtime trace host does.
 from __future__ import annotations
 
 import json
+import os
 import struct
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +28,7 @@ from ..runtime._sync import SyncGraph
 from ..testing import ListSink, ListSource
 from ..trace import TraceError, _event_seconds_to_ns, _Replay, _seconds_to_ns, _tuple_of, case_window
 from ..windows import EVENT_TIME_MAX, StreamWindowEvent, TimeIntervalSpec
+from ._feeder import publish_rows
 from ._keyed import KEYED_OUT_DDL, STATE_DDL, Hosted, group_function, group_of
 from ._plan import plan
 from ._rows import (
@@ -39,7 +42,6 @@ from ._rows import (
     encode,
     source_ord,
 )
-from ._source import dump_payload, register
 
 __all__ = ["run_cases_on_spark"]
 
@@ -196,9 +198,15 @@ def run_cases_on_spark(cases: Sequence[Mapping[str, Any]], flavor: str = "java",
 
     session = spark or spark_session()
     graphs, rows = _cases_as_rows(cases, flavor)
-    register(session)
-    df = (session.readStream.format("riverbed_source").option("rows", dump_payload(rows))
-          .option("ddl", CASE_DDL).option("maxRecordsPerBatch", str(rows_per_batch)).load())
+    with tempfile.TemporaryDirectory(prefix="riverbed-trace-") as tmp:
+        return _replay(session, graphs, rows, tmp, rows_per_batch=rows_per_batch, n_cases=len(cases))
+
+
+def _replay(session: Any, graphs: Any, rows: list[Any], tmp: str, *, rows_per_batch: int,
+            n_cases: int) -> list[list[dict[str, Any]]]:
+    spool = os.path.join(tmp, "rows")
+    publish_rows(spool, CASE_DDL, rows, rows_per_batch)
+    df = session.readStream.schema(CASE_DDL).option("maxFilesPerTrigger", 1).parquet(spool)
     out = df.groupBy("case", "grp").applyInPandasWithState(
         group_function(_ByCase(graphs), _Hooks(), ["case"], timer_order=False),
         KEYED_OUT_DDL + ", case INT", STATE_DDL, "append", "NoTimeout")
@@ -209,13 +217,10 @@ def run_cases_on_spark(cases: Sequence[Mapping[str, Any]], flavor: str = "java",
         cols = [t.column(c).to_pylist() for c in ("case", "ord", "chan", "kind", "data")]
         collected[batch_id] = list(zip(*cols, strict=True))
 
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="riverbed-trace-") as tmp:
-        query = (out.writeStream.foreachBatch(collect).option("checkpointLocation", tmp)
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
-    results: list[list[tuple[bytes, int, dict[str, Any]]]] = [[] for _ in cases]
+    query = (out.writeStream.foreachBatch(collect).option("checkpointLocation", os.path.join(tmp, "spark"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    results: list[list[tuple[bytes, int, dict[str, Any]]]] = [[] for _ in range(n_cases)]
     for batch_rows in collected.values():
         for case, ord_, chan, kind, data in batch_rows:
             if kind == KIND_TUPLE:

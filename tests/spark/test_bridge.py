@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from riverbed.graph import FrozenGraph, Graph
+from riverbed.graph import FrozenGraph, Graph, Source
 from riverbed.operators import Aggregate, Count, FileSink, Filter, Functor, Sum
 from riverbed.run import load_graph
 from riverbed.runtime import VirtualClock, run_graph
@@ -187,6 +187,31 @@ def test_refusals_name_the_operator_and_why(spark: Any) -> None:
                [w1.window("tumbling, count(2), partitioned", partition_by="j")])
     with pytest.raises(TranslationError, match=r"operator 'w2': cannot run keyed: 2 windowed operators"):
         deploy(g, spark, mode="keyed")
+
+
+class _Broken(Source):
+    replayable = True
+
+    def generate(self) -> Any:
+        for i in range(3000):
+            yield {"k": i % 4, "v": i}
+        raise RuntimeError("the disk went away at item 3000")
+
+
+@pytest.mark.parametrize("mode", ["keyed", "driver"])
+def test_a_source_that_fails_fails_the_deployment_with_its_error(spark: Any, tmp_path: Path,
+                                                                  mode: str) -> None:
+    """The source runs in a process of its own (`SourceFeeder`); its exception is what the
+    driver raises, and the query is stopped."""
+    g = Graph("broken")
+    s = g.source("src", _Broken())
+    agg = g.operator("agg", Aggregate({"n": Count()}, copy=("k",)),
+                     [s.window("tumbling, count(100), partitioned", partition_by="k")])
+    g.sink("sink", ListSink(), [agg])
+    d = deploy(g, spark, mode=mode, checkpoint=str(tmp_path / "ck"), max_records_per_batch=1000)
+    with pytest.raises(RuntimeError, match="the disk went away at item 3000"):
+        d.await_termination()
+    assert not d.query.isActive
 
 
 def test_the_cli_runs_a_graph_script_on_spark(tmp_path: Path) -> None:
