@@ -37,7 +37,8 @@ from .runtime import (
     serve_metrics,
 )
 
-__all__ = ["EXIT_ABORTED", "EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "load_graph", "parse_params", "run"]
+__all__ = ["EXIT_ABORTED", "EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "load_graph", "load_script",
+           "parse_params", "run"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_ABORTED = 0, 1, 2, 3
 
@@ -62,6 +63,12 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
 
 def load_graph(script: str | Path, params: dict[str, Any]) -> FrozenGraph:
     """Run the script and freeze the graph it builds."""
+    return load_script(script, params)[0]
+
+
+def load_script(script: str | Path, params: dict[str, Any]) -> tuple[FrozenGraph, dict[str, Any]]:
+    """Run the script; the graph it builds, frozen, and the script's namespace (for the hooks
+    other hosts look for, such as ``spark_inputs``)."""
     path = Path(script)
     if not path.is_file():
         raise ScriptError(f"{path}: no such graph script")
@@ -84,9 +91,9 @@ def load_graph(script: str | Path, params: dict[str, Any]) -> FrozenGraph:
     else:
         graph = namespace.get("graph")
     if isinstance(graph, Graph):
-        return graph.freeze()
+        return graph.freeze(), namespace
     if isinstance(graph, FrozenGraph):
-        return graph
+        return graph, namespace
     raise ScriptError(f"{path}: define build(params) returning a riverbed Graph, or a module-level "
                       f"'graph'; got {type(graph).__name__}")
 

@@ -18,6 +18,7 @@ from ._keyed import KeyGroupError
 if TYPE_CHECKING:
     from ._deploy import Deployment, deploy
     from ._inputs import SparkInput, mqtt_input, rate_input
+    from ._outputs import SparkOutput, spark_ddl
     from ._plan import Plan, plan
     from ._session import check_java, spark_session
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "Deployment": "._deploy", "deploy": "._deploy",
     "SparkInput": "._inputs", "mqtt_input": "._inputs", "rate_input": "._inputs",
+    "SparkOutput": "._outputs", "spark_ddl": "._outputs",
     "Plan": "._plan", "plan": "._plan",
     "check_java": "._session", "spark_session": "._session",
 }
@@ -47,6 +49,7 @@ __all__ = [
     "KeyGroupError",
     "Plan",
     "SparkInput",
+    "SparkOutput",
     "SparkSetupError",
     "TranslationError",
     "check_java",
@@ -54,5 +57,6 @@ __all__ = [
     "mqtt_input",
     "plan",
     "rate_input",
+    "spark_ddl",
     "spark_session",
 ]

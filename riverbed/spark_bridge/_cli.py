@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..graph import GraphError, GraphValidationError
-from ..run import EXIT_FAILED, EXIT_INVALID, EXIT_OK, ScriptError, load_graph, parse_params
+from ..run import EXIT_FAILED, EXIT_INVALID, EXIT_OK, ScriptError, load_script, parse_params
 from ._errors import SparkSetupError, TranslationError
+from ._inputs import SparkInput
+from ._outputs import SparkOutput, with_outputs
 from ._plan import plan
 
 __all__ = ["EXIT_NO_SPARK", "spark_command"]
@@ -25,12 +27,22 @@ EXIT_NO_SPARK = 3
 def spark_command(action: str, script: str, *, params: Sequence[str] = (), master: str = "local[2]",
                   checkpoint: str | None = None, mode: str = "auto", trigger: str | None = None,
                   max_records: int = 100_000, echo: Any = print) -> int:
+    """The script may define ``spark_outputs(params)``, sinks to replace by Spark's writers
+    (name -> `SparkOutput`), and ``spark_inputs(spark, params)``, sources to replace by Spark
+    streams (name -> `SparkInput`); the graph itself stays what ``riverbed run`` runs. With
+    ``spark_inputs``, even ``explain`` starts Spark: the inputs are Spark streams."""
     try:
-        graph = load_graph(script, parse_params(params))
-        if action == "explain":
-            echo(plan(graph, mode).explain())  # type: ignore[arg-type]
-            return EXIT_OK
-        plan(graph, mode)  # type: ignore[arg-type]  # refuse before starting Spark
+        parsed = parse_params(params)
+        graph, namespace = load_script(script, parsed)
+        outputs = _hook(namespace, "spark_outputs", SparkOutput, parsed)
+        if outputs:
+            graph = with_outputs(graph, outputs)
+        make_inputs = namespace.get("spark_inputs")
+        if make_inputs is None:
+            p = plan(graph, mode)  # type: ignore[arg-type]  # refuse before starting Spark
+            if action == "explain":
+                echo(p.explain())
+                return EXIT_OK
     except (ScriptError, GraphValidationError, GraphError) as exc:
         print(f"riverbed spark: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -43,10 +55,14 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
         print(f"riverbed spark: {exc}", file=sys.stderr)
         return EXIT_NO_SPARK
     try:
+        inputs = _hook(namespace, "spark_inputs", SparkInput, spark, parsed) if make_inputs else {}
+        if action == "explain":
+            echo(plan(graph, mode, inputs=set(inputs)).explain())  # type: ignore[arg-type]
+            return EXIT_OK
         d = deploy(graph, spark, mode=mode, checkpoint=checkpoint,  # type: ignore[arg-type]
                    available_now=trigger is None, processing_time=trigger,
-                   max_records_per_batch=max_records)
-    except TranslationError as exc:
+                   max_records_per_batch=max_records, inputs=inputs)
+    except (ScriptError, TranslationError) as exc:
         print(f"riverbed spark: {exc}", file=sys.stderr)
         return EXIT_INVALID
     echo(d.plan.explain())
@@ -73,3 +89,19 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
             signal.signal(sig, handler)
     echo(f"done: {d.stage.batches} micro-batches, {d.stage.rows} rows into the driver stage")
     return EXIT_OK
+
+
+def _hook(namespace: dict[str, Any], name: str, kind: type, *args: Any) -> dict[str, Any]:
+    """Call the script's hook ``name`` if it has one: a mapping of operator names to ``kind``."""
+    hook = namespace.get(name)
+    if hook is None:
+        return {}
+    try:
+        found = hook(*args)
+    except Exception as exc:
+        raise ScriptError(f"{name}() failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(found, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, kind) for k, v in found.items()):
+        raise ScriptError(f"{name}() must return a dict of operator names to {kind.__name__}, "
+                          f"got {found!r}")
+    return dict(found)

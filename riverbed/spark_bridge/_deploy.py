@@ -18,6 +18,7 @@ from ._errors import TranslationError
 from ._feeder import SourceFeeder
 from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, STATE_DDL, Hosted, group_function, make_router, spread_labels
+from ._outputs import SparkOutput, with_outputs
 from ._pipeline import PipelinedStage
 from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
@@ -169,7 +170,8 @@ def _stop_when_done(query: Any, feeders: list[SourceFeeder]) -> None:
 def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", checkpoint: str | None = None,
            available_now: bool = True, processing_time: str | None = None,
            max_records_per_batch: int = 100_000, groups: int | None = None,
-           inputs: Mapping[str, SparkInput] | None = None) -> Deployment:
+           inputs: Mapping[str, SparkInput] | None = None,
+           outputs: Mapping[str, SparkOutput] | None = None) -> Deployment:
     """Start ``graph`` on ``spark``; returns at once (see `Deployment.await_termination`).
 
     ``checkpoint`` is the query's checkpointLocation (a fresh temporary one if
@@ -180,9 +182,12 @@ def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", check
     ``max_records_per_batch`` items); otherwise the query keeps running with
     ``processing_time`` triggers (for example ``"1 second"``).
     ``inputs`` replaces sources by Spark streams (`SparkInput`, e.g.
-    `mqtt_input`); such a graph runs in driver mode.
+    `mqtt_input`); such a graph runs in driver mode. ``outputs`` replaces sinks by Spark's
+    writers (`SparkOutput`), written once per committed micro-batch.
     """
     frozen = graph.freeze() if isinstance(graph, Graph) else graph
+    if outputs:
+        frozen = with_outputs(frozen, outputs)
     start = functools.partial(_deploy, frozen, spark, mode=mode, available_now=available_now,
                               processing_time=processing_time, groups=groups, inputs=inputs,
                               max_records_per_batch=max_records_per_batch)

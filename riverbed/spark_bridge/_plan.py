@@ -27,6 +27,7 @@ from typing import Literal
 from ..graph import FrozenGraph, InputPort, Operator, OperatorDef, Source
 from ..windows import TimeIntervalSpec, WindowSpec
 from ._errors import TranslationError
+from ._outputs import SparkWriter
 
 __all__ = ["Plan", "plan"]
 
@@ -145,6 +146,10 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
         window = "; windows " + ", ".join(repr(_describe_window(i.window)) for i in op.inputs if i.windowed) \
             if any(i.windowed for i in op.inputs) else ""
         p.notes[name] = f"driver stage (foreachBatch; state stored per batch id){window}"
+        if isinstance(op.operator, SparkWriter):
+            out = op.operator.output
+            p.notes[name] += (f"; Spark's {out.format} writer (SparkOutput): each commit's tuples "
+                              f"to {out.path}/commit=<n>, rows {op.operator.ddl}")
     return p
 
 

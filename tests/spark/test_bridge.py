@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from riverbed.graph import FrozenGraph, Graph, Source
+from riverbed.graph import FrozenGraph, Graph, Operator, Schema, Source
 from riverbed.operators import Aggregate, Count, FileSink, Filter, Functor, Sum
 from riverbed.run import load_graph
 from riverbed.runtime import VirtualClock, run_graph
-from riverbed.spark_bridge import TranslationError
+from riverbed.spark_bridge import SparkOutput, TranslationError
 from riverbed.spark_bridge._deploy import deploy
 from riverbed.spark_bridge._trace import run_cases_on_spark
 from riverbed.testing import ListSink, ListSource
@@ -126,13 +126,14 @@ class _CrashOnce:
         return t["v"] * 3
 
 
-def _crash_graph(out: Path, flag: Path) -> Graph:
+def _crash_graph(out: Path, flag: Path, sink: Operator | None = None) -> Graph:
     g = Graph("restart")
     src = g.source("src", ListSource([{"k": f"k{i % 5}", "v": i} for i in range(1000)]))
     tripled = g.operator("triple", Functor(output={"v": _CrashOnce(flag, 640)}), [src])
     agg = g.operator("agg", Aggregate({"s": Sum("v"), "n": Count()}, copy=("k",)),
-                     [tripled.window("sliding, count(5), count(2), partitioned", partition_by="k")])
-    g.sink("file", FileSink(str(out), format="csv"), [agg])
+                     [tripled.window("sliding, count(5), count(2), partitioned", partition_by="k")],
+                     outputs=[Schema(k="rstring", s="int64", n="int64")])
+    g.sink("file", sink or FileSink(str(out), format="csv"), [agg])
     return g
 
 
@@ -153,6 +154,38 @@ def test_a_query_that_failed_mid_stream_resumes_from_its_checkpoint(spark: Any, 
     second = deploy(_crash_graph(out, flag), spark, checkpoint=ck, max_records_per_batch=100)
     second.await_termination()
     assert out.read_text() == ref.read_text()
+
+
+def _written(spark: Any, path: Path) -> tuple[list[int], list[dict[str, Any]]]:
+    """The commit numbers a SparkOutput wrote under ``path``, and their rows in commit order."""
+    commits = sorted(int(p.name.removeprefix("commit=")) for p in path.iterdir()
+                     if p.name.startswith("commit="))
+    rows = [r.asDict() for n in commits for r in spark.read.parquet(str(path / f"commit={n}")).collect()]
+    return commits, rows
+
+
+def test_spark_writes_a_sink_stream_once_per_commit_across_a_crash(spark: Any, tmp_path: Path) -> None:
+    """A SparkOutput in place of the sink: Spark's parquet writer, one directory per commit.
+    After a crash mid-stream and a restart, the commits hold the runtime's tuples in order,
+    none twice, none missing."""
+    expected = [t for t in _runtime_items(_crash_graph(tmp_path / "unused", tmp_path / "no-flag", ListSink()),
+                                          "file") if isinstance(t, dict)]
+    flag, ck, path = tmp_path / "flag", str(tmp_path / "ck"), tmp_path / "pq"
+    flag.touch()
+    outputs = {"file": SparkOutput(str(path))}
+    first = deploy(_crash_graph(tmp_path / "unused", flag), spark, checkpoint=ck,
+                   max_records_per_batch=100, outputs=outputs)
+    assert "Spark's parquet writer (SparkOutput)" in first.plan.notes["file"]
+    with pytest.raises(Exception, match="crash in the middle of the stream"):
+        first.await_termination()
+    written = len(list(path.iterdir())) if path.exists() else 0
+    assert written > 0
+    second = deploy(_crash_graph(tmp_path / "unused", flag), spark, checkpoint=ck,
+                    max_records_per_batch=100, outputs=outputs)
+    second.await_termination()
+    commits, got = _written(spark, path)
+    assert commits == list(range(len(commits))) and len(commits) > written
+    assert got == expected
 
 
 def test_a_batch_spark_delivers_again_after_the_stage_stored_it_is_not_applied_twice(
@@ -316,3 +349,64 @@ def test_sigterm_stops_the_cli_query_and_a_rerun_resumes_it(tmp_path: Path) -> N
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.read_text() == ref.read_text()
+
+
+_HOOKED_SCRIPT = '''
+from riverbed import Graph, Schema
+from riverbed.operators import Aggregate, Count, FileSink, Sum
+from riverbed.spark_bridge import SparkOutput, rate_input
+from riverbed.testing import ListSource
+
+
+def build(params):
+    g = Graph("hooks", params)
+    src = g.source("src", ListSource([{"k": f"k{i % 3}", "v": i} for i in range(60)]),
+                   schema=Schema(k="rstring", v="int64"))
+    agg = g.operator("agg", Aggregate({"s": Sum("v"), "n": Count()}, copy=("k",)),
+                     [src.window("tumbling, count(5), partitioned", partition_by="k")],
+                     outputs=[Schema(k="rstring", s="int64", n="int64")])
+    g.sink("out", FileSink(params["out"], format="csv"), [agg])
+    return g
+
+
+def spark_outputs(params):
+    return {"out": SparkOutput(params["pq"])}
+'''
+
+
+def test_a_scripts_spark_outputs_hook_has_spark_write_the_sinks_stream(spark: Any, tmp_path: Path) -> None:
+    """``riverbed spark run``: the script's ``spark_outputs`` replaces its FileSink by Spark's
+    parquet writer; ``riverbed run`` of the same script writes the same rows to the file."""
+    import csv
+
+    from riverbed.spark_bridge._cli import spark_command
+
+    script = tmp_path / "hooked.py"
+    script.write_text(_HOOKED_SCRIPT)
+    ref, pq = tmp_path / "ref.csv", tmp_path / "pq"
+    run_graph(load_graph(script, {"out": str(ref), "pq": str(pq)}), clock=VirtualClock())
+    expected = [{"k": k, "s": int(s), "n": int(n)} for k, s, n in csv.reader(ref.open())]
+    said: list[str] = []
+    code = spark_command("run", str(script), params=[f"out={tmp_path / 'unused.csv'}", f"pq={pq}"],
+                         checkpoint=str(tmp_path / "ck"), echo=said.append)
+    assert code == 0, said
+    assert "Spark's parquet writer (SparkOutput)" in said[0]
+    assert not (tmp_path / "unused.csv").exists()
+    commits, got = _written(spark, pq)
+    assert got == expected and len(expected) == 12 and commits
+
+
+def test_a_scripts_spark_inputs_hook_replaces_its_source_and_a_bad_hook_is_refused(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from riverbed.spark_bridge._cli import spark_command
+
+    script = tmp_path / "hooked.py"
+    script.write_text(_HOOKED_SCRIPT + "\n\ndef spark_inputs(spark, params):\n"
+                      "    return {'src': rate_input(spark, rows_per_batch=10)}\n")
+    said: list[str] = []
+    params = ["out=x.csv", "pq=x"]
+    assert spark_command("explain", str(script), params=params, echo=said.append) == 0
+    assert "src: a Spark stream (SparkInput)" in said[0]
+    script.write_text(_HOOKED_SCRIPT + "\n\ndef spark_inputs(spark, params):\n    return ['src']\n")
+    assert spark_command("explain", str(script), params=params, echo=said.append) == 2
+    assert "spark_inputs() must return a dict of operator names to SparkInput" in capsys.readouterr().err
