@@ -17,7 +17,7 @@ from ._keyed import KeyGroupError
 
 if TYPE_CHECKING:
     from ._deploy import Deployment, deploy
-    from ._inputs import SparkInput, mqtt_input, rate_input
+    from ._inputs import SparkInput, file_input, mqtt_input, rate_input
     from ._outputs import SparkOutput, spark_ddl
     from ._plan import Plan, plan
     from ._session import check_java, spark_session
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # those imports (paid at every query start) to what they need.
 _LAZY = {
     "Deployment": "._deploy", "deploy": "._deploy",
-    "SparkInput": "._inputs", "mqtt_input": "._inputs", "rate_input": "._inputs",
+    "SparkInput": "._inputs", "file_input": "._inputs", "mqtt_input": "._inputs", "rate_input": "._inputs",
     "SparkOutput": "._outputs", "spark_ddl": "._outputs",
     "Plan": "._plan", "plan": "._plan",
     "check_java": "._session", "spark_session": "._session",
@@ -54,6 +54,7 @@ __all__ = [
     "TranslationError",
     "check_java",
     "deploy",
+    "file_input",
     "mqtt_input",
     "plan",
     "rate_input",

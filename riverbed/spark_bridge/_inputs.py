@@ -14,13 +14,14 @@ order, at the same times.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ._rows import KIND_TUPLE, encode, source_ord
 
-__all__ = ["SparkInput", "mqtt_input", "rate_input"]
+__all__ = ["SparkInput", "file_input", "mqtt_input", "rate_input"]
 
 _UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
@@ -101,3 +102,27 @@ def rate_input(spark: Any, *, rows_per_batch: int, start_ms: int = 0, advance_ms
              .option("numPartitions", partitions).option("startTimestamp", start_ms)
              .option("advanceMillisPerBatch", advance_ms).load())
     return SparkInput(frame, _rate_tuple, "value", "timestamp", "ns")
+
+
+def _plain_row(row: dict[str, Any]) -> Any:
+    """A row as pandas hands it over, with Python values: numpy scalars unwrapped, NaN (a
+    missing value pandas put in a number column) as None."""
+    out = {}
+    for k, raw in row.items():
+        v = raw.item() if hasattr(raw, "item") and not isinstance(raw, str | bytes) else raw
+        out[k] = None if isinstance(v, float) and math.isnan(v) else v
+    return out
+
+
+def file_input(spark: Any, path: str, *, format: str, schema: str, order_by: str, time_column: str,
+               time_unit: str = "ms", max_files_per_trigger: int | None = None,
+               to_tuple: Callable[[dict[str, Any]], Any] | None = None, **options: Any) -> SparkInput:
+    """Spark's own file source (``format``: json, csv, parquet, ...; ``schema`` a DDL string)
+    reading the files arriving under ``path``: each row a tuple (a dict of its columns, or
+    ``to_tuple``'s), ordered by the ``order_by`` column and stamped with ``time_column``,
+    which the data must carry (a file has no order Spark keeps across the tasks reading it)."""
+    reader = spark.readStream.format(format).schema(schema)
+    if max_files_per_trigger is not None:
+        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+    frame = reader.options(**options).load(path)
+    return SparkInput(frame, to_tuple or _plain_row, order_by, time_column, time_unit)

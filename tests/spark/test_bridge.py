@@ -298,6 +298,41 @@ def test_a_spark_source_stands_in_for_a_graph_source(spark: Any, tmp_path: Path)
     assert all(t["timestamp"] == (t["value"] // 4) * ns for t in items)
 
 
+def test_spark_file_source_stands_in_for_a_graph_source(spark: Any, tmp_path: Path) -> None:
+    """`file_input`: JSON files read by Spark's file source, a file a micro-batch, the rows
+    submitted in ``seq`` order: the windows see what the runtime's ListSource gives them."""
+    import json
+    import os
+
+    from riverbed.spark_bridge import file_input
+
+    rows = [{"seq": i, "ts": 1000 * i, "k": f"k{i % 3}", "v": i * 7 % 11} for i in range(60)]
+    data = tmp_path / "in"
+    data.mkdir()
+    for f in range(3):  # written newest-first, timed oldest-first: Spark goes by the times
+        part = rows[f * 20:(f + 1) * 20]
+        path = data / f"part-{2 - f}.json"
+        path.write_text("".join(json.dumps(r) + "\n" for r in reversed(part)))
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
+
+    def graph(source: Any) -> Graph:
+        g = Graph("files")
+        src = g.source("src", source)
+        agg = g.operator("agg", Aggregate({"s": Sum("v"), "n": Count()}, copy=("k",)),
+                         [src.window("tumbling, count(4), partitioned", partition_by="k")])
+        g.sink("sink", ListSink(), [agg])
+        return g
+
+    expected = [t for t in _runtime_items(graph(ListSource(rows))) if isinstance(t, dict)]
+    d = deploy(graph(ListSource([])), spark, checkpoint=str(tmp_path / "ck"), inputs={
+        "src": file_input(spark, str(data), format="json", schema="seq LONG, ts LONG, k STRING, v LONG",
+                          order_by="seq", time_column="ts", max_files_per_trigger=1)})
+    d.await_termination()
+    assert d.stage.batches == 3
+    got = [t for t in d.stage.operator("sink").items if isinstance(t, dict)]
+    assert got == expected and len(got) == 15
+
+
 def test_a_query_stopped_between_batches_resumes_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:
     """A graceful stop mid-stream (the query idle between two triggers), then a restart from the
     same checkpoint: the output equals an uninterrupted run's."""
