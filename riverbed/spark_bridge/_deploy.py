@@ -154,17 +154,21 @@ def _source_frame(spark: Any, graph: FrozenGraph, sources: list[tuple[str, int]]
             .option("cleanSource", "delete").parquet(directory))
 
 
-def _stop_when_done(query: Any, feeders: list[SourceFeeder]) -> None:
-    """``available_now``: once every source ended, let the query take what they published,
-    then stop it (Spark's file source has no end of its own)."""
+def _watch_feeders(query: Any, feeders: list[SourceFeeder], available_now: bool) -> None:
+    """Stop the query when a source failed (`await_termination` raises its error), and with
+    ``available_now`` once every source ended and the query took what they published
+    (Spark's file source has no end of its own)."""
     for feeder in feeders:
         feeder.finished.wait()
-    if all(f.error is None for f in feeders):
+        if feeder.error is not None:
+            query.stop()
+            return
+    if available_now:
         try:
             query.processAllAvailable()
         except Exception:  # the query failed; `await_termination` raises its error
             return
-    query.stop()
+        query.stop()
 
 
 def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", checkpoint: str | None = None,
@@ -260,7 +264,7 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
               .queryName(f"riverbed-{frozen.name}"))
     if available_now and feeders:
         # Not Spark's availableNow: that trigger reads only the files present when the query
-        # starts, and the feeders publish while it runs (`_stop_when_done` ends it).
+        # starts, and the feeders publish while it runs (`_watch_feeders` ends it).
         writer = writer.trigger(processingTime="0 seconds")
     elif available_now:
         writer = writer.trigger(availableNow=True)
@@ -275,7 +279,7 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
             feeder.stop()
         pipeline.close()
         raise
-    if available_now and feeders:
-        threading.Thread(target=_stop_when_done, args=(query, feeders), daemon=True,
-                         name="riverbed-stop-when-done").start()
+    if feeders:
+        threading.Thread(target=_watch_feeders, args=(query, feeders, available_now), daemon=True,
+                         name="riverbed-watch-feeders").start()
     return Deployment(p, query, stage, checkpoint, pipeline, temporary, tuple(feeders))

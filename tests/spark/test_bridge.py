@@ -235,15 +235,16 @@ class _Broken(Source):
 def test_a_source_that_fails_fails_the_deployment_with_its_error(spark: Any, tmp_path: Path,
                                                                   mode: str) -> None:
     """The source runs in a process of its own (`SourceFeeder`); its exception is what the
-    driver raises, and the query is stopped."""
+    driver raises, and the query is stopped, whether it would end with its sources or not."""
     g = Graph("broken")
     s = g.source("src", _Broken())
     agg = g.operator("agg", Aggregate({"n": Count()}, copy=("k",)),
                      [s.window("tumbling, count(100), partitioned", partition_by="k")])
     g.sink("sink", ListSink(), [agg])
-    d = deploy(g, spark, mode=mode, checkpoint=str(tmp_path / "ck"), max_records_per_batch=1000)
+    d = deploy(g, spark, mode=mode, checkpoint=str(tmp_path / "ck"), max_records_per_batch=1000,
+               available_now=mode == "keyed", processing_time="100 milliseconds")
     with pytest.raises(RuntimeError, match="the disk went away at item 3000"):
-        d.await_termination()
+        d.await_termination(120)  # a query with a processing-time trigger is stopped too
     assert not d.query.isActive
 
 
