@@ -464,6 +464,52 @@ def test_listeners_restricted_to_different_types_are_called_in_registration_orde
     assert [c[0] for c in calls] == expected
 
 
+@pytest.mark.parametrize("clause", [*_FAST_PATH_CLAUSES,
+                                    *(c + ", partitioned" for c in _FAST_PATH_CLAUSES)])
+@pytest.mark.parametrize("flavor", ["java", "cpp"])
+def test_a_listener_that_reenters_the_window_does_not_change_what_later_listeners_see(
+        clause: str, flavor: str) -> None:
+    # The fast paths reuse one INSERTION (and EVICTION) event object per window; a listener
+    # that inserts into the window while handling one must not change the event that the
+    # listeners after it then receive. The generic path builds every event afresh.
+    def run(fast: bool) -> list[Any]:
+        w = _build(clause, flavor)
+        w._use_fast = fast
+        seen: list[Any] = []
+        nested: list[int] = []
+
+        def reenter(event: Any) -> None:
+            if event.type in (EventType.INSERTION, EventType.EVICTION) and len(nested) < 4 \
+                    and event.tuples[0]["id"] < 100:
+                nested.append(100 + len(nested))
+                w.insert({"id": nested[-1], "k": event.tuples[0]["k"], "v": 1})
+
+        w.register_listener(reenter)
+        w.register_listener(lambda e: seen.append((e.type.name, e.partition, [t["id"] for t in e.tuples])))
+        w.activate(0)
+        for i in range(12):
+            w.insert({"id": i, "k": "ab"[i % 2], "v": i % 4})
+        return seen
+
+    fast, generic = run(True), run(False)
+    assert fast == generic
+    assert any(ids and ids[0] >= 100 for _, _, ids in fast)  # the nested insertions happened
+
+
+@pytest.mark.parametrize("clause", ["sliding, count(2), count(1)", "tumbling, count(3)"])
+def test_an_event_kept_past_its_call_never_shows_a_later_tuple(clause: str) -> None:
+    w = _build(clause, "java")
+    kept: list[tuple[Any, list[int]]] = []
+    w.register_listener(lambda e: kept.append((e, [t["id"] for t in e.tuples])),
+                        [EventType.INSERTION, EventType.EVICTION])
+    w.activate(0)
+    for i in range(6):
+        w.insert({"id": i, "k": "a", "v": 0})
+    assert len(kept) >= 6
+    for event, delivered in kept:  # valid during its call only; afterwards never another tuple
+        assert [t["id"] for t in event.tuples] in ([], delivered)
+
+
 def test_a_listener_type_must_be_an_event_type() -> None:
     w = _build("sliding, count(2)", "java")
     with pytest.raises(TypeError, match="EventType members, got 'TRIGGER'"):

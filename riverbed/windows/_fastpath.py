@@ -25,6 +25,15 @@ a reset, a kept function never runs on stale state.
 
 `_total` (the tuple count for ``tupleCount``) is not maintained here: the
 fast paths exist only for windows without partition eviction.
+
+The one-tuple events (INSERTION, and EVICTION of a sliding count window) are
+built once per window and reused: an event is valid during the listener call
+only (the documented contract of `StreamWindowEvent` and
+``Operator.on_window_event``), so the closure sets the partition and tuple,
+dispatches, and empties the event afterwards (a listener that kept it sees no
+stale tuple). A listener that re-enters the window during the call finds the
+spare in use and gets a fresh event. Building an event costs about as much as
+the rest of a sliding insert's bookkeeping.
 """
 
 from __future__ import annotations
@@ -175,6 +184,7 @@ def _tumbling_count(w: StreamWindow[Any], size: int) -> Insert:
     live = w._live
     generic = w._insert_generic
     inserted = w._insertion_listeners  # listeners that asked for INSERTION events
+    spare_insertion = Event(w, INSERTION, None, ())  # reused: see the module docstring
     flush = w._flush
 
     def insert(t: Any) -> None:
@@ -192,9 +202,16 @@ def _tumbling_count(w: StreamWindow[Any], size: int) -> Insert:
         tuples = part.tuples
         tuples.append(t)
         if inserted:
-            event = Event(w, INSERTION, part.key, (t,))
-            for handle in inserted:
-                handle(event)
+            event = spare_insertion
+            if event.tuples:  # in use: a listener re-entered the window
+                event = Event(w, INSERTION, part.key, (t,))
+            else:
+                event.partition, event.tuples = part.key, (t,)
+            try:
+                for handle in inserted:
+                    handle(event)
+            finally:
+                event.tuples = ()
         if len(tuples) == size:
             flush(part)
         return None
@@ -208,6 +225,7 @@ def _tumbling_append(w: StreamWindow[Any]) -> Insert:
     live = w._live
     generic = w._insert_generic
     inserted = w._insertion_listeners  # listeners that asked for INSERTION events
+    spare_insertion = Event(w, INSERTION, None, ())  # reused: see the module docstring
 
     if single is not None:
         def insert_single(t: Any) -> None:
@@ -216,9 +234,16 @@ def _tumbling_append(w: StreamWindow[Any]) -> Insert:
                 return
             single.tuples.append(t)
             if inserted:
-                event = Event(w, INSERTION, None, (t,))
-                for handle in inserted:
-                    handle(event)
+                event = spare_insertion
+                if event.tuples:  # in use: a listener re-entered the window
+                    event = Event(w, INSERTION, None, (t,))
+                else:
+                    event.partition, event.tuples = None, (t,)
+                try:
+                    for handle in inserted:
+                        handle(event)
+                finally:
+                    event.tuples = ()
 
         return insert_single
 
@@ -233,9 +258,16 @@ def _tumbling_append(w: StreamWindow[Any]) -> Insert:
             return generic(t)
         part.tuples.append(t)
         if inserted:
-            event = Event(w, INSERTION, part.key, (t,))
-            for handle in inserted:
-                handle(event)
+            event = spare_insertion
+            if event.tuples:  # in use: a listener re-entered the window
+                event = Event(w, INSERTION, part.key, (t,))
+            else:
+                event.partition, event.tuples = part.key, (t,)
+            try:
+                for handle in inserted:
+                    handle(event)
+            finally:
+                event.tuples = ()
         return None
 
     return insert
@@ -246,6 +278,7 @@ def _tumbling_delta(w: StreamWindow[Any]) -> Insert:
     live = w._live
     generic = w._insert_generic
     inserted = w._insertion_listeners  # listeners that asked for INSERTION events
+    spare_insertion = Event(w, INSERTION, None, ())  # reused: see the module docstring
     flush = w._flush
     reader = w._ev_reader
     assert reader is not None
@@ -295,9 +328,16 @@ def _tumbling_delta(w: StreamWindow[Any]) -> Insert:
             values.append(value)
         part.tuples.append(t)
         if inserted:
-            event = Event(w, INSERTION, part.key, (t,))
-            for handle in inserted:
-                handle(event)
+            event = spare_insertion
+            if event.tuples:  # in use: a listener re-entered the window
+                event = Event(w, INSERTION, part.key, (t,))
+            else:
+                event.partition, event.tuples = part.key, (t,)
+            try:
+                for handle in inserted:
+                    handle(event)
+            finally:
+                event.tuples = ()
         return None
 
     return insert
@@ -310,6 +350,8 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
     listeners = w._listeners
     inserted = w._insertion_listeners  # listeners that asked for INSERTION events
     evicted_to, full_to, triggered_to = _handlers(w, EVICTION, INITIAL_FULL, TRIGGER)
+    # reused: see the module docstring
+    spare_insertion, spare_eviction = Event(w, INSERTION, None, ()), Event(w, EVICTION, None, ())
 
     def insert(t: Any) -> None:
         if not live[0]:  # kept by a host across a reinstall
@@ -329,14 +371,28 @@ def _sliding_count(w: StreamWindow[Any], size: int, every: int) -> Insert:
             if len(tuples) >= size:
                 old = tuples.popleft()
                 if evicted_to:
-                    event = Event(w, EVICTION, key, (old,))
-                    for handle in evicted_to:
-                        handle(event)
+                    event = spare_eviction
+                    if event.tuples:  # in use: a listener re-entered the window
+                        event = Event(w, EVICTION, key, (old,))
+                    else:
+                        event.partition, event.tuples = key, (old,)
+                    try:
+                        for handle in evicted_to:
+                            handle(event)
+                    finally:
+                        event.tuples = ()
             tuples.append(t)
             if inserted:
-                event = Event(w, INSERTION, key, (t,))
-                for handle in inserted:
-                    handle(event)
+                event = spare_insertion
+                if event.tuples:
+                    event = Event(w, INSERTION, key, (t,))
+                else:
+                    event.partition, event.tuples = key, (t,)
+                try:
+                    for handle in inserted:
+                        handle(event)
+                finally:
+                    event.tuples = ()
             if not part.seen_full and len(tuples) == size:
                 part.seen_full = True
                 if full_to:
@@ -370,6 +426,7 @@ def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
     live = w._live
     generic = w._insert_generic
     inserted = w._insertion_listeners  # listeners that asked for INSERTION events
+    spare_insertion = Event(w, INSERTION, None, ())  # reused: see the module docstring
     (triggered_to,) = _handlers(w, TRIGGER)
     arm = w._arm_evict
     evict_expired = w._evict_expired
@@ -395,9 +452,16 @@ def _sliding_time(w: StreamWindow[Any], every: int) -> Insert:
         if part.evict_timer is None:
             arm(part)
         if inserted:
-            event = Event(w, INSERTION, part.key, (t,))
-            for handle in inserted:
-                handle(event)
+            event = spare_insertion
+            if event.tuples:  # in use: a listener re-entered the window
+                event = Event(w, INSERTION, part.key, (t,))
+            else:
+                event.partition, event.tuples = part.key, (t,)
+            try:
+                for handle in inserted:
+                    handle(event)
+            finally:
+                event.tuples = ()
         count = part.trigger_count + 1
         if count >= every:
             part.trigger_count = 0
@@ -423,6 +487,7 @@ def _sliding_delta(w: StreamWindow[Any], every: int) -> Insert:
     generic = w._insert_generic
     listeners = w._listeners
     inserted = w._insertion_listeners  # listeners that asked for INSERTION events
+    spare_insertion = Event(w, INSERTION, None, ())  # reused: see the module docstring
     (triggered_to,) = _handlers(w, TRIGGER)
     delta_evict = w._delta_evict
     reader = w._ev_reader
@@ -477,9 +542,16 @@ def _sliding_delta(w: StreamWindow[Any], every: int) -> Insert:
         tuples.append(t)
         values.append(value)
         if inserted:
-            event = Event(w, INSERTION, part.key, (t,))
-            for handle in inserted:
-                handle(event)
+            event = spare_insertion
+            if event.tuples:  # in use: a listener re-entered the window
+                event = Event(w, INSERTION, part.key, (t,))
+            else:
+                event.partition, event.tuples = part.key, (t,)
+            try:
+                for handle in inserted:
+                    handle(event)
+            finally:
+                event.tuples = ()
         count = part.trigger_count + 1
         if count >= every:
             part.trigger_count = 0
