@@ -358,8 +358,10 @@ def test_beacon_stopped_early_sends_no_mark_and_trigger_count_takes_checkpoints(
         await task
 
     run_virtual(main(), job.clock)  # type: ignore[arg-type]
-    assert [x if x is F else x["n"] for x in sink.items] == [*range(8), F]
-    assert [store.load(c.id).states["b"]["operator"]["count"] for c in store.list()] == [3, 6]
+    # The job has checkpoints, so the stop suspends it: no final (a restart goes on from 8).
+    assert [x if x is F else x["n"] for x in sink.items] == [*range(8)]
+    # Every third tuple asks for one; the stop takes the last, at tuple 8.
+    assert [store.load(c.id).states["b"]["operator"]["count"] for c in store.list()] == [3, 6, 8]
 
 
 def test_beacon_parameter_errors() -> None:
@@ -520,3 +522,84 @@ def test_a_crash_at_any_instant_then_restart_gives_the_uninterrupted_output(kind
     second, completed = _crash_run(kind, None, store)
     assert completed
     assert second == reference
+
+
+# ------------------------------------------------------- watermarks held with tuples (issue 16.2)
+
+
+class _TimedReadings(Source):
+    """Readings 10 ms apart in event time, event time in ``ts``; ``paced``: also 10 ms apart on
+    the clock, else all at once (a fast producer: what a Throttle holds back most)."""
+
+    replayable = True
+
+    def __init__(self, n: int = 2000, *, paced: bool = True) -> None:
+        self.n = n
+        self.i = 0
+        self.paced = paced
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        while self.i < self.n:
+            if self.paced:
+                await ctx.sleep_until(self.i * S // 100)
+            self.submit({"k": "a", "ts": self.i * S // 100})
+            self.i += 1
+
+    def snapshot(self) -> Any:
+        return self.i
+
+    def restore(self, state: Any) -> None:
+        self.i = state
+
+
+def _held_pane_counts(holder: Operator, n: int = 2000, *, paced: bool = True) -> tuple[list[Any], ListSink]:
+    from riverbed.operators import Aggregate, Count
+
+    g = Graph("held")
+    src = g.source("readings", _TimedReadings(n, paced=paced), schema=Schema(k="rstring", ts="timestamp"),
+                   event_time="ts")
+    held = g.operator("hold", holder, [src])
+    panes = g.operator("panes", Aggregate({"n": Count()}),
+                       [held.window("timeInterval, intervalDuration(1)")])
+    sink = ListSink()
+    g.sink("sink", sink, [panes])
+    run_graph(g, clock=VirtualClock())
+    return [x["n"] for x in sink.items if isinstance(x, dict)], sink
+
+
+@pytest.mark.parametrize(("holder", "paced"), [(lambda: Throttle(4000.0), False),
+                                               (lambda: Throttle(50.0), True),
+                                               (lambda: Delay(0.05), True), (lambda: Delay(0.05), False),
+                                               (lambda: Delay(3.0), True)],
+                         ids=["throttle-burst", "throttle-slow", "delay-short", "delay-burst",
+                              "delay-long"])
+def test_a_watermark_never_overtakes_the_tuples_throttle_or_delay_hold(holder: Any, paced: bool) -> None:
+    counts, _ = _held_pane_counts(holder(), paced=paced)
+    assert sum(counts) == 2000, f"{2000 - sum(counts)} readings dropped as late"
+    assert counts == [100] * 20
+
+
+def test_gate_holds_watermarks_with_its_waiting_tuples() -> None:
+    g = Graph("gate")
+    data = g.source("data", _TimedReadings(300), schema=Schema(k="rstring", ts="timestamp"),
+                    event_time="ts")
+    acks = g.source("acks", Beacon(iterations=300, period=0.02, init_delay=0.5,
+                                   output={"n": lambda i: i}), schema=Schema(n="int64"))
+    gated = g.operator("gate", Gate(10), [data, acks])
+    marks: list[tuple[int, int]] = []  # (tuples seen so far, watermark value)
+
+    class Probe(Operator):
+        seen = 0
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            assert self.context.watermark is None or tup["ts"] > self.context.watermark, \
+                f"tuple {tup} arrived behind watermark {self.context.watermark}"
+            Probe.seen += 1
+
+        def on_watermark(self, value: int) -> None:
+            marks.append((Probe.seen, value))
+
+    g.sink("probe", Probe(), [gated])
+    run_graph(g, clock=VirtualClock())
+    assert Probe.seen == 300 and marks and marks[-1][1] > 0

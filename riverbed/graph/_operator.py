@@ -68,6 +68,10 @@ class OperatorContext(Protocol):
 
     def request_checkpoint(self) -> int | None: ...
 
+    def submit_watermark(self, value: int) -> None:
+        """Send a watermark on every data output port (only for ``holds_watermarks`` operators)."""
+        ...
+
     def counter(self, name: str) -> Any:
         """A named counter (``inc(n)``, ``value``) shown in the status view and metrics."""
         ...
@@ -98,6 +102,12 @@ class Operator:
     # Checkpoint guarantees (`FrozenGraph.guarantee`): a sink whose output becomes visible only
     # on `on_checkpoint_committed`, and whose `restore` drops what came after, is transactional.
     transactional: ClassVar[bool] = False
+    # An operator that holds tuples back for later (Delay, Throttle, Gate) holds watermarks with
+    # them: the host then does not forward its input watermark, the operator passes each one on
+    # with ``context.submit_watermark`` once the tuples that arrived before it have left. A
+    # watermark must never overtake the tuples it follows (E30), or a downstream timeInterval
+    # window drops them as late.
+    holds_watermarks: ClassVar[bool] = False
     context: OperatorContext
 
     # -- lifecycle ----------------------------------------------------------

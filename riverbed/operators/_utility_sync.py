@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct
+from ..graph import Operator, Punct, Watermark
 from ..graph._operator import WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import (
@@ -291,11 +291,14 @@ class Gate(Operator):
     tuples (a mark also waits for an opening, but does not count); marks of
     port 1 are dropped. Final is forwarded by the runtime once both ports
     ended; tuples still waiting then are never sent (IBM's would wait until
-    shutdown) and are counted in ``discarded``. SPL does not checkpoint
-    Gate; riverbed snapshots the count and the waiting items.
+    shutdown) and are counted in ``discarded``. Watermarks wait in line with
+    the tuples (``holds_watermarks``) and go out, uncounted, when the tuples
+    before them have. SPL does not checkpoint Gate; riverbed snapshots the
+    count and the waiting items.
     """
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
+    holds_watermarks: ClassVar[bool] = True
 
     def __init__(self, max_unacked_tuple_count: int | None = None, *,
                  num_tuples_to_ack: int | Callable[[Any], int] | None = None, **spl: Any) -> None:
@@ -338,26 +341,35 @@ class Gate(Operator):
             return
         self._ended.add(port)
         if len(self._ended) == 2:  # no acknowledgement can come any more
-            self.discarded += sum(1 for x in self.waiting if x is not Punct.WINDOW)
+            self.discarded += sum(1 for x in self.waiting
+                                 if x is not Punct.WINDOW and type(x) is not Watermark)
             self.waiting.clear()
+
+    def on_watermark(self, value: int) -> None:
+        self.waiting.append(Watermark(value))
+        self._release()
 
     def _release(self) -> None:
         waiting = self.waiting
-        while waiting and self.unacked < self.max_unacked:
+        while waiting and self.unacked < self.max_unacked:  # marks, too, wait for an opening
             item = waiting.popleft()
             if item is Punct.WINDOW:
                 self.submit_punct(Punct.WINDOW, 0)
+            elif type(item) is Watermark:
+                self.context.submit_watermark(item.value)
             else:
                 self.unacked += 1
                 self.submit(item, 0)
 
     def snapshot(self) -> Any:
-        return {"unacked": self.unacked,
-                "waiting": [["w"] if x is Punct.WINDOW else ["t", x] for x in self.waiting]}
+        return {"unacked": self.unacked, "waiting": [
+            ["w"] if x is Punct.WINDOW else ["m", x.value] if type(x) is Watermark else ["t", x]
+            for x in self.waiting]}
 
     def restore(self, state: Any) -> None:
         self.unacked = int(state["unacked"])
-        self.waiting = deque(Punct.WINDOW if x[0] == "w" else x[1] for x in state["waiting"])
+        self.waiting = deque(Punct.WINDOW if x[0] == "w" else Watermark(int(x[1])) if x[0] == "m"
+                             else x[1] for x in state["waiting"])
 
     def reset_to_initial_state(self) -> None:
         self.unacked = 0

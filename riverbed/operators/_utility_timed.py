@@ -21,9 +21,11 @@ a synchronous ``drain`` cannot wait, so riverbed keeps them in the state
 instead, and a restored operator sends them when due, or at once if the
 restore comes later).
 
-Watermarks are forwarded by the runtime as they arrive, so in an event-time
-region they can overtake the tuples these operators still hold (IBM's Delay
-and Throttle queue them with the tuples).
+Watermarks are held with the tuples (``holds_watermarks``): Delay and
+Throttle queue each input watermark behind the items that arrived before it
+and send it on when it reaches the head, as IBM's operators queue them; a
+watermark overtaking a held tuple would make a downstream timeInterval
+window drop that tuple as late (E30).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct, Schema, Source
+from ..graph import Operator, Punct, Schema, Source, Watermark
 from ..graph._operator import WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import OperatorTimer, output_schema, params, port_shape, seconds_ns
@@ -185,11 +187,20 @@ def _request_checkpoint(ctx: Any) -> None:
 
 
 def _item_out(item: Any) -> list[Any]:
-    return ["w"] if item is Punct.WINDOW else ["t", item]
+    if item is Punct.WINDOW:
+        return ["w"]
+    if type(item) is Watermark:
+        return ["m", item.value]
+    return ["t", item]
 
 
 def _item_in(data: list[Any]) -> Any:
-    return Punct.WINDOW if data[0] == "w" else data[1]
+    kind = data[0]
+    if kind == "w":
+        return Punct.WINDOW
+    if kind == "m":
+        return Watermark(int(data[1]))
+    return data[1]
 
 
 class _Holding(Operator):
@@ -197,6 +208,7 @@ class _Holding(Operator):
 
     _operator: ClassVar[str] = ""
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
+    holds_watermarks: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._timer: OperatorTimer | None = None
@@ -218,6 +230,9 @@ class _Holding(Operator):
             return
         self._final_seen = True
         self._on_final(self.context.now())
+
+    def on_watermark(self, value: int) -> None:
+        self._arrive(Watermark(value))
 
     def _on_wake(self) -> None:
         self._pump(self.context.now())
@@ -258,11 +273,16 @@ class _Holding(Operator):
                 # The input had ended when the checkpoint was taken: the host restores that
                 # without replaying final, so the hold on final is taken again here.
                 self._hold(True)
-            self._pump(ctx.now())
+            # Nothing is sent from inside restore: the host may still be restoring its own
+            # state. A wake-up due now runs the pump as the first item after the restore.
+            self._timer.set(None)
+            self._timer.set(ctx.now())
 
     def _emit(self, item: Any) -> None:
         if item is Punct.WINDOW:
             self.submit_punct(Punct.WINDOW, 0)
+        elif type(item) is Watermark:
+            self.context.submit_watermark(item.value)
         else:
             self.submit(item, 0)
 
@@ -283,7 +303,8 @@ class Delay(_Holding):
     One input port without window, one output port. Punctuation: window
     marks are delayed like tuples (preserved, in order); final, when the
     input ends, is forwarded ``delay`` seconds after it arrived, once every
-    held item has left. State: the held items with their departure times;
+    held item has left. Watermarks are delayed like tuples, so none passes a
+    tuple that arrived before it. State: the held items with their departure times;
     `reset_to_initial_state` discards them (as IBM's reset does).
     """
 
@@ -359,6 +380,8 @@ class Throttle(_Holding):
     ``include_punctuations`` (``includePunctuations``, default False):
     window marks are paced and counted like tuples; when False they are
     forwarded without pacing (still in order after the tuples before them).
+    Watermarks are never paced and never counted, but wait behind the
+    tuples that arrived before them.
     ``precise`` (busy waiting in IBM) is accepted; the clock's own timers
     are used either way.
 
@@ -444,8 +467,9 @@ class Throttle(_Holding):
                 self._release_at = None
                 self._emit(held.popleft())
                 continue
-            if held[0] is Punct.WINDOW and not self.include_punctuations:
-                self._emit(held.popleft())
+            head = held[0]
+            if (head is Punct.WINDOW and not self.include_punctuations) or type(head) is Watermark:
+                self._emit(held.popleft())  # not paced, but in order with the tuples
                 continue
             wait = self._wait_ns(now)
             if wait > 0:
