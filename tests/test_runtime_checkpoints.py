@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.checkpoint import Checkpoint, MemoryStore
-from riverbed.graph import Graph, Operator, Schema, Source
+from riverbed.graph import Graph, Operator, Punct, Schema, Source
 from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
 from riverbed.testing import run_until_crash
 from riverbed.windows import EventType, StreamWindowEvent
@@ -197,3 +197,160 @@ def test_the_graph_says_what_checkpoints_can_guarantee() -> None:
 class ListLike(Source):
     def generate(self) -> Any:
         return iter([])
+
+
+@settings(max_examples=25, deadline=None)
+@given(stop=st.integers(min_value=1, max_value=58))
+def test_a_clean_stop_then_restart_gives_the_uninterrupted_output(stop: int) -> None:
+    """Issue 16.1: with checkpoints, a stop suspends the job at a checkpoint it takes (no final,
+    no window flushed), so a restart continues: nothing lost, nothing twice."""
+    n = 600
+    reference = Output()
+    assert run_until_crash(Job(build(n, reference), clock=VirtualClock()), None)
+
+    store = MemoryStore(keep_last=1000)
+    first = Output()
+    stop_at = stop / 10  # seconds, somewhere in the 6 s the run takes
+    assert run_until_crash(Job(build(n, first), clock=VirtualClock(), checkpoints=store,
+                               checkpoint_period=0.35), None, [(stop_at, Job.stop)])
+    newest = store.latest_good()
+    assert newest is not None
+    if newest.states["readings"]["operator"] < n:  # stopped before the source's end
+        assert not any(newest.states["out"]["finals"]), "the stop's checkpoint holds a drained sink"
+        assert first.rows == newest.states["out"]["operator"], "output after the stop's barrier"
+    second = Output()
+    restarted = Job(build(n, second), clock=VirtualClock(), checkpoints=store, checkpoint_period=0.35)
+    assert run_until_crash(restarted, None)
+    assert restarted.restored_from == newest.id
+    assert second.rows == reference.rows, f"stopped at {stop_at} s, restored from {newest.id}"
+
+
+def test_a_stop_takes_a_checkpoint_and_none_after_it() -> None:
+    store = MemoryStore(keep_last=1000)
+    job = Job(build(600, Output()), clock=VirtualClock(), checkpoints=store, checkpoint_period=1.0)
+    assert run_until_crash(job, None, [(2.5, Job.stop)])
+    ids = [info.id for info in store.list()]
+    assert ids == [1, 2, 3]  # at 1 s and 2 s, then the stop's at 2.5 s
+    assert 240 <= store.load(3).states["readings"]["operator"] <= 250  # the offset at the stop
+
+
+def _generating_holder_graph(holder: Operator, out: Output) -> Graph:
+    """A holding operator that generates watermarks itself (``event_time`` of its own, with a
+    minimum gap), then event-time panes: a restore must not send a watermark its gap forbids."""
+    from riverbed.graph import EventTime
+    from riverbed.operators import Aggregate, Count, IntervalStart
+
+    class Jittered(Readings):
+        """Event times (``ts``, ms) 10 ms apart, each up to 27 ms late: out of order."""
+
+        async def run(self) -> None:
+            ctx: Any = self.context
+            while self.offset < self.n:
+                i = self.offset
+                await ctx.sleep_until(i * S // 100)
+                self.submit({"seq": i, "ts": i * 10 + (i * 37 % 4) * 9})
+                self.offset += 1
+
+    g = Graph("gen")
+    src = g.source("readings", Jittered(300), schema=Schema(seq="int64", ts="int64"))
+    held = g.operator("hold", holder, [src], event_time=EventTime.of("ts", resolution="ms",
+                                                                    minimum_gap=0.025))
+    panes = g.operator("panes", Aggregate({"n": Count(), "start": IntervalStart()}),
+                       [held.window("timeInterval, intervalDuration(0.05)")])
+    g.sink("out", out, [panes])
+    return g
+
+
+@pytest.mark.parametrize("holder", ["throttle", "delay"])
+def test_restoring_a_holding_operator_that_generates_watermarks_from_any_checkpoint(holder: str) -> None:
+    """Issue 16.5: the held items a restored Throttle/Delay sends follow the runner's restored
+    watermark state (minimum gap included), from every checkpoint of a run."""
+    from riverbed.operators import Delay, Throttle
+
+    def make() -> Operator:
+        return Throttle(60.0) if holder == "throttle" else Delay(0.25)
+
+    reference = Output()
+    assert run_until_crash(Job(_generating_holder_graph(make(), reference), clock=VirtualClock()), None)
+    store = MemoryStore(keep_last=1000)
+    assert run_until_crash(Job(_generating_holder_graph(make(), Output()), clock=VirtualClock(),
+                               checkpoints=store, checkpoint_period=0.15), None)
+    checkpoints = _all(store)
+    assert len(checkpoints) > 10
+    for cid, ckpt in checkpoints.items():
+        if not ckpt.states["hold"]["operator"]["held"]:
+            continue
+        one = MemoryStore()
+        one.save(cid, ckpt.states, job=ckpt.job, time_ns=ckpt.time_ns)
+        again = Output()
+        # Restarted later than the checkpoint, as after a crash: its held items are all due.
+        job = Job(_generating_holder_graph(make(), again), clock=VirtualClock(ckpt.time_ns + S // 2),
+                  checkpoints=one)
+        assert run_until_crash(job, None)
+        assert again.rows == reference.rows, f"restored from checkpoint {cid}"
+
+
+def test_a_stop_while_a_source_waits_on_backpressure_loses_nothing(tmp_path: Any) -> None:
+    """Issue 16.1, found by the SIGTERM crash test: a stop cancels an async source that waits
+    on a full inbox in the middle of a flush; what it had not delivered yet was dropped while
+    its state (and so the stop's checkpoint) counted it as emitted."""
+    from riverbed.operators import FileSource
+
+    path = tmp_path / "in.csv"
+    path.write_text("".join(f"{i},{i % 4},{i % 13}\n" for i in range(9000)))
+    schema = Schema(seq="int64", sensor="int64", value="int64")
+
+    def graph(out: Output) -> Graph:
+        g = Graph("bp")
+        src = g.source("read", FileSource(str(path), format="csv", schema=schema), schema=schema)
+        g.sink("out", out, [src], queue_batches=1)  # one batch waiting: the source blocks
+        return g
+
+    store = MemoryStore(keep_last=1000)
+    first = Output()
+    assert run_until_crash(Job(graph(first), clock=VirtualClock(), checkpoints=store), None,
+                           [(0.0, Job.stop)])
+    stopped = store.latest_good()
+    assert stopped is not None and stopped.states["read"]["operator"]["tuples"] < 9000
+    assert [r["seq"] for r in stopped.states["out"]["operator"]] == \
+        list(range(stopped.states["read"]["operator"]["tuples"]))
+    second = Output()
+    assert run_until_crash(Job(graph(second), clock=VirtualClock(), checkpoints=store), None)
+    assert [r["seq"] for r in second.rows] == list(range(9000))
+
+
+def test_a_cancelled_flush_keeps_what_it_did_not_deliver() -> None:
+    import asyncio
+
+    from riverbed.runtime._channel import Inbox
+    from riverbed.runtime._metrics import OutputPortMetrics
+    from riverbed.runtime._runner import _Output
+
+    async def main() -> list[Any]:
+        full, free = Inbox(1), Inbox(100)
+        out = _Output(None, OutputPortMetrics(), lambda tup, why: None)
+        out.targets = [(free, 0), (full, 0)]
+        await full.put(0, ["blocker"])
+        out.buf.extend([1, 2])
+        out.control(Punct.WINDOW)
+        out.buf.extend([3])
+        task = asyncio.ensure_future(out.flush())
+        await asyncio.sleep(0)  # it delivered [1, 2] to `free` and waits on `full`
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        got_full = [await full.get()]
+        again = asyncio.ensure_future(out.flush())
+        while not again.done():
+            got_full.append(await full.get())
+        await again
+        while len(full._items):
+            got_full.append(await full.get())
+        got_free = []
+        while len(free._items):
+            got_free.append(await free.get())
+        return [got_free, got_full]
+
+    got_free, got_full = run_virtual(main(), VirtualClock())
+    assert [p for _, p in got_free] == [[1, 2], Punct.WINDOW, [3]]  # [1, 2] once, not twice
+    assert [p for _, p in got_full] == [["blocker"], [1, 2], Punct.WINDOW, [3]]

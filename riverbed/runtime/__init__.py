@@ -12,8 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
-from ._errors import JobError, OperatorError, SchemaViolation
-from ._job import Job, run_graph
+from ._errors import JobError, OperatorError, RestoreRefused, SchemaViolation
+from ._job import MIN_CHECKPOINT_PERIOD, Job, run_graph
 from ._metrics import InputPortMetrics, JobMetrics, OperatorMetrics, OutputPortMetrics
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "MIN_CHECKPOINT_PERIOD",
     "Clock",
     "InputPortMetrics",
     "Job",
@@ -51,6 +52,7 @@ __all__ = [
     "OperatorMetrics",
     "OutputPortMetrics",
     "RealClock",
+    "RestoreRefused",
     "SchemaViolation",
     "StatusView",
     "VirtualClock",

@@ -56,6 +56,9 @@ class RealClock:
         return asyncio.get_running_loop().call_later(delay, callback)
 
     async def sleep_until(self, when: int) -> None:
+        # Always yield once, even past the deadline: a caller looping on a deadline that is
+        # already behind (a tiny period) must still let the other tasks and signals run.
+        await asyncio.sleep(0)
         while (delay := when - time.time_ns()) > 0:
             await asyncio.sleep(delay / 1e9)
 

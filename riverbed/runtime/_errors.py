@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["JobError", "OperatorError", "SchemaViolation"]
+__all__ = ["JobError", "OperatorError", "RestoreRefused", "SchemaViolation"]
 
 
 def _short(tup: Any, limit: int = 200) -> str:
@@ -37,6 +37,11 @@ class SchemaViolation(ValueError):
         self.tuple = tup
         self.why = why
         super().__init__(f"operator {operator!r}, output port {port}: {why}: {_short(tup)}")
+
+
+class RestoreRefused(ValueError):
+    """The newest good checkpoint cannot be this graph's state (another job's, another graph's):
+    restoring it would mix two jobs' data, so the job does not start."""
 
 
 class JobError(Exception):

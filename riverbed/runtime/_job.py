@@ -10,23 +10,30 @@ once.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ..graph import CheckpointBarrier, FrozenGraph, Graph, event_time_region
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
-from ._errors import JobError, OperatorError
+from ._errors import JobError, OperatorError, RestoreRefused
 from ._metrics import JobMetrics
 from ._runner import OperatorRunner
 
-__all__ = ["CheckpointSink", "Job", "run_graph"]
+__all__ = ["MIN_CHECKPOINT_PERIOD", "CheckpointSink", "Job", "run_graph"]
 
 DEFAULT_BATCH = 1000
+# Below this a job does little but checkpoint (each one is a synced RocksDB write), and a
+# period of nanoseconds would keep the periodic task from ever waiting.
+MIN_CHECKPOINT_PERIOD = 0.01
 
 
 class StoredCheckpoint(Protocol):
     @property
     def id(self) -> int: ...
+
+    @property
+    def job(self) -> str: ...
 
     @property
     def states(self) -> Mapping[str, Any]: ...
@@ -64,13 +71,22 @@ class Job:
         self._tasks: list[asyncio.Task[None]] = []
         self._aborted = False
         self.checkpoints = checkpoints
-        if checkpoint_period is not None and (checkpoints is None or checkpoint_period <= 0):
-            raise ValueError("checkpoint_period needs checkpoints= and a period > 0 seconds")
+        if checkpoint_period is not None:
+            if checkpoints is None:
+                raise ValueError("checkpoint_period needs checkpoints=")
+            if not math.isfinite(checkpoint_period) or checkpoint_period < MIN_CHECKPOINT_PERIOD:
+                raise ValueError(f"checkpoint_period={checkpoint_period!r}: expected a finite number "
+                                 f"of seconds >= {MIN_CHECKPOINT_PERIOD}")
         self._period_ns = None if checkpoint_period is None else int(checkpoint_period * 1e9)
         self._restore = restore
         self._pending: tuple[int, dict[str, Any]] | None = None
         self.last_checkpoint: int = 0
         self.restored_from: int | None = None
+        self._started = False  # restored and running: a stop from now on takes a checkpoint
+        # A stop with checkpoints suspends the job: the id of the checkpoint it waits for, and
+        # whether that checkpoint committed (then every task ends where it is, without final).
+        self.suspend_at: int | None = None
+        self.suspended = False
 
     def snapshot_metrics(self) -> JobMetrics:
         """The metrics, with queue sizes refreshed."""
@@ -91,8 +107,15 @@ class Job:
             for r in runners:
                 r._guard(r.op.on_ports_ready, None)
             self._restore_latest()
-        except OperatorError as exc:
+        except (OperatorError, RestoreRefused) as exc:
             raise JobError(self.name, [exc]) from exc
+        self._started = True
+        if self.stopping and self.checkpoints is not None:
+            # Stopped before it ran: the stored checkpoint already is where a restart goes on.
+            self.suspended = True
+            for r in runners:
+                r.shut_down(report=False)
+            return self.snapshot_metrics()
         try:
             async with asyncio.TaskGroup() as tg:
                 for r in runners:
@@ -124,6 +147,11 @@ class Job:
             raise OperatorError(missing[0], None, None, ValueError(
                 f"checkpoint {latest.id} has no state for operator(s) {', '.join(missing)}: "
                 "it was taken from a different graph"))
+        if latest.job != self.name:
+            raise RestoreRefused(
+                f"checkpoint {latest.id} was taken by job {latest.job!r}, and this job is "
+                f"{self.name!r}: restoring it would continue another job's state; give this job "
+                "a checkpoint directory of its own (or the name it had)")
         for name, r in self.runners.items():
             r.restore_on_start(latest.states[name])
         self.restored_from = latest.id
@@ -134,18 +162,21 @@ class Job:
         due = self.clock.now() + self._period_ns
         while not all(r.finished for r in self.runners.values()):
             await self.clock.sleep_until(due)
-            due += self._period_ns
-            self.trigger_checkpoint()
             if self.stopping:
-                return
+                return  # the stop took its own checkpoint; later ones would hold ended operators
+            due = max(due + self._period_ns, self.clock.now())
+            self.trigger_checkpoint()
 
     def trigger_checkpoint(self) -> int | None:
         """Start a checkpoint now: sources emit barriers that align through the graph.
 
         Returns its id, or None when one is still in progress or there is no store.
         """
-        if self.checkpoints is None or self._pending is not None:
+        if self.checkpoints is None or self._pending is not None or self.stopping:
             return None
+        return self._start_checkpoint()
+
+    def _start_checkpoint(self) -> int:
         checkpoint_id = self.last_checkpoint + 1
         self._pending = (checkpoint_id, {})
         for r in self.runners.values():
@@ -181,9 +212,36 @@ class Job:
         self.last_checkpoint = checkpoint_id
         for r in self.runners.values():
             r._guard(r.op.on_checkpoint_committed, None, checkpoint_id)
+        if checkpoint_id == self.suspend_at:
+            self._suspend()
+
+    def _suspend(self) -> None:
+        """The stop's checkpoint committed: end every task where it is. Nothing after its
+        barriers reaches a sink's committed output, and no final punctuation is sent, so no
+        window is flushed: a restart continues from that checkpoint as if never stopped."""
+        self.suspended = True
+        for task in self._tasks:
+            task.cancel()
 
     def stop(self) -> None:
-        """Ask the sources to end; final punctuation then drains the graph."""
+        """Ask the sources to end.
+
+        Without checkpoints, final punctuation then drains the graph: windows
+        flush, sinks write everything. With checkpoints the stop suspends the
+        job instead: it takes a checkpoint (or finishes the one in flight),
+        the sources end right after their barriers, and once it committed
+        every operator ends where it is, without final punctuation, so no
+        partial window is flushed. A restart continues from that checkpoint
+        with exactly the output of a run never stopped, and transactional
+        sinks never show output that a restart would take back. No other
+        checkpoint starts after a stop: one built from ended operators would
+        restore sinks that never accept input again.
+        """
+        if self.stopping:
+            return
+        if self.checkpoints is not None and self._started \
+                and not all(r.finished for r in self.runners.values()):
+            self.suspend_at = self._pending[0] if self._pending is not None else self._start_checkpoint()
         self.stopping = True
         for r in self.runners.values():
             r.request_stop()

@@ -128,18 +128,28 @@ class _Output:
         self.pending.append(item)
 
     async def flush(self) -> None:
+        """Send everything pending, in order. Cancellation-safe: a task cancelled while a full
+        inbox holds it back (a stop cancels a source waiting on backpressure) keeps what it has
+        not delivered, at the front of ``pending``, for the next flush: tuples a source already
+        counts as submitted (and a checkpoint as emitted) are never dropped on the way."""
         if self.buf:
             self._seal()
         if not self.pending:
             return
         pending, self.pending = self.pending, []
         m = self.metrics
-        for entry in pending:
-            if type(entry) is list:
-                m.tuples_submitted += len(entry)
-                for inbox, conn in self.targets:
-                    await inbox.put(conn, entry)
-            else:
+        i = sent = 0
+        try:
+            for i, entry in enumerate(pending):  # noqa: B007 - read by the handler below
+                if type(entry) is list or type(entry) is _Partial:
+                    batch, targets = (entry, self.targets) if type(entry) is list else entry
+                    for sent in range(len(targets)):
+                        inbox, conn = targets[sent]
+                        await inbox.put(conn, batch)
+                    sent = 0
+                    if type(entry) is list:
+                        m.tuples_submitted += len(batch)
+                    continue
                 if entry is Punct.WINDOW:
                     m.window_puncts_submitted += 1
                 elif entry is Punct.FINAL:
@@ -148,6 +158,27 @@ class _Output:
                     m.watermarks_submitted += 1
                 for inbox, conn in self.targets:
                     inbox.put_control(conn, entry)
+        except BaseException:
+            # `Inbox.put` appends nothing when cancelled while waiting: entry i reached the
+            # targets before `sent`, and goes again only to the others (a partial entry).
+            rest = pending[i:]
+            if sent:
+                head = rest[0]
+                batch, targets = (head, self.targets) if type(head) is list else head
+                if type(head) is list:
+                    m.tuples_submitted += len(batch)
+                rest[0] = _Partial(batch, targets[sent:])
+            self.pending[:0] = rest
+            raise
+
+
+class _Partial(tuple[list[Any], list[tuple[Inbox, int]]]):
+    """A batch a cancelled flush delivered to some targets only: (batch, targets still owed)."""
+
+    __slots__ = ()
+
+    def __new__(cls, batch: list[Any], targets: list[tuple[Inbox, int]]) -> _Partial:
+        return super().__new__(cls, (batch, targets))
 
 
 class OperatorRunner:
@@ -478,6 +509,9 @@ class OperatorRunner:
         try:
             if isinstance(self.op, Source):
                 await self._run_source()
+                if self._job.suspend_at is not None:
+                    await self._end_suspended_source()
+                    return
             else:
                 self._arm()
                 await self._flush_all()
@@ -498,11 +532,23 @@ class OperatorRunner:
                     await self._flush_all()
                     self._arm()
             await self._finish()
+        except asyncio.CancelledError:
+            if not self._job.suspended:
+                raise
+            self.shut_down(report=False)  # the stop's checkpoint committed: end here, no final
         finally:
             if self._timer is not None:
                 self._timer.cancel()
             for timer in self._op_timers:
                 timer.cancel()
+
+    async def _end_suspended_source(self) -> None:
+        """A stop suspends the job (it has checkpoints): the barrier goes out, then the source
+        ends without final punctuation; the job ends every task once the checkpoint commits."""
+        if self._barrier_request is not None:
+            self._source_checkpoint()
+        await self._flush_all()
+        self.shut_down(report=False)
 
     async def _run_source(self) -> None:
         src = self.op
@@ -624,10 +670,8 @@ class OperatorRunner:
         except (KeyError, TypeError, ValueError) as exc:
             raise OperatorError(self.name, None, None, ValueError(
                 f"cannot restore from this checkpoint: {exc}")) from None
-        self._guard(self.op.restore, None, state["operator"])
-        for w, snap in zip(self.windows, windows, strict=True):
-            if w is not None:
-                self._guard(w.reset if reset else w.restore, None, snap)
+        # The runner's own state first: an operator's restore may already submit (tuples it held
+        # and that are due), and what that sends must follow the restored watermark state.
         self._wm_in = list(marks["in"])
         self._watermark = self.metrics.watermark = marks["value"]
         self._last_sent = marks["sent"]
@@ -640,8 +684,16 @@ class OperatorRunner:
                 needed[port] += 1
         self._finals_needed = needed
         self._ports_open = sum(1 for n in needed if n > 0)
+        self._guard(self.op.restore, None, state["operator"])
+        for w, snap in zip(self.windows, windows, strict=True):
+            if w is not None:
+                self._guard(w.reset if reset else w.restore, None, snap)
 
     async def _finish(self) -> None:
+        if self._barrier_request is not None:
+            # A source asked for a checkpoint that ends (or is stopped) before its next batch:
+            # the barrier goes out before final, so the checkpoint holds the source still open.
+            self._source_checkpoint()
         self.close_outputs()
         await self._flush_all()
         self.shut_down()
@@ -653,10 +705,13 @@ class OperatorRunner:
         for port in range(len(self.outputs)):
             self.outputs[port].control(Punct.FINAL)
 
-    def shut_down(self) -> None:
+    def shut_down(self, *, report: bool = True) -> None:
+        """The operator ends: ``on_shutdown``; with ``report``, its final state goes to the job
+        for checkpoints taken after (not when a stop suspends the job: none come after)."""
         self._guard(self.op.on_shutdown, None)
         self.finished = self.metrics.finished = True
-        self._job._finished(self)
+        if report:
+            self._job._finished(self)
 
     async def _flush_all(self) -> None:
         for out in self.outputs:
@@ -772,6 +827,14 @@ class OperatorRunner:
         for w in self._ti:  # E31: the operator's own windows first
             self._guard(w.watermark, None, value)
         self._guard(self.op.on_watermark, None, value)
+        if not self.op.holds_watermarks:
+            self._send_watermark(value)  # else the operator sends it after the tuples it holds
+
+    def submit_watermark(self, value: int) -> None:
+        """Send a watermark on (operators that hold tuples and so hold watermarks with them)."""
+        if not self.op.holds_watermarks:
+            raise ValueError(f"operator {self.name!r}: submit_watermark is for operators that set "
+                             "holds_watermarks = True; the runtime forwards the others' watermarks")
         self._send_watermark(value)
 
     def _event_time_of(self, tup: Any) -> int:
