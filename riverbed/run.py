@@ -17,18 +17,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import runpy
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .graph import FrozenGraph, Graph, GraphError, GraphValidationError
 from .runtime import (
+    MIN_CHECKPOINT_PERIOD,
     Job,
     JobError,
     RealClock,
+    RestoreRefused,
     StatusView,
     VirtualClock,
     configure_logging,
@@ -41,6 +44,8 @@ __all__ = ["EXIT_ABORTED", "EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "load_graph
            "parse_params", "run"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_ABORTED = 0, 1, 2, 3
+DEFAULT_CHECKPOINT_PERIOD = "5s"  # --checkpoint-dir alone: a checkpoint directory that never got one
+# would restore nothing after a crash while the log promised exactly-once
 
 
 class ScriptError(Exception):
@@ -80,12 +85,13 @@ def load_script(script: str | Path, params: dict[str, Any]) -> tuple[FrozenGraph
         raise ScriptError(f"{path}: the script failed: {type(exc).__name__}: {exc}") from exc
     build = namespace.get("build")
     if callable(build):
+        read = _ReadParams(params)
         try:
-            graph = build(params)
+            graph = build(read)
         except (GraphError, GraphValidationError):
             raise
-        except TypeError as exc:
-            raise ScriptError(f"{path}: build(params) failed: {exc}") from exc
+        except Exception as exc:
+            raise ScriptError(f"{path}: build(params) failed: {_build_failure(exc, read)}") from exc
     elif params:
         raise ScriptError(f"{path}: --param given but the script has no build(params) function")
     else:
@@ -98,8 +104,47 @@ def load_script(script: str | Path, params: dict[str, Any]) -> tuple[FrozenGraph
                       f"'graph'; got {type(graph).__name__}")
 
 
+class _ReadParams(dict[str, Any]):
+    """The ``-p`` values, remembering which ones ``build`` read (to name them when it fails)."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        super().__init__(params)
+        self.read: list[str] = []
+        self.missing: list[str] = []
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self:
+            self.missing.append(name)
+        else:
+            self.read.append(name)
+        return super().__getitem__(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self:
+            self.read.append(name)
+        return super().get(name, default)
+
+
+def _build_failure(exc: Exception, params: _ReadParams) -> str:
+    """What went wrong in ``build(params)``, naming the parameter behind it where one is."""
+    if isinstance(exc, KeyError) and params.missing and exc.args and exc.args[0] == params.missing[-1]:
+        name = params.missing[-1]
+        return f"parameter {name!r} is required: pass -p {name}=VALUE"
+    text = f"{type(exc).__name__}: {exc}"
+    # A conversion that failed says the value ("could not convert string to float: 'abc'"):
+    # name the parameter that holds it; else the last one read, the likeliest culprit.
+    culprits = [n for n in dict.fromkeys(reversed(params.read))
+                if isinstance(params[n], str) and repr(dict.get(params, n)) in str(exc)]
+    if not culprits and params.read and isinstance(exc, ValueError | TypeError):
+        culprits = [params.read[-1]]
+    if culprits:
+        name = culprits[0]
+        text += f" (parameter -p {name}={dict.get(params, name)!r})"
+    return text
+
+
 def parse_period(text: str) -> float:
-    """``5s``, ``500ms``, ``2m`` or plain seconds, as seconds."""
+    """``5s``, ``500ms``, ``2m`` or plain seconds, as seconds (finite, >= 10 ms)."""
     units = {"ms": 0.001, "s": 1.0, "m": 60.0}
     for suffix in ("ms", "s", "m"):
         if text.endswith(suffix):
@@ -111,8 +156,9 @@ def parse_period(text: str) -> float:
         value = float(number) * scale
     except ValueError:
         raise ScriptError(f"period {text!r}: expected seconds such as 5, 5s, 500ms or 2m") from None
-    if not value > 0:
-        raise ScriptError(f"period {text!r}: must be > 0")
+    if not math.isfinite(value) or value < MIN_CHECKPOINT_PERIOD:
+        raise ScriptError(f"period {text!r}: expected a finite period of at least "
+                          f"{MIN_CHECKPOINT_PERIOD * 1000:g} ms, such as 5s or 500ms")
     return value
 
 
@@ -137,18 +183,57 @@ class _LoggedStore:
         return self.store.latest_good(on_skip=skipped)
 
 
+@contextlib.contextmanager
+def _early_signals() -> Iterator[list[int]]:
+    """Catch SIGINT/SIGTERM from the start of the command, not only once the job's loop runs:
+    a stop asked for while the graph loads is honoured when the job starts (its default
+    action would kill the process mid-start-up, unlike a stop at any later instant)."""
+    early: list[int] = []
+    previous: dict[int, Any] = {}
+    try:
+        for wanted in (signal.SIGINT, signal.SIGTERM):
+            previous[wanted] = signal.signal(wanted, lambda number, _frame: early.append(number))
+    except ValueError:  # not the main thread: nothing to catch early
+        pass
+    try:
+        yield early
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", log_level: str = "info",
         metrics_port: int | None = None, status: bool = True, status_interval: float = 1.0,
         virtual_clock: bool = False, checkpoint_dir: str | None = None,
         checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None) -> int:
     """The ``riverbed run`` command; returns the exit code."""
+    with _early_signals() as early:
+        return _run(script, params=params, log_format=log_format, log_level=log_level,
+                    metrics_port=metrics_port, status=status, status_interval=status_interval,
+                    virtual_clock=virtual_clock, checkpoint_dir=checkpoint_dir,
+                    checkpoint_period=checkpoint_period, echo=echo, early=early)
+
+
+def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", log_level: str = "info",
+        metrics_port: int | None = None, status: bool = True, status_interval: float = 1.0,
+        virtual_clock: bool = False, checkpoint_dir: str | None = None,
+        checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None,
+        early: list[int]) -> int:
+    """The command's body (`run` catches early signals around it)."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
     try:
         configure_logging(log_format, log_level)  # type: ignore[arg-type]
-        graph = load_graph(script, parse_params(params))
-        period = parse_period(checkpoint_period) if checkpoint_period is not None else None
-        if period is not None and checkpoint_dir is None:
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ScriptError(f"--metrics-port {metrics_port}: expected a TCP port, 0 to 65535")
+        if not (math.isfinite(status_interval) and status_interval > 0):
+            raise ScriptError(f"--status-interval {status_interval:g}: expected a number of "
+                              "seconds > 0")
+        if checkpoint_period is not None and checkpoint_dir is None:
             raise ScriptError("--checkpoint-period needs --checkpoint-dir")
+        period_default = checkpoint_dir is not None and checkpoint_period is None
+        period = None if checkpoint_dir is None else parse_period(checkpoint_period or
+                                                                  DEFAULT_CHECKPOINT_PERIOD)
+        graph = load_graph(script, parse_params(params))
     except (ScriptError, GraphError, GraphValidationError, ValueError) as exc:
         err(f"riverbed run: {exc}")
         return EXIT_INVALID
@@ -167,7 +252,8 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
               checkpoint_period=period if store else None)
     if store is not None:
         guarantee, why = graph.guarantee()
-        log.info("checkpoints", directory=checkpoint_dir, guarantee=guarantee, because=why or None)
+        log.info("checkpoints", directory=checkpoint_dir, guarantee=guarantee, because=why or None,
+                 period_s=period, period_default=period_default or None)
     server = None
     if metrics_port is not None:
         try:
@@ -198,6 +284,9 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, on_signal, signum)
+        for number in early:  # asked for before the loop ran
+            on_signal(number)
+        early.clear()
         view = StatusView(job, interval=status_interval) if status else None
         view_task = loop.create_task(view.run(), name=f"{job.name}/status") if view else None
         log.info("job started", operators=len(graph.operators))
@@ -220,6 +309,9 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
         if aborted:
             err(f"riverbed run: job {job.name!r} aborted")
             return EXIT_ABORTED
+        if len(exc.errors) == 1 and isinstance(exc.errors[0], RestoreRefused):
+            err(f"riverbed run: {checkpoint_dir}: {exc.errors[0]}")
+            return EXIT_INVALID
         err(f"riverbed run: {exc}")
         return EXIT_FAILED
     except asyncio.CancelledError:
@@ -229,13 +321,26 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
         if server is not None:
             server.close()
         if store is not None:
-            store.close()
+            _close_store(store, log)
     if aborted:
         err(f"riverbed run: job {job.name!r} aborted")
         return EXIT_ABORTED
-    log.info("job finished", stopped=job.stopping, restored_from=job.restored_from,
-             last_checkpoint=job.last_checkpoint or None)
+    log.info("job finished", stopped=job.stopping, suspended=job.suspended or None,
+             restored_from=job.restored_from, last_checkpoint=job.last_checkpoint or None,
+             hint="a restart with the same --checkpoint-dir continues from the last checkpoint"
+             if job.suspended else None)
     return EXIT_OK
+
+
+def _close_store(store: Any, log: Any) -> None:
+    """Close the checkpoint store; a failure is logged, not raised: every checkpoint was
+    already written and synced when it committed, and the job's own outcome decides the exit
+    code (a damaged file or a full disk must not turn a drained job into a traceback)."""
+    try:
+        store.close()
+    except Exception as exc:  # the store's own typed errors, or the engine's under them
+        log.warning("checkpoint store close failed", error=f"{type(exc).__name__}: {exc}",
+                    consequence="the committed checkpoints are unaffected")
 
 
 def checkpoints_command(action: str, directory: str, checkpoint_id: int | None,

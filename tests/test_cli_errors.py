@@ -1,0 +1,152 @@
+"""`riverbed run` refuses what it cannot run with exit 2 and one line naming the culprit
+(issue 16.6, 16.7, 16.9, 16.10, 16.11); in process, so each case costs milliseconds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from riverbed.checkpoint import RocksDBStore
+from riverbed.run import EXIT_INVALID, EXIT_OK, run
+from riverbed.runtime import Job, RealClock
+
+ROOT = Path(__file__).resolve().parent.parent
+SENSORS = str(ROOT / "examples" / "sensors.py")
+
+
+def _run(*args: str, **kwargs: Any) -> tuple[int, list[str]]:
+    said: list[str] = []
+    code = run(args[0], params=list(args[1:]), status=False, log_format="json",
+               echo=said.append, **kwargs)
+    return code, said
+
+
+def _script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "graph.py"
+    path.write_text("from riverbed import Graph, Source\n" + body)
+    return str(path)
+
+
+def test_a_missing_parameter_is_named_with_the_flag_to_pass(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+def build(params):
+    out = params["out"]
+    return Graph("g")
+""")
+    code, said = _run(script)
+    assert code == EXIT_INVALID
+    assert len(said) == 1 and "parameter 'out' is required: pass -p out=VALUE" in said[0]
+
+
+def test_a_parameter_that_does_not_convert_is_named() -> None:
+    code, said = _run(SENSORS, "seconds=abc")
+    assert code == EXIT_INVALID and len(said) == 1
+    assert "could not convert string to float: 'abc'" in said[0]
+    assert "-p seconds='abc'" in said[0]
+
+
+def test_any_other_build_failure_is_one_line_exit_2(tmp_path: Path) -> None:
+    script = _script(tmp_path, "def build(params):\n    raise RuntimeError('no database')\n")
+    code, said = _run(script)
+    assert code == EXIT_INVALID and said == [f"riverbed run: {script}: build(params) failed: "
+                                             "RuntimeError: no database"]
+
+
+@pytest.mark.parametrize("period", ["inf", "1e-9", "0.00001", "nan", "-1s", "0"])
+def test_checkpoint_periods_that_are_not_finite_or_too_small_are_refused(tmp_path: Path,
+                                                                         period: str) -> None:
+    code, said = _run(SENSORS, checkpoint_dir=str(tmp_path / "ck"), checkpoint_period=period)
+    assert code == EXIT_INVALID
+    assert f"period {period!r}: expected a finite period of at least 10 ms" in said[0]
+    assert not (tmp_path / "ck").exists()
+
+
+def test_the_job_refuses_a_period_below_the_floor_too() -> None:
+    from riverbed.checkpoint import MemoryStore
+    from riverbed.run import load_graph
+
+    g = load_graph(SENSORS, {})
+    with pytest.raises(ValueError, match=r"expected a finite number of seconds >= 0\.01"):
+        Job(g, checkpoints=MemoryStore(), checkpoint_period=1e-9)
+    with pytest.raises(ValueError, match="expected a finite number"):
+        Job(g, checkpoints=MemoryStore(), checkpoint_period=float("inf"))
+
+
+def test_metrics_port_and_status_interval_out_of_range_are_refused() -> None:
+    code, said = _run(SENSORS, metrics_port=99999)
+    assert code == EXIT_INVALID and "--metrics-port 99999: expected a TCP port, 0 to 65535" in said[0]
+    code, said = _run(SENSORS, status_interval=0.0)
+    assert code == EXIT_INVALID and "--status-interval 0: expected a number of seconds > 0" in said[0]
+
+
+def test_a_checkpoint_dir_alone_takes_checkpoints_at_the_default_period(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ck = tmp_path / "ck"
+    code, _ = _run(SENSORS, "seconds=12", "sensors=3", f"out={tmp_path / 'a.jsonl'}",
+                   virtual_clock=True, checkpoint_dir=str(ck))
+    assert code == EXIT_OK
+    logs = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    info = next(e for e in logs if e["event"] == "checkpoints")
+    assert info["period_s"] == 5.0 and info["period_default"] is True
+    with RocksDBStore(ck, read_only=True) as store:
+        assert len(store.list()) >= 2  # at 5 s and 10 s of the 12 s run (and the store keeps 3)
+
+
+def test_a_checkpoint_of_another_job_is_refused_naming_both(tmp_path: Path) -> None:
+    ck = tmp_path / "ck"
+    code, _ = _run(SENSORS, "seconds=6", "sensors=3", f"out={tmp_path / 'a.jsonl'}",
+                   virtual_clock=True, checkpoint_dir=str(ck), checkpoint_period="1s")
+    assert code == EXIT_OK
+    script = tmp_path / "renamed.py"
+    script.write_text(Path(SENSORS).read_text().replace('Graph("sensors", params)',
+                                                        'Graph("other", params)'))
+    code, said = _run(str(script), "seconds=6", "sensors=3", f"out={tmp_path / 'b.jsonl'}",
+                      virtual_clock=True, checkpoint_dir=str(ck), checkpoint_period="1s")
+    assert code == EXIT_INVALID
+    assert "was taken by job 'sensors', and this job is 'other'" in said[0]
+    assert not (tmp_path / "b.jsonl").exists()
+
+
+def test_a_store_that_fails_to_close_is_logged_and_the_job_still_exits_0(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from riverbed.checkpoint import CheckpointError
+
+    real_close = RocksDBStore.close
+
+    def failing_close(self: RocksDBStore) -> None:
+        real_close(self)
+        raise CheckpointError("IO error: No space left on device")
+
+    monkeypatch.setattr(RocksDBStore, "close", failing_close)
+    code, _ = _run(SENSORS, "seconds=2", "sensors=3", f"out={tmp_path / 'a.jsonl'}",
+                   virtual_clock=True, checkpoint_dir=str(tmp_path / "ck"), checkpoint_period="1s")
+    assert code == EXIT_OK
+    logs = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    failed = next(e for e in logs if e["event"] == "checkpoint store close failed")
+    assert "No space left on device" in failed["error"]
+
+
+def test_the_real_clock_yields_even_when_the_deadline_has_passed() -> None:
+    """Issue 16.7: a loop sleeping until past deadlines must still let other tasks run."""
+
+    async def main() -> int:
+        clock = RealClock()
+        other_ran_at: list[int] = []
+        spins = 0
+
+        async def spin() -> None:
+            nonlocal spins
+            for spins in range(1, 101):  # noqa: B007 - counted for the other task to read
+                await clock.sleep_until(0)
+
+        async def other() -> None:
+            other_ran_at.append(spins)
+
+        await asyncio.gather(spin(), other())
+        return other_ran_at[0]
+
+    assert asyncio.run(main()) < 100
