@@ -6,8 +6,9 @@ source's own connection and retried it until it went through; a broker whose
 third larger) closed that connection at every attempt, and paho resent the
 packet after each reconnect, so the source stalled for good (issue 16). So:
 
-* **Its own connection** (clean session, ``drop_unsent``): whatever happens
-  to a dead letter, the source's connection and its session never see it.
+* **Its own connection** (clean session, ``drop_unsent``; client id
+  ``<client_id>-dead-letters``, or a generated one): whatever happens to
+  a dead letter, the source's connection and its session never see it.
 * **Bounded envelopes.** An envelope is at most ``max_bytes`` and, when the
   broker announces one (MQTT 5 CONNACK), fits its Maximum Packet Size; a
   payload that does not fit is cut (``"truncated": true`` and the original
