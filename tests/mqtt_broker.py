@@ -6,7 +6,7 @@ Tests skip when no mosquitto binary is found (``scripts/install_broker.sh`` inst
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 
@@ -16,12 +16,16 @@ from riverbed.mqtt._broker import start_broker as _start
 __all__ = ["Broker", "broker", "free_port", "mosquitto_path", "start_broker"]
 
 
-def start_broker(users: dict[str, str] | None = None) -> Broker:
-    """A mosquitto on 127.0.0.1 and a free port (the test skips without mosquitto)."""
+def start_broker(users: dict[str, str] | None = None,
+                 settings: Mapping[str, str | None] | None = None) -> Broker:
+    """A mosquitto on 127.0.0.1 and a free port (the test skips without mosquitto).
+
+    ``settings`` replaces configuration lines (``{"max_packet_size": "1000"}``); None as a
+    value drops the line, leaving mosquitto's default (``{"max_inflight_messages": None}``)."""
     if mosquitto_path() is None:
         pytest.skip("mosquitto not installed (run scripts/install_broker.sh)")
     try:
-        return _start(users=users, prefer="mosquitto")
+        return _start(users=users, prefer="mosquitto", settings=settings)
     except BrokerUnavailable as exc:
         pytest.skip(str(exc))
 

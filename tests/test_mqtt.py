@@ -61,7 +61,11 @@ def _run(graph: Graph, source: MQTTSource, feed: Callable[[], Awaitable[None]],
         if task in done:
             waiter.cancel()
             return task.result()  # it ended (or failed) before subscribing
-        await feed()
+        try:
+            await asyncio.wait_for(feed(), timeout)
+        except BaseException:
+            task.cancel()
+            raise
         return await asyncio.wait_for(task, timeout)
 
     return asyncio.run(main())

@@ -10,7 +10,9 @@ context manager that stops it). Port 0 picks a free port.
   ``max_queued_messages 0`` and ``max_inflight_messages 0`` (the defaults
   silently drop offline QoS 1 messages and stall manual acks), ``user root``
   under root (otherwise it drops to user ``mosquitto`` and cannot write its
-  persistence file).
+  persistence file). ``settings`` replaces or adds lines (``{"max_packet_size":
+  "1000"}``); a value of None drops the generated line, so mosquitto's own
+  default applies (tests of what those defaults cost).
 * **amqtt 0.12.1** (``pip install 'riverbed[embedded-broker]'``) when no
   ``mosquitto`` binary is found: in a child Python process, bound to the
   host given (127.0.0.1 by default). It has real gaps, logged at start:
@@ -35,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -83,12 +86,14 @@ class Broker:
     (mosquitto) persistence. ``kind`` is ``"mosquitto"`` or ``"amqtt"``."""
 
     def __init__(self, kind: Kind, host: str, port: int, workdir: Path, *,
-                 users: dict[str, str] | None = None, own_workdir: bool = True) -> None:
+                 users: dict[str, str] | None = None, own_workdir: bool = True,
+                 settings: Mapping[str, str | None] | None = None) -> None:
         self.kind: Kind = kind
         self.host = host
         self.port = port
         self.workdir = workdir
         self.users = dict(users or {})
+        self.settings = dict(settings or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self._own_workdir = own_workdir
 
@@ -100,17 +105,18 @@ class Broker:
         return self.workdir / "broker.log"
 
     def _mosquitto_config(self) -> Path:
-        lines = [
-            f"listener {self.port} {self.host}",
-            f"allow_anonymous {'false' if self.users else 'true'}",
-            "persistence true",
-            f"persistence_location {self.workdir}/",
-            "autosave_interval 1",
-            "max_queued_messages 0",
-            "max_inflight_messages 0",
-            "log_dest stderr",
-            "log_type error",
-        ]
+        generated = {
+            "listener": f"{self.port} {self.host}",
+            "allow_anonymous": "false" if self.users else "true",
+            "persistence": "true",
+            "persistence_location": f"{self.workdir}/",
+            "autosave_interval": "1",
+            "max_queued_messages": "0",
+            "max_inflight_messages": "0",
+            "log_dest": "stderr",
+            "log_type": "error",
+        } | self.settings
+        lines = [f"{key} {value}" for key, value in generated.items() if value is not None]
         if os.geteuid() == 0:
             lines.append("user root")
         if self.users:
@@ -128,6 +134,9 @@ class Broker:
         return conf
 
     def _command(self) -> list[str]:
+        if self.settings and self.kind != "mosquitto":
+            raise BrokerUnavailable("broker settings are mosquitto configuration lines; "
+                                    "install mosquitto to use them")
         if self.kind == "mosquitto":
             exe = mosquitto_path()
             if exe is None:
@@ -167,6 +176,13 @@ class Broker:
                 proc.kill()
                 proc.wait()
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would: mosquitto saves nothing on the way out."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
     def restart(self) -> None:
         self.stop()
         self.start()
@@ -186,9 +202,11 @@ class Broker:
 
 
 def start_broker(host: str = "127.0.0.1", port: int = 0, *, users: dict[str, str] | None = None,
-                 prefer: Kind | None = None, workdir: str | Path | None = None) -> Broker:
+                 prefer: Kind | None = None, workdir: str | Path | None = None,
+                 settings: Mapping[str, str | None] | None = None) -> Broker:
     """Start mosquitto (found on PATH or in sbin), else amqtt in a child process; see the module
-    doc. ``prefer`` forces one kind; ``users`` (mosquitto only) turns on a password file."""
+    doc. ``prefer`` forces one kind; ``users`` and ``settings`` (mosquitto only) turn on a
+    password file and replace configuration lines."""
     kind: Kind
     if prefer is not None:
         kind = prefer
@@ -210,7 +228,8 @@ def start_broker(host: str = "127.0.0.1", port: int = 0, *, users: dict[str, str
     own = workdir is None
     path = Path(tempfile.mkdtemp(prefix="riverbed-mqtt-")) if workdir is None else Path(workdir)
     path.mkdir(parents=True, exist_ok=True)
-    broker = Broker(kind, host, port or free_port(host), path, users=users, own_workdir=own)
+    broker = Broker(kind, host, port or free_port(host), path, users=users, own_workdir=own,
+                    settings=settings)
     try:
         broker.start()
     except BaseException:

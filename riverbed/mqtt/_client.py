@@ -16,16 +16,26 @@ this file and nothing else. What it adds to aiomqtt 2.5:
   ``clean_session=False`` (3.1.1), or ``clean_start=False`` *and* a session
   expiry interval (5); aiomqtt's default ``clean_start=FIRST_ONLY`` would wipe
   the session at every process start.
+* **What the broker said at connect time** (`ConnectInfo`, which aiomqtt 2
+  drops): the CONNACK's session-present flag and MQTT 5 properties, and the
+  QoS each subscription was granted, so a source can check them
+  (`riverbed.mqtt._checks`). A session lost at the broker starts a new
+  ``session`` number: packet ids of the old one must not be acknowledged.
+* **Publishing once** (`publish_once`): one bounded attempt, for messages a
+  failure may drop (dead letters); with ``drop_unsent`` what paho would
+  resend after a reconnect is dropped instead, so a packet the broker refuses
+  by closing the connection cannot close it again at every reconnect.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import ssl
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiomqtt
@@ -33,7 +43,8 @@ import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-__all__ = ["TLS", "ClientConfig", "MQTTClient", "MQTTConfigError", "MQTTConnectError", "Protocol", "Received"]
+__all__ = ["TLS", "ClientConfig", "ConnectInfo", "MQTTClient", "MQTTConfigError", "MQTTConnectError",
+           "MQTTPublishError", "Protocol", "Received"]
 
 Protocol = Literal["3.1.1", "5"]
 
@@ -47,6 +58,15 @@ class MQTTConfigError(ValueError):
 
 class MQTTConnectError(RuntimeError):
     """The broker refused the connection for a reason a retry cannot fix (credentials, TLS)."""
+
+
+class MQTTPublishError(RuntimeError):
+    """One `MQTTClient.publish_once` attempt failed; ``connection_lost`` when the connection
+    closed while the message was in flight (a broker closes it on a packet it refuses)."""
+
+    def __init__(self, message: str, *, connection_lost: bool = False) -> None:
+        super().__init__(message)
+        self.connection_lost = connection_lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +143,34 @@ class ClientConfig:
 
 @dataclass(frozen=True, slots=True)
 class Received:
-    """One message as the broker delivered it (``mid`` is 0 for QoS 0)."""
+    """One message as the broker delivered it (``mid`` is 0 for QoS 0). ``session`` numbers the
+    broker-side session it came in: a packet id is only meaningful (ackable) in its own."""
 
     topic: str
     payload: bytes
     qos: int
     mid: int
     retain: bool
+    session: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectInfo:
+    """What one connection learnt of the broker: all a client can observe of its settings.
+
+    ``session_present`` is the CONNACK flag; ``session_expected`` says a persistent session
+    should have been there (a reconnect, or a source restored from a checkpoint). ``properties``
+    are the MQTT 5 CONNACK properties by paho name (``ReceiveMaximum``, ``MaximumPacketSize``,
+    ``MaximumQoS``, ``SessionExpiryInterval``...; empty for 3.1.1). ``granted`` holds, per
+    subscription, (topic filter, QoS asked, QoS granted or a failure code >= 0x80).
+    """
+
+    session_present: bool
+    session_expected: bool
+    reconnect: bool
+    protocol: Protocol
+    properties: Mapping[str, Any] = field(default_factory=dict)
+    granted: tuple[tuple[str, int, int], ...] = ()
 
 
 _CLOSED = object()
@@ -140,23 +181,37 @@ class MQTTClient:
 
     ``subscriptions`` are (topic filter, QoS) pairs, subscribed again after
     each reconnect. With ``manual_ack`` QoS 1/2 messages stay unacknowledged
-    until `ack`. Counters: ``connects``, ``reconnects``, ``last_error``.
+    until `ack`. ``on_connect`` gets a `ConnectInfo` after each (re)connect,
+    before any message of that connection is handed out; set
+    ``expect_session`` when a persistent session must already exist (state
+    restored from a checkpoint). ``drop_unsent``: see `publish_once`.
+    Counters: ``connects``, ``reconnects``, ``sessions_lost``, ``last_error``.
     """
 
     def __init__(self, config: ClientConfig, *, subscriptions: Sequence[tuple[str, int]] = (),
                  manual_ack: bool = False, name: str = "mqtt",
-                 log: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 log: Callable[[str, dict[str, Any]], None] | None = None,
+                 on_connect: Callable[[ConnectInfo], None] | None = None,
+                 drop_unsent: bool = False) -> None:
         self.config = config
         self.subscriptions = list(subscriptions)
         self.manual_ack = manual_ack
         self.name = name
         self.connects = 0
         self.reconnects = 0
+        self.sessions_lost = 0
+        self.session = 0  # numbers the broker-side session (see Received.session)
+        self.expect_session = False
+        self.last_connect: ConnectInfo | None = None
         self.last_error: str | None = None
+        self.drop_unsent = drop_unsent
         self._log = log or (lambda event, fields: None)
+        self._on_connect = on_connect
         self._client: aiomqtt.Client | None = None
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._up = asyncio.Event()
+        self._lost: asyncio.Future[None] | None = None  # resolved when this connection drops
+        self._connack: tuple[bool, dict[str, Any]] = (False, {})
         self._fatal: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -183,17 +238,47 @@ class MQTTClient:
         client.pending_calls_threshold = 10_000  # publishers keep a window of calls in flight
         if self.manual_ack:
             client._client.manual_ack_set(True)
+        self._hook_connack(client)
         return client
 
+    def _hook_connack(self, client: aiomqtt.Client) -> None:
+        """aiomqtt keeps neither the session-present flag nor the CONNACK properties: read them
+        on the way to its own handler (paho calls it on the event loop, from the socket reader)."""
+        inner = client._client
+        forward: Any = inner.on_connect  # aiomqtt's, a version 2 callback
+        assert forward is not None
+
+        def on_connect(c: paho.Client, userdata: Any, flags: paho.ConnectFlags, reason: Any,
+                       properties: Properties | None) -> None:
+            if not getattr(reason, "is_failure", False):
+                props = properties.json() if properties is not None else {}  # type: ignore[no-untyped-call]
+                self._connack = (bool(flags.session_present), dict(props))
+                if self.drop_unsent:
+                    # paho resends unacknowledged QoS 1/2 publishes right after this callback,
+                    # whatever the session; one the broker refused by closing the connection
+                    # would close it again, at every reconnect.
+                    c.drop_out_messages()
+            forward(c, userdata, flags, reason, properties)
+
+        inner.on_connect = on_connect
+
+    def start(self) -> None:
+        """Start connecting in the background (`__aenter__` also waits for the connection)."""
+        if self._task is None:
+            self._client = self._make_client()
+            self._task = asyncio.get_running_loop().create_task(self._maintain(),
+                                                                name=f"{self.name}/connection")
+
     async def __aenter__(self) -> MQTTClient:
-        self._client = self._make_client()
-        self._task = asyncio.get_running_loop().create_task(self._maintain(), name=f"{self.name}/connection")
+        self.start()
         await self.wait_connected()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         task, self._task = self._task, None
         self._up.clear()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
@@ -204,22 +289,26 @@ class MQTTClient:
         assert client is not None
         lo, hi = self.config.backoff
         delay = lo
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 async with client:
+                    granted = []
                     for topic, qos in self.subscriptions:
-                        await client.subscribe(topic, qos=qos)
-                    if self.connects:
-                        self.reconnects += 1
-                        self._log("mqtt reconnected", {"reconnects": self.reconnects})
-                    self.connects += 1
+                        codes = await client.subscribe(topic, qos=qos)
+                        granted.append((topic, qos, _code(codes[0]) if codes else 0x80))
+                    self._connected(tuple(granted))
                     delay = lo
+                    self._lost = loop.create_future()
                     self._up.set()
                     async for m in client.messages:
                         payload = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
-                        self._queue.put_nowait(Received(m.topic.value, payload, m.qos, m.mid, m.retain))
+                        self._queue.put_nowait(Received(m.topic.value, payload, m.qos, m.mid, m.retain,
+                                                        self.session))
             except aiomqtt.MqttError as exc:
                 self._up.clear()
+                if self._lost is not None and not self._lost.done():
+                    self._lost.set_result(None)
                 self.last_error = str(exc)
                 if _is_fatal(exc):
                     self._fatal = MQTTConnectError(
@@ -231,6 +320,41 @@ class MQTTClient:
                 self._log("mqtt disconnected", {"error": str(exc), "retry_in": delay})
                 await asyncio.sleep(delay)  # backoff before the next attempt
                 delay = min(delay * 2, hi)
+
+    def _connected(self, granted: tuple[tuple[str, int, int], ...]) -> None:
+        present, props = self._connack
+        reconnect = self.connects > 0
+        expected = self.config.persistent and (reconnect or self.expect_session)
+        if expected and not present:
+            self.sessions_lost += 1
+        if not present and (reconnect or expected):
+            self.session += 1  # packet ids of the previous session mean nothing in this one
+        info = ConnectInfo(present, expected, reconnect, self.config.protocol, props, granted)
+        self.last_connect = info
+        if reconnect:
+            self.reconnects += 1
+            self._log("mqtt reconnected", {"reconnects": self.reconnects, "session_present": present})
+        self.connects += 1
+        if self._on_connect is not None:
+            self._on_connect(info)
+
+    @property
+    def connected(self) -> bool:
+        return self._up.is_set() and self._fatal is None
+
+    @property
+    def max_packet_size(self) -> int | None:
+        """The largest packet the broker takes, if it said so (MQTT 5 CONNACK)."""
+        info = self.last_connect
+        value = info.properties.get("MaximumPacketSize") if info is not None else None
+        return value if isinstance(value, int) else None
+
+    @property
+    def maximum_qos(self) -> int:
+        """The highest QoS the broker takes from us (MQTT 5 CONNACK; 2 when not announced)."""
+        info = self.last_connect
+        value = info.properties.get("MaximumQoS") if info is not None else None
+        return value if isinstance(value, int) else 2
 
     def _check(self) -> None:
         if self._fatal is not None:
@@ -265,10 +389,13 @@ class MQTTClient:
             out.append(item)
         return out
 
-    def ack(self, mid: int, qos: int) -> bool:
+    def ack(self, mid: int, qos: int, session: int | None = None) -> bool:
         """Acknowledge a QoS 1/2 message (manual mode); False when not connected: the broker
-        then redelivers it with the same ``mid`` after the reconnect."""
+        then redelivers it with the same ``mid`` after the reconnect. A message of an earlier
+        ``session`` (the broker lost it) is not acknowledged: its id may name another one now."""
         if self._client is None or qos == 0 or not self._up.is_set():
+            return False
+        if session is not None and session != self.session:
             return False
         rc = self._client._client.ack(mid, qos)
         return bool(rc == paho.MQTT_ERR_SUCCESS)
@@ -286,6 +413,45 @@ class MQTTClient:
                 self._check()
                 if self._up.is_set():
                     await asyncio.sleep(self.config.backoff[0])
+
+    async def publish_once(self, topic: str, payload: bytes, qos: int, timeout: float) -> None:
+        """Publish with one attempt bounded by ``timeout`` s (waiting for a connection included);
+        raises `MQTTPublishError` saying why it failed. Nothing is retried here, but paho would
+        resend it after a reconnect unless the client was made with ``drop_unsent``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if not self.connected:
+            try:
+                await asyncio.wait_for(self.wait_connected(), timeout)
+            except TimeoutError:
+                raise MQTTPublishError(f"not connected to {self.config.host}:{self.config.port} within "
+                                       f"{timeout} s ({self.last_error or 'no answer'})") from None
+            except MQTTConnectError as exc:
+                raise MQTTPublishError(str(exc)) from None
+        client, lost = self._client, self._lost
+        assert client is not None and lost is not None
+        sent = loop.create_task(client.publish(topic, payload, qos=qos, timeout=math.inf))
+        try:
+            done, _ = await asyncio.wait({sent, lost}, timeout=max(deadline - loop.time(), 0),
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not sent.done():
+                sent.cancel()
+                with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+                    await sent
+        if sent in done and sent.exception() is None:
+            return
+        if sent in done:
+            raise MQTTPublishError(f"publish refused: {sent.exception()}")
+        if lost in done:
+            raise MQTTPublishError(f"the connection was lost with the message in flight "
+                                   f"({self.last_error})", connection_lost=True)
+        raise MQTTPublishError(f"not acknowledged within {timeout} s")
+
+
+def _code(value: Any) -> int:
+    """A SUBACK entry as an int: the granted QoS, or a failure code >= 0x80."""
+    return int(getattr(value, "value", value))
 
 
 def _is_fatal(exc: aiomqtt.MqttError) -> bool:

@@ -24,31 +24,48 @@ Delivery guarantees (which one a graph has):
   acked, so a match is a repeat unless a new message reused the id *and* has
   the same topic and payload.)
 
+  The broker must keep the session, and all that is queued in it, across
+  its own restarts too (README, "MQTT": ``persistence true``,
+  ``autosave_interval 1``, ``max_queued_messages 0``, ``max_inflight_messages
+  0``). What of that a client can observe is checked at each connect and
+  warned about (`riverbed.mqtt._checks`: a lost session, a refused or
+  downgraded subscription, an MQTT 5 Receive Maximum or shorter session
+  expiry), counted in ``broker_warnings``. A session the broker lost starts
+  over: packet ids of the old one are never acknowledged in the new one.
+  A broker killed between two saves comes back with its last saved session
+  and delivers again what riverbed had acknowledged since; ``dedup_key``
+  (a sequence attribute of the payload, per ``dedup_scope``) drops those
+  repeats, with its state in the checkpoint (`riverbed.mqtt._dedup`).
+
 Bad payloads never stop the graph. A source has one output stream
 (`Graph.source`), so instead of an error port each refused payload or record
 becomes a `BadMessage` (topic, payload, reason) that is counted by kind in
 ``bad_counts`` (``undecodable``, ``invalid``, ``oversized``), kept in the
 bounded ``recent_bad``, passed to ``on_bad`` if given, and published to
-``dead_letter_topic`` if given (a JSON envelope), where any graph or tool can
-route it.
+``dead_letter_topic`` if given (a JSON envelope of at most
+``dead_letter_max_bytes``), where any graph or tool can route it. Dead
+letters go out on a connection of their own, once each, and never hold up
+ingestion: one the broker does not take is counted in
+``dead_letters_failed`` and dropped (`riverbed.mqtt._deadletter`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import contextlib
 import hashlib
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import orjson
-
 from ..graph import Operator, Punct, Schema, Source
 from ..runtime import get_logger
-from ._client import TLS, ClientConfig, MQTTClient, MQTTConfigError, Protocol, Received
+from ._checks import BrokerWarning, connect_warnings
+from ._client import TLS, ClientConfig, ConnectInfo, MQTTClient, MQTTConfigError, Protocol, Received
 from ._codec import BadRecord, Codec, Decoder, Encoder, Format
+from ._deadletter import DEFAULT_MAX_BYTES, DeadLetters, check_max_bytes
+from ._dedup import Dedup
 
 __all__ = ["BadMessage", "MQTTSink", "MQTTSource"]
 
@@ -89,6 +106,12 @@ class MQTTSource(Source):
     It runs until the job stops, or after ``max_records`` tuples (tests,
     bounded runs); then the runtime sends final punctuation. ``idle_flush``
     (s) bounds how long a checkpoint waits on a silent broker.
+
+    ``dedup_key`` names a sequence attribute (int, float or string growing
+    with each message) and ``dedup_scope`` the attribute(s) it grows within
+    (e.g. ``"topic"`` or ``"sensor"``; None: one sequence for the source); a
+    tuple whose sequence is not above the last one of its scope is dropped and
+    counted in ``duplicates_dropped`` (see the module doc for why).
     """
 
     replayable = False  # True per instance with ack="checkpoint"
@@ -101,6 +124,8 @@ class MQTTSource(Source):
                  tls: TLS | None = None, protocol: Protocol = "3.1.1", ack: AckMode = "receive",
                  session_expiry: int = 3600, max_payload: int = 1 << 20,
                  on_bad: Callable[[BadMessage], None] | None = None, dead_letter_topic: str | None = None,
+                 dead_letter_max_bytes: int = DEFAULT_MAX_BYTES, dedup_key: str | None = None,
+                 dedup_scope: str | Sequence[str] | None = None,
                  max_records: int | None = None, idle_flush: float = 0.05,
                  backoff: tuple[float, float] = (0.05, 5.0)) -> None:
         if isinstance(topics, str) or not topics or not all(isinstance(t, str) and t for t in topics):
@@ -128,7 +153,20 @@ class MQTTSource(Source):
                                             "raw_attribute": raw_attribute}
         self.max_payload = max_payload
         self.on_bad = on_bad
+        if dead_letter_topic is not None and ("+" in dead_letter_topic or "#" in dead_letter_topic):
+            raise MQTTConfigError(f"dead_letter_topic={dead_letter_topic!r}: wildcards are for "
+                                  "subscribing; publish dead letters to a plain topic")
         self.dead_letter_topic = dead_letter_topic
+        self.dead_letter_max_bytes = check_max_bytes(dead_letter_max_bytes)
+        scope = (dedup_scope,) if isinstance(dedup_scope, str) else tuple(dedup_scope or ())
+        if dedup_key is None and scope:
+            raise MQTTConfigError(f"dedup_scope={dedup_scope!r} without dedup_key: name the sequence "
+                                  "attribute too, e.g. dedup_key='seq'")
+        if dedup_key is not None and not (isinstance(dedup_key, str) and dedup_key
+                                          and all(isinstance(a, str) and a for a in scope)):
+            raise MQTTConfigError(f"dedup_key={dedup_key!r}, dedup_scope={dedup_scope!r}: expected "
+                                  "attribute names, e.g. dedup_key='seq', dedup_scope='topic'")
+        self.dedup = Dedup(dedup_key, scope) if dedup_key is not None else None
         self.max_records = max_records
         self.idle_flush = idle_flush
         if ack == "checkpoint":
@@ -137,8 +175,14 @@ class MQTTSource(Source):
         self.messages_received = 0
         self.records_submitted = 0
         self.redeliveries_skipped = 0
+        self.messages_acked = 0
         self.bad_counts: Counter[str] = Counter()
         self.recent_bad: deque[BadMessage] = deque(maxlen=100)
+        self.broker_warnings: deque[BrokerWarning] = deque(maxlen=100)
+        self._warned: set[BrokerWarning] = set()
+        self._dead_letters: DeadLetters | None = None
+        self._restored = False
+        self._session = 0  # the client's session number the ack tracking below belongs to
         self._codec: Codec | None = None
         if self.schema is not None:
             self._codec = self._make_codec(self.schema)
@@ -146,7 +190,7 @@ class MQTTSource(Source):
         self._client: MQTTClient | None = None
         self.subscribed = asyncio.Event()  # set once connected and subscribed (tests, publishers)
         # (mid, qos, digest of topic and payload): received since the last snapshot, and in a
-        # checkpoint not yet committed; acked on commit.
+        # checkpoint not yet committed; acked on commit (all of the session `_session`).
         self._received: list[tuple[int, int, int]] = []
         self._snapshotted: list[tuple[int, int, int]] = []
         self._unacked: set[int] = set()
@@ -162,12 +206,43 @@ class MQTTSource(Source):
     def reconnects(self) -> int:
         return self._client.reconnects if self._client is not None else 0
 
+    @property
+    def sessions_lost(self) -> int:
+        """Times the broker had lost the persistent session this source expected."""
+        return self._client.sessions_lost if self._client is not None else 0
+
+    @property
+    def duplicates_dropped(self) -> int:
+        return self.dedup.dropped if self.dedup is not None else 0
+
+    @property
+    def dead_letters_published(self) -> int:
+        return self._dead_letters.published if self._dead_letters is not None else 0
+
+    @property
+    def dead_letters_truncated(self) -> int:
+        return self._dead_letters.truncated if self._dead_letters is not None else 0
+
+    @property
+    def dead_letters_failed(self) -> int:
+        return self._dead_letters.failed if self._dead_letters is not None else 0
+
+    @property
+    def dead_letter_failures(self) -> list[str]:
+        """Why recent dead letters were dropped (the latest 100)."""
+        return list(self._dead_letters.failures) if self._dead_letters is not None else []
+
     def _make_codec(self, schema: Schema) -> Codec:
         topic_attrs = {*self.topic_levels, *([self.topic_attribute] if self.topic_attribute else [])}
         for name in topic_attrs:
             if name not in schema.names:
                 raise MQTTConfigError(f"topic attribute {name!r} is not in the schema {schema}; add "
                                       f"{name}='rstring' or leave it out (topic_attribute=None)")
+        if self.dedup is not None:
+            for name in (self.dedup.key, *self.dedup.scope):
+                if name not in schema.names:
+                    raise MQTTConfigError(f"dedup attribute {name!r} is not in the schema {schema}; "
+                                          "dedup_key and dedup_scope name attributes of the tuples")
         payload_attrs = {n: t for n, t in schema.attributes if n not in topic_attrs}
         fields = Schema(payload_attrs) if payload_attrs else None
         return Codec(self.format, fields, **self._codec_args)
@@ -190,21 +265,66 @@ class MQTTSource(Source):
         ctx: Any = self.context
         manual = self.ack == "checkpoint"
         client = MQTTClient(self.config, subscriptions=[(t, self.qos) for t in self.topics],
-                            manual_ack=manual, name=f"{ctx.job}/{ctx.name}", log=self._log)
+                            manual_ack=manual, name=f"{ctx.job}/{ctx.name}", log=self._log,
+                            on_connect=self._on_connect)
+        client.expect_session = manual and self._restored
         self._client = client
-        async with client:
+        letters = None
+        if self.dead_letter_topic is not None:
+            letters = self._dead_letters = DeadLetters(
+                self.config, self.dead_letter_topic, max_bytes=self.dead_letter_max_bytes,
+                name=f"{ctx.job}/{ctx.name}/dead-letters", log=self._log)
+        async with contextlib.AsyncExitStack() as stack:
+            if letters is not None:
+                await stack.enter_async_context(letters)
+            await stack.enter_async_context(client)
             self.subscribed.set()
-            reconnects = ctx.counter("reconnects")
+            # counters for the status view and Prometheus (only those that can move)
+            counts: list[tuple[str, Callable[[], int]]] = [("reconnects", lambda: client.reconnects)]
+            if self.dedup is not None:
+                counts.append(("duplicates", lambda: self.duplicates_dropped))
+            if letters is not None:
+                counts += [("dead_letters", lambda: self.dead_letters_published),
+                           ("dead_letters_truncated", lambda: self.dead_letters_truncated),
+                           ("dead_letters_failed", lambda: self.dead_letters_failed)]
+            counters = [(ctx.counter(name), value) for name, value in counts]
             while not ctx.stopping:
                 for msg in await client.receive(self.idle_flush):
-                    await self._ingest(msg, manual)
-                reconnects.value = client.reconnects
+                    self._ingest(msg, manual)
+                if manual and letters is not None:
+                    await letters.settle()  # no ack (at the checkpoint) before its dead letter
+                for counter, value in counters:
+                    counter.value = value()
                 await ctx.flush()  # a pending checkpoint is taken here, after what was submitted
                 if self.max_records is not None and self.records_submitted >= self.max_records:
                     break
+            if letters is not None:
+                await letters.settle()
+            for counter, value in counters:
+                counter.value = value()
 
-    async def _ingest(self, msg: Received, manual: bool) -> None:
-        if manual and msg.qos > 0:
+    def _on_connect(self, info: ConnectInfo) -> None:
+        """Each (re)connect: forget packet ids of a session the broker lost; warn about what
+        defeats the guarantees (once per warning; a lost session every time)."""
+        client = self._client
+        if client is not None and client.session != self._session:
+            self._session = client.session
+            self._unacked.clear()
+            self._received.clear()
+            self._snapshotted.clear()
+            self._committed.clear()
+        checkpointed = self.ack == "checkpoint"
+        for w in connect_warnings(info, client_id=self.config.client_id, checkpointed=checkpointed,
+                                  session_expiry=self.config.session_expiry):
+            if w.check != "session_lost" and w in self._warned:
+                continue
+            self._warned.add(w)
+            self.broker_warnings.append(w)
+            self.context.counter("broker_warnings").inc()
+            self._logger.warning("mqtt broker check", check=w.check, detail=w.message)
+
+    def _ingest(self, msg: Received, manual: bool) -> None:
+        if manual and msg.qos > 0 and msg.session == self._session:
             if msg.mid in self._unacked:  # redelivered after a reconnect: already in the stream
                 self.redeliveries_skipped += 1
                 return
@@ -220,12 +340,12 @@ class MQTTSource(Source):
         self.messages_received += 1
         if len(msg.payload) > self.max_payload:
             why = f"payload of {len(msg.payload)} bytes > max_payload={self.max_payload}"
-            await self._bad(BadMessage(msg.topic, msg.payload, "oversized", why))
+            self._bad(BadMessage(msg.topic, msg.payload, "oversized", why))
             return
         assert self._codec is not None
         records, bad = self._codec.decode(msg.payload)
         for b in bad:
-            await self._bad(_bad(msg, b))
+            self._bad(_bad(msg, b))
         if not records:
             return
         extra: dict[str, Any] = {}
@@ -236,41 +356,51 @@ class MQTTSource(Source):
             for name, i in self.topic_levels.items():
                 if i >= len(levels):
                     why = f"topic {msg.topic!r} has no level {i} for attribute {name!r}"
-                    await self._bad(BadMessage(msg.topic, msg.payload, "invalid", why))
+                    self._bad(BadMessage(msg.topic, msg.payload, "invalid", why))
                     return
                 extra[name] = levels[i]
         validate = self._validate
+        dedup = self.dedup
         limit = self.max_records
         for i, rec in enumerate(records):
             if extra:
                 rec.update(extra)
             problem = validate(rec) if validate is not None else None
-            if problem is not None:
-                await self._bad(BadMessage(msg.topic, msg.payload, "invalid", problem,
-                                           i if len(records) > 1 else None))
-                continue
-            if limit is not None and self.records_submitted >= limit:
+            if problem is None and limit is not None and self.records_submitted >= limit:
                 return
+            if problem is None and dedup is not None:
+                try:
+                    if not dedup.admit(rec):
+                        continue  # a repeat (counted in duplicates_dropped)
+                except ValueError as exc:
+                    problem = str(exc)
+            if problem is not None:
+                self._bad(BadMessage(msg.topic, msg.payload, "invalid", problem,
+                                     i if len(records) > 1 else None))
+                continue
             self.submit(rec)
             self.records_submitted += 1
 
-    async def _bad(self, bad: BadMessage) -> None:
+    def _bad(self, bad: BadMessage) -> None:
         self.bad_counts[bad.kind] += 1
         self.context.counter(f"bad_{bad.kind}").inc()  # status view and Prometheus
         self.recent_bad.append(bad)
         self._logger.warning("mqtt bad payload", topic=bad.topic, kind=bad.kind, reason=bad.reason)
         if self.on_bad is not None:
             self.on_bad(bad)
-        if self.dead_letter_topic is not None and self._client is not None:
-            await self._client.publish(self.dead_letter_topic, dead_letter_envelope(bad), qos=1)
+        if self._dead_letters is not None:
+            self._dead_letters.put(bad)  # never waits: see riverbed.mqtt._deadletter
 
     # -------------------------------------------------------------- state
 
     def snapshot(self) -> Any:
         self._snapshotted.extend(self._received)
         self._received.clear()
-        return {"client_id": self.config.client_id, "records": self.records_submitted,
-                "acks": [list(x) for x in self._snapshotted]}
+        state: dict[str, Any] = {"client_id": self.config.client_id, "records": self.records_submitted,
+                                 "acks": [list(x) for x in self._snapshotted]}
+        if self.dedup is not None:
+            state["dedup"] = self.dedup.snapshot()
+        return state
 
     def restore(self, state: Any) -> None:
         if not isinstance(state, dict) or state.get("client_id") != self.config.client_id:
@@ -280,6 +410,12 @@ class MQTTSource(Source):
                                   "holding the unacknowledged messages belongs to the former")
         self.records_submitted = int(state.get("records", 0))  # max_records counts across restarts
         self._committed = {int(mid): int(digest) for mid, _, digest in state.get("acks", [])}
+        self._restored = True  # so the broker must still hold this source's session
+        if self.dedup is not None and not self.dedup.restore(state.get("dedup")):
+            self._logger.warning("mqtt dedup state not restored", dedup_key=self.dedup.key,
+                                 dedup_scope=list(self.dedup.scope),
+                                 reason="the checkpoint has none for this dedup_key and dedup_scope: "
+                                        "repeats delivered at this restart are not recognised")
 
     def on_checkpoint_committed(self, checkpoint_id: int) -> None:
         done, self._snapshotted = self._snapshotted, []
@@ -288,7 +424,9 @@ class MQTTSource(Source):
             self._ack_one(mid, qos, digest)
 
     def _ack_one(self, mid: int, qos: int, digest: int) -> None:
-        if self._client is None or not self._client.ack(mid, qos):
+        if self._client is not None and self._client.ack(mid, qos, self._session):
+            self.messages_acked += 1
+        else:
             self._committed[mid] = digest  # the broker redelivers it; then ack it, skip it
 
 
@@ -303,17 +441,6 @@ def _bad(msg: Received, b: BadRecord) -> BadMessage:
     undecodable = b.reason.startswith("undecodable")
     kind: Literal["undecodable", "invalid"] = "undecodable" if undecodable else "invalid"
     return BadMessage(msg.topic, msg.payload, kind, b.reason, b.index)
-
-
-def dead_letter_envelope(bad: BadMessage) -> bytes:
-    """The JSON published to ``dead_letter_topic``: topic, kind, reason, index and the payload
-    (text if it is UTF-8, else base64 under ``payload_b64``)."""
-    body: dict[str, Any] = {"topic": bad.topic, "kind": bad.kind, "reason": bad.reason, "index": bad.index}
-    try:
-        body["payload"] = bad.payload.decode("utf-8")
-    except UnicodeDecodeError:
-        body["payload_b64"] = base64.b64encode(bad.payload).decode()
-    return orjson.dumps(body)
 
 
 class MQTTSink(Operator):
