@@ -680,6 +680,25 @@ def test_a_transactional_restore_with_another_file_name_commits_the_old_file_to_
     assert pending(tmp_path) == []
 
 
+def test_a_renamed_rotating_sink_drops_what_the_old_names_began_after_the_barrier(tmp_path: Path) -> None:
+    sink = started(FileSink(str(tmp_path / "r{id}.csv"), transactional=True, close_mode="count",
+                            tuples_per_file=2))
+    for v in (0, 1):
+        sink.on_tuple({"v": v}, 0)  # r0 is complete: between files at the barrier
+    sink.drain()
+    state = sink.snapshot()
+    sink.on_tuple({"v": 2}, 0)  # begins r1 after the barrier
+    assert pending(tmp_path) == [".r0.csv.0.pending", ".r1.csv.0.pending"]
+    again = started(FileSink(str(tmp_path / "n{id}.csv"), transactional=True, close_mode="count",
+                             tuples_per_file=2))
+    again.restore(state)
+    assert pending(tmp_path) == []  # r1's pending file would never be committed nor removed
+    again.on_tuple({"v": 2}, 0)
+    again.on_punct(F, 0)
+    assert sorted(n for n in os.listdir(tmp_path)) == ["n1.csv", "r0.csv"]
+    assert (visible(tmp_path / "r0.csv"), visible(tmp_path / "n1.csv")) == ("0\n1\n", "2\n")
+
+
 def test_a_restore_with_another_spelling_of_the_same_file_changes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "t.csv"
     sink = started(FileSink(str(out), transactional=True))

@@ -467,8 +467,9 @@ class FileSink(Operator):
             self._log_renamed(current, state.get("file"))
         if self.transactional:
             old = state.get("file")
-            self._restore_transactional(files, current, tuples, opened_at,
-                                        (old if isinstance(old, str) else current) if renamed else None)
+            changed = old if isinstance(old, str) and old != self.file else None
+            self._restore_transactional(files, current, tuples, opened_at, renamed=renamed,
+                                        old_template=changed)
             return
         if current is None:
             return
@@ -507,22 +508,25 @@ class FileSink(Operator):
                    f"left it and closed; the output from the checkpoint on goes to file={self.file!r}")
 
     def _restore_transactional(self, files: list[tuple[str, int, bool]], current: str | None,
-                               tuples: int, opened_at: int, renamed_from: str | None) -> None:
-        """Commit each file to its length at the barrier; ``renamed_from`` is the old ``file``
-        (template) when the output moves to a new name, and then nothing is reopened."""
+                               tuples: int, opened_at: int, *, renamed: bool,
+                               old_template: str | None) -> None:
+        """Commit each file to its length at the barrier. When ``renamed``, the output moves to a
+        new name and nothing is reopened; ``old_template`` is the ``file`` of the checkpoint when
+        it differs (its pending files begun after the barrier are stray too)."""
         known = {path for path, _, _ in files}
         for path, length, closed in files:
             pending = _pending_files(path)
             _roll_forward(self._op, path, length, pending, self.file_mode)
             for _origin, seg in pending:
                 _remove(seg)  # committed now, or written after the barrier: gone either way
-            if closed or (renamed_from is not None and path == current):
+            if closed or (renamed and path == current):
                 self._announce(path)  # its commit's notification was not kept by the checkpoint
         for stale in self._stray_pending(known):
             _remove(stale)  # files begun after the barrier
-        if renamed_from is not None:
-            for stale in self._stray_pending(known, *os.path.split(renamed_from)):
+        if old_template is not None:
+            for stale in self._stray_pending(known, *os.path.split(old_template)):
                 _remove(stale)  # files the old name began after the barrier
+        if renamed:
             self._between_files = False  # the new name's file exists once anything arrives
         elif current is not None:
             length = next(n for path, n, _ in files if path == current)
