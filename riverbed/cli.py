@@ -57,8 +57,10 @@ def _parser() -> argparse.ArgumentParser:
                             "default: run until the sources end (availableNow)")
     spark.add_argument("--max-records", type=int, default=100_000,
                        help="items per micro-batch from each source (default 100000)")
-    ckpt = sub.add_parser("checkpoints", help="what a checkpoint directory holds")
-    ckpt.add_argument("action", choices=("list", "show"))
+    ckpt = sub.add_parser("checkpoints", help="what a checkpoint directory holds; repair a damaged one")
+    ckpt.add_argument("action", choices=("list", "show", "repair"),
+                      help="list: every checkpoint and its status; show: one checkpoint's states; "
+                           "repair: rebuild a damaged store with RocksDB's repair (stop the job first)")
     ckpt.add_argument("directory", metavar="DIR")
     ckpt.add_argument("id", nargs="?", type=int, help="checkpoint id for show (default: the newest)")
     demo = sub.add_parser("demo", help="run an SPL window over a generated sensor stream")

@@ -345,23 +345,63 @@ def _close_store(store: Any, log: Any) -> None:
 
 def checkpoints_command(action: str, directory: str, checkpoint_id: int | None,
                         echo: Callable[[str], None] | None = None) -> int:
-    """``riverbed checkpoints list|show DIR [ID]``: what a checkpoint directory holds."""
-    from .checkpoint import CheckpointError, RocksDBStore
+    """``riverbed checkpoints list|show|repair DIR [ID]``: what a checkpoint directory holds.
+
+    ``list`` and ``show`` open the store read-only, so they work next to a
+    running job; damaged checkpoints are listed as such, and so are committed
+    ones that are gone, with what the store noticed on the way (its warnings).
+    ``repair`` runs RocksDB's repair (the job must be stopped) and reports the
+    checkpoints before and after.
+    """
+    from .checkpoint import CheckpointError, CheckpointInfo, RocksDBStore, StoreWarning
 
     out = echo or print
+
+    def line(entry: CheckpointInfo) -> str:
+        status = entry.status if entry.status == "ok" else f"{entry.status}: {entry.reason}"
+        job = "?" if entry.job is None else entry.job
+        return f"{entry.id:>8}  {job}  {entry.total_bytes:>12,} bytes  {len(entry.sizes)} states  {status}"
+
     if not Path(directory).is_dir():
         out(f"riverbed checkpoints: {directory}: no such checkpoint directory")
         return EXIT_INVALID
+    if action == "repair":
+        try:
+            report = RocksDBStore.repair(directory)
+        except CheckpointError as exc:
+            out(f"riverbed checkpoints repair: {exc}")
+            return EXIT_FAILED
+        if report.before is None:
+            out(f"before: the store could not be opened: {report.before_error}")
+        else:
+            out(f"before: {len(report.before)} checkpoint(s)")
+            for entry in report.before:
+                out(line(entry))
+        lost = Path(directory) / "lost"
+        out(f"repaired {directory} with RocksDB's repair; damaged table files moved to {lost}: "
+            f"{', '.join(report.damaged_tables) or 'none'}")
+        out(f"after: {len(report.after)} checkpoint(s)")
+        for entry in report.after:
+            out(line(entry))
+        for note in report.warnings:
+            out(f"warning: {note.message}")
+        if report.before is not None:
+            out(f"dropped by the repair: {', '.join(map(str, report.dropped)) or 'none'}")
+        newest = next((i.id for i in reversed(report.after) if i.status == "ok"), None)
+        resume = f"checkpoint {newest}" if newest is not None else "its initial state (no good checkpoint)"
+        out(f"a job restarted on this directory resumes from {resume}")
+        return EXIT_OK
+    notes: list[StoreWarning] = []
     try:
-        with RocksDBStore(directory, read_only=True) as store:
+        with RocksDBStore(directory, read_only=True, on_warning=notes.append) as store:
             infos = store.list()
+            for note in notes:
+                out(f"warning: {note.message}")
             if action == "list":
                 if not infos:
                     out(f"{directory}: no checkpoints")
                 for entry in infos:
-                    status = entry.status if entry.status == "ok" else f"{entry.status}: {entry.reason}"
-                    out(f"{entry.id:>8}  {entry.job}  {entry.total_bytes:>12,} bytes  "
-                        f"{len(entry.sizes)} states  {status}")
+                    out(line(entry))
                 return EXIT_OK
             wanted = checkpoint_id if checkpoint_id is not None else (infos[-1].id if infos else None)
             if wanted is None:
@@ -371,13 +411,14 @@ def checkpoints_command(action: str, directory: str, checkpoint_id: int | None,
             if info is None:
                 out(f"{directory}: no checkpoint {wanted}")
                 return EXIT_INVALID
-            out(f"checkpoint {info.id} of job {info.job!r}, {info.total_bytes:,} bytes, {info.status}")
+            status = info.status if info.status == "ok" else f"{info.status}: {info.reason}"
+            out(f"checkpoint {info.id} of job {info.job!r}, {info.total_bytes:,} bytes, {status}")
             for key, size in sorted(info.sizes.items()):
                 out(f"  {key:<40} {size:>12,} bytes")
             if info.status == "ok":
                 for name, state in store.load(wanted).states.items():
-                    for line in _describe_state(name, state):
-                        out(line)
+                    for text in _describe_state(name, state):
+                        out(text)
             return EXIT_OK
     except CheckpointError as exc:
         out(f"riverbed checkpoints: {exc}")
@@ -387,13 +428,15 @@ def checkpoints_command(action: str, directory: str, checkpoint_id: int | None,
 def _describe_state(name: str, state: Any) -> list[str]:
     """Per operator: its own state's size and, per windowed port, the partitions and tuples."""
     lines = []
-    if isinstance(state, dict) and "windows" in state:
-        for port, window in enumerate(state.get("windows") or []):
-            if isinstance(window, dict):
-                parts = window.get("partitions") or window.get("panes") or []
-                count = sum(len(p.get("tuples", ())) if isinstance(p, dict) else 0 for p in parts)
-                if "tuples" in window and isinstance(window["tuples"], list):
-                    count = len(window["tuples"])
-                lines.append(f"  {name} port {port}: {window.get('clause')}: {len(parts)} "
-                             f"{'panes' if 'panes' in window else 'partitions'}, {count} tuples")
+    windows = state.get("windows") if isinstance(state, dict) else None
+    for port, window in enumerate(windows if isinstance(windows, list) else []):
+        if isinstance(window, dict):
+            parts = window.get("partitions") or window.get("panes") or []
+            parts = parts if isinstance(parts, list) else []
+            count = sum(len(p["tuples"]) if isinstance(p, dict) and isinstance(p.get("tuples"), list) else 0
+                        for p in parts)
+            if isinstance(window.get("tuples"), list):
+                count = len(window["tuples"])
+            lines.append(f"  {name} port {port}: {window.get('clause')}: {len(parts)} "
+                         f"{'panes' if 'panes' in window else 'partitions'}, {count} tuples")
     return lines

@@ -194,13 +194,25 @@ def test_a_window_snapshot_restores_into_a_fresh_window(backend: Backend) -> Non
         k: window.contents(k) for k in window.partitions()}
 
 
+def test_ints_beyond_64_bits_and_undecodable_text_round_trip(backend: Backend) -> None:
+    # A running total outgrows 64 bits; a file name read from a directory holds bytes FF FE that are
+    # not UTF-8 (Python keeps them as lone surrogates). Operators hold both: checkpoints must too.
+    name = os.fsdecode(b"in-\xff\xfe.csv")
+    state = {"total": 2**70, "debt": -(2**70), "edges": [2**64, -(2**63) - 1, 2**64 - 1, -(2**63)],
+             "file": name, (name, 2**80): [name], "nested": {"deep": [[2**100]]}}
+    with backend.open() as store:
+        store.save(1, {"op": state}, job="j", time_ns=0)
+    with backend.open() as store:
+        got = store.load(1).states["op"]
+    assert got == {**state, "edges": state["edges"]}
+    assert os.fsencode(got["file"]) == b"in-\xff\xfe.csv"
+    assert type(got["total"]) is int
+
+
 @pytest.mark.parametrize(("value", "match"), [
-    ({"x": [1, {"y": 2**64}]}, r"at \['x'\]\[1\]\['y'\]: int 18446744073709551616 does not fit in 64 bits"),
-    ([-(2**63) - 1], r"at \[0\]: int -9223372036854775809 does not fit in 64 bits.*str or a Decimal"),
     ({"s": {1, 2}}, r"at \['s'\]: a set is not plain data: use dict, list.*sorted list"),
     ({"t": datetime(2026, 1, 1, tzinfo=UTC)}, r"at \['t'\]: a datetime is not plain data.*int nanoseconds"),
     ({"o": object()}, r"at \['o'\]: a object is not plain data"),
-    ({"bad": "\udc80"}, r"at \['bad'\]: str '\\udc80' is not valid Unicode"),
     ({"m": {frozenset(): 1}}, r"at \['m'\]<key frozenset\(\)>: a frozenset is not plain data"),
     (lambda: 1, r"at the top level: a function is not plain data"),
 ])

@@ -635,6 +635,120 @@ def test_transactional_rotation_commits_whole_files_and_announces_them_after_com
     assert pending(tmp_path) == []
 
 
+def test_a_plain_restore_with_another_file_name_completes_the_old_file_and_writes_the_new(
+        tmp_path: Path) -> None:
+    old, new = tmp_path / "out_a.csv", tmp_path / "out_b.csv"
+    sink = started(FileSink(str(old)))
+    for v in (1, 2):
+        sink.on_tuple({"v": v}, 0)
+    sink.drain()
+    state = sink.snapshot()
+    sink.on_tuple({"v": 3}, 0)  # after the checkpoint: replayed after the restart
+    sink.drain()
+    again = started(FileSink(str(new), closed_files_port=0))
+    again.restore(state)  # before: it reopened out_a.csv and wrote on there; out_b.csv never existed
+    assert old.read_text() == "1\n2\n"  # as the checkpoint left it, and closed
+    assert again.context.submitted == [(0, {"file": str(old)})]  # type: ignore[attr-defined]
+    again.on_tuple({"v": 3}, 0)
+    again.on_punct(F, 0)
+    assert (old.read_text(), new.read_text()) == ("1\n2\n", "3\n")
+    quiet = started(FileSink(str(tmp_path / "out_c.csv")))
+    quiet.restore(state)
+    quiet.on_punct(F, 0)  # nothing more arrives: the new file still exists, empty
+    assert (tmp_path / "out_c.csv").read_text() == ""
+
+
+def test_a_transactional_restore_with_another_file_name_commits_the_old_file_to_the_checkpoint(
+        tmp_path: Path) -> None:
+    old, new = tmp_path / "t_a.csv", tmp_path / "t_b.csv"
+    sink = started(FileSink(str(old), transactional=True))
+    sink.on_tuple({"v": 1}, 0)
+    sink.on_tuple({"v": 2}, 0)
+    sink.drain()
+    state = sink.snapshot()  # the barrier; the store commits, then the job dies before the sink hears
+    sink.on_tuple({"v": 3}, 0)
+    sink.drain()
+    assert visible(old) is None and pending(tmp_path) == [".t_a.csv.0.pending", ".t_a.csv.4.pending"]
+    again = started(FileSink(str(new), transactional=True, closed_files_port=0))
+    again.restore(state)
+    assert visible(old) == "1\n2\n"  # the commit finished in the old file; 3 followed the barrier
+    assert pending(tmp_path) == []  # nothing left to be applied, to the old file or the new
+    assert again.context.submitted == [(0, {"file": str(old)})]  # type: ignore[attr-defined]
+    again.on_tuple({"v": 3}, 0)  # the replay goes to the new name
+    again.on_punct(F, 0)
+    assert (visible(old), visible(new)) == ("1\n2\n", "3\n")
+    assert pending(tmp_path) == []
+
+
+def test_a_renamed_rotating_sink_drops_what_the_old_names_began_after_the_barrier(tmp_path: Path) -> None:
+    sink = started(FileSink(str(tmp_path / "r{id}.csv"), transactional=True, close_mode="count",
+                            tuples_per_file=2))
+    for v in (0, 1):
+        sink.on_tuple({"v": v}, 0)  # r0 is complete: between files at the barrier
+    sink.drain()
+    state = sink.snapshot()
+    sink.on_tuple({"v": 2}, 0)  # begins r1 after the barrier
+    assert pending(tmp_path) == [".r0.csv.0.pending", ".r1.csv.0.pending"]
+    again = started(FileSink(str(tmp_path / "n{id}.csv"), transactional=True, close_mode="count",
+                             tuples_per_file=2))
+    again.restore(state)
+    assert pending(tmp_path) == []  # r1's pending file would never be committed nor removed
+    again.on_tuple({"v": 2}, 0)
+    again.on_punct(F, 0)
+    assert sorted(n for n in os.listdir(tmp_path)) == ["n1.csv", "r0.csv"]
+    assert (visible(tmp_path / "r0.csv"), visible(tmp_path / "n1.csv")) == ("0\n1\n", "2\n")
+
+
+def test_a_restore_with_another_spelling_of_the_same_file_changes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "t.csv"
+    sink = started(FileSink(str(out), transactional=True))
+    sink.on_tuple({"v": 1}, 0)
+    sink.drain()
+    state = sink.snapshot()
+    sink.on_checkpoint_committed(1)
+    older = {k: v for k, v in state.items() if k != "file"}  # a checkpoint from before "file" was kept
+    for spelling, saved in ((os.path.join(tmp_path, "sub", "..", "t.csv"), state), (str(out), older)):
+        again = started(FileSink(spelling, transactional=True, closed_files_port=0))
+        again.restore(saved)
+        again.on_tuple({"v": 2}, 0)
+        again.on_punct(F, 0)
+        assert visible(out) == "1\n2\n"
+        assert again.context.submitted == [(0, {"file": str(out)})]  # type: ignore[attr-defined]
+        assert sorted(os.listdir(tmp_path)) == ["t.csv"]
+
+
+def test_pending_files_are_owner_only_and_file_mode_sets_the_outputs(tmp_path: Path) -> None:
+    def mode(path: Path) -> int:
+        return path.stat().st_mode & 0o777
+
+    previous = os.umask(0o022)
+    try:
+        sink = started(FileSink(str(tmp_path / "t.csv"), transactional=True))
+        sink.on_tuple({"v": 1}, 0)
+        (segment,) = [tmp_path / n for n in pending(tmp_path)]
+        assert mode(segment) == 0o600  # was 0o644: uncommitted output readable by everyone
+        sink.drain()
+        sink.snapshot()
+        sink.on_checkpoint_committed(1)
+        assert mode(tmp_path / "t.csv") == 0o644  # outputs: as any program creates files
+        (tmp_path / ".t2.csv.0.pending").write_text("stale")  # a crash's leftover, world-readable
+        private = started(FileSink(str(tmp_path / "t2.csv"), transactional=True, file_mode=0o640))
+        private.on_tuple({"v": 1}, 0)
+        assert [mode(tmp_path / n) for n in pending(tmp_path)] == [0o600, 0o600]
+        private.on_punct(F, 0)
+        assert mode(tmp_path / "t2.csv") == 0o640
+        plain = started(FileSink(str(tmp_path / "p{id}.csv"), close_mode="count", tuples_per_file=1,
+                                 fileMode=0o600))
+        plain.on_tuple({"v": 1}, 0)
+        plain.on_tuple({"v": 2}, 0)
+        assert [mode(tmp_path / f"p{i}.csv") for i in (0, 1)] == [0o600, 0o600]
+    finally:
+        os.umask(previous)
+    for bad in (-1, 0o1000, "640", 6.4):
+        with pytest.raises(OperatorParameterError, match=r"file_mode=.*expected permission bits"):
+            FileSink("f", file_mode=bad)  # type: ignore[arg-type]
+
+
 def build_exactly_once(src_path: Path, out_path: Path) -> Graph:
     g = Graph("exactly_once")
     rows = g.source("src", FileSource(file=str(src_path), has_delay_field=True), schema=PACED)

@@ -9,7 +9,12 @@ else's bytes. States are encoded as tagged, versioned msgpack with a checksum
 per record, never pickled: decoding what is on disk cannot run code.
 
 `RocksDBStore` is the durable store (one directory per job, exclusively
-locked); `MemoryStore` has the same semantics in a dict, for tests.
+locked, owner-only); `MemoryStore` has the same semantics in a dict, for
+tests. What a store notices and survives (committed checkpoints that are
+gone, a damaged table file) it reports as `StoreWarning`s, to an
+``on_warning`` hook or the ``riverbed.checkpoint`` logger;
+`RocksDBStore.repair` rebuilds a damaged store (``riverbed checkpoints
+repair DIR``).
 """
 
 from __future__ import annotations
@@ -30,20 +35,29 @@ from ._errors import (
     StoreIOError,
     StoreLocked,
 )
-from ._store import Checkpoint, CheckpointInfo, CheckpointStore, MemoryStore, SkipHook
+from ._store import (
+    Checkpoint,
+    CheckpointInfo,
+    CheckpointStore,
+    MemoryStore,
+    SkipHook,
+    StoreWarning,
+    WarningHook,
+)
 
 if TYPE_CHECKING:
-    from ._rocksdb import RocksDBStore
+    from ._rocksdb import RepairReport, RocksDBStore
 
 
 def __getattr__(name: str) -> Any:
     # rocksdict loads on first use: the codec is imported by processes that never open a store
     # (the Spark bridge's key-group workers and source reader).
-    if name == "RocksDBStore":
-        from ._rocksdb import RocksDBStore
+    if name in ("RocksDBStore", "RepairReport"):
+        from . import _rocksdb
 
-        globals()[name] = RocksDBStore
-        return RocksDBStore
+        value = getattr(_rocksdb, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
@@ -60,10 +74,13 @@ __all__ = [
     "CheckpointStore",
     "CheckpointVersionError",
     "MemoryStore",
+    "RepairReport",
     "RocksDBStore",
     "SkipHook",
     "StoreClosed",
     "StoreError",
     "StoreIOError",
     "StoreLocked",
+    "StoreWarning",
+    "WarningHook",
 ]

@@ -15,12 +15,18 @@ decides which error a reader raises: bytes without the magic are
 only an intact body with another version number is `CheckpointVersionError`.
 
 The payload is the state itself, msgpack-encoded **plain data**: dict, list,
-tuple, str, int (64-bit), float, bool, None, bytes and `decimal.Decimal`
-(an extension type holding its exact text, so ``Decimal("1.20")`` keeps its
+tuple, str, int, float, bool, None, bytes and `decimal.Decimal` (an
+extension type holding its exact text, so ``Decimal("1.20")`` keeps its
 exponent). Tuples come back as lists, except as dict keys, where they come
-back as tuples because a list cannot be a key. Anything else (datetime, set,
-objects, ints beyond 64 bits) is refused when *saving*, with the path to the
-offending value, so that a checkpoint that was written can always be read.
+back as tuples because a list cannot be a key. Every str and every int
+round-trips, the ones msgpack has no type for included, because operators
+hold them for reasons of their own: a file name read from a directory can
+hold bytes that are not UTF-8 (Python keeps them as lone surrogates, so the
+str is stored with them, "surrogatepass"), and a running total can outgrow
+64 bits (such an int is stored as an extension type holding its two's
+complement bytes). Anything else (datetime, set, objects) is refused when
+*saving*, with the path to the offending value, so that a checkpoint that
+was written can always be read.
 
 Never pickle: decoding arbitrary bytes from disk must not be able to run code.
 """
@@ -62,8 +68,10 @@ KIND_STATE: Final = "state"
 _KINDS: Final = (KIND_MANIFEST, KIND_STATE)
 
 DECIMAL_EXT: Final = 1
+BIGINT_EXT: Final = 2  # an int beyond msgpack's 64 bits: signed big-endian two's complement
 INT_MIN: Final = -(2**63)
 INT_MAX: Final = 2**64 - 1
+_STR_ERRORS: Final = "surrogatepass"  # a str with lone surrogates (undecodable bytes) round-trips
 _MAX_DEPTH: Final = 511  # msgpack's own nesting limit when packing
 _BODY_FIELDS: Final = 7
 
@@ -87,13 +95,16 @@ class RecordHeader:
 def _default(obj: Any) -> Any:
     if isinstance(obj, Decimal):
         return msgpack.ExtType(DECIMAL_EXT, str(obj).encode("ascii"))
+    if isinstance(obj, int):  # msgpack calls this only for an int outside its 64-bit types
+        return msgpack.ExtType(BIGINT_EXT, obj.to_bytes(obj.bit_length() // 8 + 1, "big", signed=True))
     raise TypeError(f"cannot serialize {type(obj).__qualname__}")
 
 
 def encode_value(value: Any, *, checkpoint_id: int, key: str) -> bytes:
     """``value`` as msgpack bytes; `CheckpointEncodeError` naming the path to what cannot be stored."""
     try:
-        return msgpack.packb(value, default=_default)  # type: ignore[no-any-return]
+        return msgpack.packb(value, default=_default,  # type: ignore[no-any-return]
+                             unicode_errors=_STR_ERRORS)
     except (TypeError, ValueError, OverflowError) as exc:  # UnicodeEncodeError is a ValueError
         found = _locate(value, "", 0, set())
         where = f"checkpoint {checkpoint_id}: state {key!r}"
@@ -122,17 +133,7 @@ def _locate(value: Any, path: str, depth: int, active: set[int]) -> tuple[str, s
                       "flatten it (msgpack limits the nesting)")
     if value is None or isinstance(value, bool | float | bytes | bytearray | memoryview | Decimal):
         return None
-    if isinstance(value, int):
-        if INT_MIN <= value <= INT_MAX:
-            return None
-        return path, (f"int {short_repr(value)} does not fit in 64 bits (msgpack holds -2**63 .. 2**64-1); "
-                      "store it as a str or a Decimal")
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return path, (f"str {short_repr(value)} is not valid Unicode ({exc.reason}); "
-                          "store undecodable text as bytes")
+    if isinstance(value, int | str):
         return None
     if isinstance(value, list | tuple | dict):
         if id(value) in active:
@@ -167,7 +168,12 @@ def _ext_hook(code: int, data: bytes) -> Any:
             return Decimal(data.decode("ascii"))
         except (UnicodeDecodeError, InvalidOperation) as exc:
             raise _BadExt(f"a Decimal extension holds {data[:40]!r}, which is not a number") from exc
-    raise _BadExt(f"unknown msgpack extension type {code} (this format uses only {DECIMAL_EXT}, Decimal)")
+    if code == BIGINT_EXT:
+        if not data:
+            raise _BadExt("a big-int extension holds no bytes")
+        return int.from_bytes(data, "big", signed=True)
+    raise _BadExt(f"unknown msgpack extension type {code} (this format uses {DECIMAL_EXT}, Decimal, and "
+                  f"{BIGINT_EXT}, an int beyond 64 bits)")
 
 
 def _freeze(key: Any) -> Any:
@@ -182,12 +188,13 @@ def decode_value(payload: bytes, *, checkpoint_id: int, key: str) -> Any:
     """The plain data in ``payload``; `CheckpointCorrupt` if it is not valid msgpack of this format."""
     try:
         try:
-            return msgpack.unpackb(payload, ext_hook=_ext_hook, strict_map_key=False)
+            return msgpack.unpackb(payload, ext_hook=_ext_hook, strict_map_key=False,
+                                   unicode_errors=_STR_ERRORS)
         except TypeError:
             # A dict key that was a tuple comes back as an (unhashable) list: decode again, slower,
             # turning list keys back into tuples.
             return msgpack.unpackb(payload, ext_hook=_ext_hook, strict_map_key=False,
-                                   object_pairs_hook=_pairs_to_dict)
+                                   unicode_errors=_STR_ERRORS, object_pairs_hook=_pairs_to_dict)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CheckpointCorrupt(
             f"checkpoint {checkpoint_id}: state {key!r}: the payload passed its checksum but is not "

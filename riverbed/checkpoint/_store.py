@@ -20,6 +20,14 @@ manifest also lists each record's size and digest, so a record swapped in
 from another checkpoint, or lost, is caught even though each record checks
 its own digest.
 
+Why a record of committed ids besides the store (`_ledger`): a storage engine
+that loses its newest writes (RocksDB with a damaged log) opens without a
+word. The store compares that record with what it holds on open, and
+reports committed checkpoints that are gone as a `StoreWarning` ("lost"),
+together with anything else it noticed and survived (a damaged table file,
+an unreadable record): to ``on_warning`` when given, else on the
+``riverbed.checkpoint`` logger; `CheckpointStore.warnings` keeps them all.
+
 Stores are not thread-safe: one job, one thread (the asyncio loop) uses a store.
 """
 
@@ -68,8 +76,10 @@ from ._layout import (
     parse_suffix,
     state_key,
 )
+from ._ledger import Ledger, decode_ledger, encode_ledger
 
-__all__ = ["Checkpoint", "CheckpointInfo", "CheckpointStore", "MemoryStore", "SkipHook"]
+__all__ = ["Checkpoint", "CheckpointInfo", "CheckpointStore", "MemoryStore", "SkipHook", "StoreWarning",
+           "WarningHook"]
 
 _log = logging.getLogger("riverbed.checkpoint")
 
@@ -77,6 +87,30 @@ Records = Sequence[tuple[bytes, bytes]]
 Ranges = Sequence[tuple[bytes, bytes]]
 SkipHook = Callable[[int, CheckpointError], None]
 """Called by `CheckpointStore.latest_good` with the id and the reason of each checkpoint it skips."""
+
+WarningKind = Literal["lost", "damaged", "ledger"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreWarning:
+    """Something a store noticed and worked around, which the job should log.
+
+    ``kind`` is ``"lost"`` (checkpoints the store had committed are gone:
+    ``checkpoint_ids`` lists them), ``"damaged"`` (a damaged part of the
+    store was stepped over: a table file that compaction cannot read, ids that
+    a scan could not reach; every checkpoint saved since is still safe) or
+    ``"ledger"`` (the record of committed checkpoints could not be read or
+    written, so losses may go unnoticed). ``message`` says what happened,
+    what it costs and what to do.
+    """
+
+    kind: WarningKind
+    message: str
+    checkpoint_ids: tuple[int, ...] = ()
+
+
+WarningHook = Callable[[StoreWarning], None]
+"""Called with each `StoreWarning` as the store notices it (from the constructor on)."""
 
 _UNUSABLE = (CheckpointCorrupt, CheckpointForeign, CheckpointVersionError)
 _MANIFEST_NAME = "(manifest)"
@@ -98,9 +132,11 @@ class CheckpointInfo:
 
     ``sizes`` are the stored bytes of each state record (header and checksum
     included); ``total_bytes`` adds the manifest. ``status`` is ``"ok"`` when
-    every record's checksum, header and manifest entry check out, else
-    ``"corrupt"`` with the ``reason`` (the message `load` would raise).
-    ``job`` and ``time_ns`` are None when the manifest itself is unreadable.
+    every record's checksum, header and manifest entry check out,
+    ``"corrupt"`` with the ``reason`` (the message `load` would raise) when
+    not, and ``"missing"`` for a checkpoint the store committed but no longer
+    holds (see `CheckpointStore.lost`). ``job`` and ``time_ns`` are None when
+    the manifest itself is unreadable.
     """
 
     id: int
@@ -108,7 +144,7 @@ class CheckpointInfo:
     time_ns: int | None
     sizes: dict[str, int]
     total_bytes: int
-    status: Literal["ok", "corrupt"]
+    status: Literal["ok", "corrupt", "missing"]
     reason: str | None = None
 
 
@@ -125,15 +161,20 @@ class CheckpointStore(ABC):
     Ids are ints in 0 .. 2**64-1 and must increase from one `save` to the
     next; after a save only the newest ``keep_last`` checkpoints remain (the
     older ones are deleted in the same atomic batch). A store is a context
-    manager; use after `close` raises `StoreClosed`.
+    manager; use after `close` raises `StoreClosed`. ``on_warning`` receives
+    each `StoreWarning` (see `warnings`); without it they are logged.
     """
 
-    def __init__(self, *, keep_last: int) -> None:
+    def __init__(self, *, keep_last: int, on_warning: WarningHook | None = None) -> None:
         if type(keep_last) is not int or keep_last < 1:
             raise ValueError(f"keep_last={keep_last!r}: a store must keep at least the last checkpoint "
                              "(an int >= 1)")
         self._keep_last = keep_last
         self._closed = False
+        self._on_warning = on_warning
+        self._warnings: builtins.list[StoreWarning] = []
+        self._ledger: Ledger | None = None
+        self._lost: tuple[int, ...] = ()
 
     @property
     def keep_last(self) -> int:
@@ -143,6 +184,22 @@ class CheckpointStore(ABC):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def warnings(self) -> tuple[StoreWarning, ...]:
+        """Everything the store noticed and worked around since it was opened, oldest first."""
+        return tuple(self._warnings)
+
+    @property
+    def lost(self) -> tuple[int, ...]:
+        """Ids of checkpoints this store had committed that were gone when it was opened.
+
+        Found by comparing the store with its own record of committed ids
+        (`_ledger`); each open that finds some also issues a ``"lost"``
+        `StoreWarning`. Empty when nothing is missing, or when the store has
+        no such record yet (a store written by an older riverbed).
+        """
+        return self._lost
 
     # ------------------------------------------------------------ public API
 
@@ -169,7 +226,9 @@ class CheckpointStore(ABC):
         if not INT_MIN <= time_ns <= INT_MAX:
             raise ValueError(f"save({cid}): time_ns={time_ns} does not fit in 64 bits; pass nanoseconds "
                              "from the job's clock")
-        recent = self._newest_ids(self._keep_last)
+        recent, damage = self._scan_ids(self._keep_last)
+        if damage is not None and not recent:
+            raise damage  # damage hides even the newest id: no way to check that ids increase
         if recent and cid <= recent[0]:
             raise CheckpointIdError(
                 f"save({cid}): checkpoint ids must increase, and the store already holds checkpoint "
@@ -190,10 +249,12 @@ class CheckpointStore(ABC):
         manifest = encode_record(RecordHeader(KIND_MANIFEST, cid, job, time_ns, ""), manifest_payload)
         puts.insert(0, (manifest_key(cid), manifest))
         deletes: list[tuple[bytes, bytes]] = []
+        kept = recent[:self._keep_last - 1]
         if len(recent) >= self._keep_last:
-            kept = recent[:self._keep_last - 1]
             deletes.append((NAMESPACE, id_prefix(kept[-1] if kept else cid)))
         self._write(puts, deletes)
+        newest = max(cid, self._ledger.newest) if self._ledger is not None else cid
+        self._record(Ledger(newest, (cid, *kept)))
 
     def load(self, checkpoint_id: int) -> Checkpoint:
         """Read, validate and decode one checkpoint.
@@ -233,13 +294,31 @@ class CheckpointStore(ABC):
         return None
 
     def list(self) -> builtins.list[CheckpointInfo]:
-        """Every checkpoint in the store, oldest first, with sizes and status (states are not decoded)."""
+        """Every checkpoint in the store, oldest first, with sizes and status (states are not decoded).
+
+        Damaged checkpoints are listed as ``"corrupt"``, committed ones that are
+        gone as ``"missing"``. Damage that hides the ids below some point is
+        stepped over with the ids known otherwise; whatever stays hidden is
+        reported as a ``"damaged"`` `StoreWarning`, not raised.
+        """
         self._check_open("list")
-        infos: builtins.list[CheckpointInfo] = []
-        for cid in self._ids_desc():
-            infos.append(self._info(cid))
-        infos.reverse()
-        return infos
+        infos: dict[int, CheckpointInfo] = {}
+        try:
+            for cid in self._ids_desc():
+                infos[cid] = self._info(cid)
+        except CheckpointCorrupt as exc:
+            if exc.checkpoint_id is not None:
+                raise
+            # With a record of the committed ids, every id it keeps was tried (listed, or missing
+            # below): what lies below them was deleted by retention. Without it, there is no telling.
+            if self._ledger is None or not infos:
+                lowest = min(infos, default=None)
+                where = "any checkpoint" if lowest is None else f"the checkpoints below {lowest}"
+                self._warn(StoreWarning("damaged", f"{where} of {self._describe()} cannot be listed: {exc}"))
+        for cid in self._lost:
+            if cid not in infos and not self._present(cid):
+                infos[cid] = CheckpointInfo(cid, None, None, {}, 0, "missing", self._lost_reason())
+        return [infos[cid] for cid in sorted(infos)]
 
     def delete(self, checkpoint_id: int) -> None:
         """Delete one checkpoint's records (atomically); `CheckpointNotFound` if it has none."""
@@ -250,6 +329,8 @@ class CheckpointStore(ABC):
             raise CheckpointNotFound(f"delete({cid}): checkpoint {cid} is not in {self._describe()}",
                                      checkpoint_id=cid)
         self._write([], [(lo, hi)])
+        if self._ledger is not None:
+            self._record(Ledger(self._ledger.newest, tuple(k for k in self._ledger.kept if k != cid)))
 
     def close(self) -> None:
         """Release the store (for RocksDB: flush and unlock the directory). Closing twice is a no-op."""
@@ -285,6 +366,25 @@ class CheckpointStore(ABC):
     def _describe(self) -> str:
         """The store, for messages, e.g. "the RocksDB checkpoint store at /var/ckpt"."""
 
+    @abstractmethod
+    def _read_ledger(self) -> bytes | None:
+        """The stored record of committed ids (`_ledger`), or None if there is none."""
+
+    @abstractmethod
+    def _write_ledger(self, data: bytes) -> None:
+        """Replace the record of committed ids, atomically and durably (OSError on failure)."""
+
+    def _describe_ledger(self) -> str:
+        return "its record of committed checkpoints"
+
+    def _how_lost(self) -> str:
+        """How committed checkpoints can vanish from this backend, for the "lost" warning."""
+        return "Their records were removed behind the store's back"
+
+    def _table_ids(self) -> builtins.list[int]:
+        """Checkpoint ids the backend knows from elsewhere than a scan (RocksDB: table file key ranges)."""
+        return []
+
     # ------------------------------------------------------------ helpers
 
     def _check_open(self, what: str) -> None:
@@ -292,8 +392,32 @@ class CheckpointStore(ABC):
             raise StoreClosed(f"{what}(): {self._describe()} is closed; open a new store")
 
     def _ids_desc(self) -> Iterator[int]:
+        """Every checkpoint id in the store, newest first.
+
+        Damage that stops the scan (a table block RocksDB cannot read) hides
+        the ids below it; the scan then goes on from the next id known
+        otherwise (the ledger, the table files' key ranges) that still has
+        records, and raises the damage (`CheckpointCorrupt`, id None) only
+        when no such id is left.
+        """
         bound = NAMESPACE_END
-        while (key := self._last_key_below(bound, NAMESPACE)) is not None:
+        known: builtins.list[int] | None = None
+        while True:
+            try:
+                key = self._last_key_below(bound, NAMESPACE)
+            except CheckpointCorrupt as exc:
+                if exc.checkpoint_id is not None:
+                    raise
+                if known is None:
+                    ledger = [self._ledger.newest, *self._ledger.kept] if self._ledger is not None else []
+                    known = sorted(set(ledger) | set(self._table_ids()), reverse=True)
+                below = bound
+                found = next((c for c in known if id_prefix(c) < below and self._present(c)), None)
+                if found is None:
+                    raise
+                key = id_prefix(found) + b"/"
+            if key is None:
+                return
             cid = id_of(key)
             if cid is None:
                 raise CheckpointForeign(
@@ -303,18 +427,83 @@ class CheckpointStore(ABC):
             yield cid
             bound = id_prefix(cid)
 
-    def newest_id(self) -> int | None:
-        """The highest id in the store, damaged checkpoints included: the next save must be above.
+    def _scan_ids(self, n: int) -> tuple[builtins.list[int], CheckpointCorrupt | None]:
+        """The newest ``n`` ids, as far as the scan gets, and the damage that stopped it (or None)."""
+        ids: builtins.list[int] = []
+        try:
+            ids.extend(itertools.islice(self._ids_desc(), n))
+        except CheckpointCorrupt as exc:
+            if exc.checkpoint_id is not None:
+                raise
+            return ids, exc
+        return ids, None
 
-        A job restored from an older checkpoint (the newest was damaged) continues
-        its numbering from here.
+    def _present(self, cid: int) -> bool:
+        """Whether the store holds any record of ``cid`` (a damaged one counts)."""
+        lo, hi = checkpoint_range(cid)
+        try:
+            return self._last_key_below(hi, lo) is not None
+        except CheckpointCorrupt:
+            return True
+
+    def newest_id(self) -> int | None:
+        """The highest id this store holds or committed: the next save must be above.
+
+        Damaged checkpoints count, and so do committed ones that were lost
+        (`lost`): a job restored from an older checkpoint continues its
+        numbering from here, so an id never names two different checkpoints.
         """
         self._check_open("newest_id")
-        ids = self._newest_ids(1)
-        return ids[0] if ids else None
+        ids, damage = self._scan_ids(1)
+        candidates = ids + ([self._ledger.newest] if self._ledger is not None else [])
+        if not candidates and damage is not None:
+            raise damage
+        return max(candidates, default=None)
 
-    def _newest_ids(self, n: int) -> builtins.list[int]:
-        return builtins.list(itertools.islice(self._ids_desc(), n))
+    # ------------------------------------------------- ledger and warnings
+
+    def _warn(self, warning: StoreWarning) -> None:
+        self._warnings.append(warning)
+        if self._on_warning is not None:
+            self._on_warning(warning)
+        else:
+            _log.warning("%s", warning.message)
+
+    def _open_ledger(self) -> None:
+        """Read the record of committed ids and report committed checkpoints that are gone.
+
+        Backends call this at the end of their constructor, once they can read.
+        """
+        try:
+            data = self._read_ledger()
+            self._ledger = None if data is None else decode_ledger(data)
+        except (OSError, ValueError) as exc:
+            self._warn(StoreWarning("ledger", f"{self._describe()}: {self._describe_ledger()} cannot be read "
+                                              f"({exc}); a loss of the newest checkpoints would go unnoticed "
+                                              "until the next save rewrites it"))
+            return
+        if self._ledger is None:
+            return
+        self._lost = tuple(sorted(c for c in self._ledger.kept if not self._present(c)))
+        if self._lost:
+            self._warn(StoreWarning("lost", self._lost_reason(), self._lost))
+
+    def _lost_reason(self) -> str:
+        ids = ", ".join(map(str, self._lost))
+        return (f"checkpoint(s) {ids} of {self._describe()} are gone: they were saved "
+                f"({self._describe_ledger()} lists them) but the store no longer holds them. "
+                f"{self._how_lost()}; the job resumes from the newest checkpoint that is left and replays "
+                "from there. Check the disk, and restore the directory from a backup if you have one")
+
+    def _record(self, ledger: Ledger) -> None:
+        """Write the record of committed ids after a save or delete; a failure is only a warning."""
+        self._ledger = ledger
+        try:
+            self._write_ledger(encode_ledger(ledger))
+        except OSError as exc:
+            self._warn(StoreWarning("ledger", f"{self._describe()}: cannot write {self._describe_ledger()} "
+                                              f"({exc}); checkpoint {ledger.newest} is saved, but a later "
+                                              "loss of it would go unnoticed"))
 
     def _read(self, cid: int) -> builtins.list[tuple[bytes, bytes]]:
         try:
@@ -445,12 +634,18 @@ class MemoryStore(CheckpointStore):
     """A checkpoint store in a dict: same encoding, validation and errors as `RocksDBStore`.
 
     ``records`` is the raw key/value space (bytes to bytes). Pass your own
-    mapping to share it between stores (a "reopen") or to damage it in tests.
+    mapping to share it between stores (a "reopen") or to damage it in tests;
+    ``ledger`` likewise holds the record of committed ids (under
+    ``"committed"``), which stands in for the file a `RocksDBStore` keeps.
     """
 
-    def __init__(self, records: MutableMapping[bytes, bytes] | None = None, *, keep_last: int = 3) -> None:
-        super().__init__(keep_last=keep_last)
+    def __init__(self, records: MutableMapping[bytes, bytes] | None = None, *, keep_last: int = 3,
+                 ledger: MutableMapping[str, bytes] | None = None,
+                 on_warning: WarningHook | None = None) -> None:
+        super().__init__(keep_last=keep_last, on_warning=on_warning)
         self._records: MutableMapping[bytes, bytes] = {} if records is None else records
+        self._ledger_bytes: MutableMapping[str, bytes] = {} if ledger is None else ledger
+        self._open_ledger()
 
     @property
     def records(self) -> MutableMapping[bytes, bytes]:
@@ -475,3 +670,9 @@ class MemoryStore(CheckpointStore):
 
     def _describe(self) -> str:
         return "the in-memory checkpoint store"
+
+    def _read_ledger(self) -> bytes | None:
+        return self._ledger_bytes.get("committed")
+
+    def _write_ledger(self, data: bytes) -> None:
+        self._ledger_bytes["committed"] = data

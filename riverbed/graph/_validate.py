@@ -185,9 +185,75 @@ def _topological(defs: dict[str, OperatorDef]) -> tuple[list[str], list[GraphErr
     stuck = [n for n in defs if n not in order]
     if not stuck:
         return order, []
-    return order + stuck, [GraphError(n, "cycle", "is on a cycle with no feedback connection; mark "
-                                                  "the stream that closes it with .feedback()")
-                           for n in stuck]
+    # What Kahn's order leaves is the cycles *and* everything downstream of them: report only the
+    # operators on a cycle (in a strongly connected component), each with a cycle it is on.
+    errors = []
+    for component in _components(stuck, edges):
+        for n in component:
+            path = " -> ".join(_cycle_through(n, set(component), edges))
+            errors.append(GraphError(n, "cycle", f"is on a cycle with no feedback connection ({path}); "
+                                                 "mark the stream that closes it with .feedback()"))
+    return order + stuck, errors
+
+
+def _components(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components among ``nodes`` that hold a cycle, each in graph order
+    (Tarjan's algorithm, iterative)."""
+    among = set(nodes)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in nodes:
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter([m for m in edges[root] if m in among]))]
+        while work:
+            node, successors = work[-1]
+            for m in successors:
+                if m not in index:
+                    index[m] = low[m] = len(index)
+                    stack.append(m)
+                    on_stack.add(m)
+                    work.append((m, iter([x for x in edges[m] if x in among])))
+                    break
+                if m in on_stack:
+                    low[node] = min(low[node], index[m])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component: list[str] = []
+                    while not component or component[-1] != node:
+                        component.append(stack.pop())
+                        on_stack.discard(component[-1])
+                    if len(component) > 1 or node in edges[node]:
+                        found.append(sorted(component, key=nodes.index))
+    return found
+
+
+def _cycle_through(start: str, members: set[str], edges: dict[str, list[str]]) -> list[str]:
+    """A shortest cycle from ``start`` back to it within its component, as names (start repeated)."""
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        node = frontier.pop(0)
+        for m in edges[node]:
+            if m == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return [start, *reversed(path[:-1]), start] if node != start else [start, start]
+            if m in members and m not in came_from:
+                came_from[m] = node
+                frontier.append(m)
+    return [start]  # unreachable: every member of a component is on a cycle
 
 
 def event_time_region(defs: dict[str, OperatorDef] | Any) -> dict[str, EventTime]:

@@ -49,6 +49,23 @@ Checkpoints, two ways:
   notifications follow the commit that makes the closed file visible (and a
   restore sends them again for the closed files it commits: the notices
   came after the checkpoint's barrier, so the checkpoint does not hold them).
+
+A restart with another ``file`` (say ``-p out=out_b.csv`` after a run that
+wrote ``out_a.csv``) honours the new name: the file the checkpoint was
+writing is completed exactly as the checkpoint left it (plain mode: cut back
+to its length; transactional: its commit finished from the pending files,
+the tail written after the barrier dropped) and then closed, announced and,
+in plain mode, moved like any closed file; the replayed and new output goes
+to the new name. So every tuple is written once, in the old file if the
+checkpoint covers it, else in the new one. A new name that is the same file
+as the old one (``./out.csv`` for ``out.csv``) changes nothing.
+
+Permissions: the hidden pending files hold output nobody should read
+before it is committed, so they are always created owner-only (0600).
+Output files are created as any program creates files (0666 minus the
+umask, typically 0644), since other users' programs commonly read them;
+``file_mode=0o640`` (or any mode) sets the permission bits of every file the
+sink writes instead.
 """
 
 from __future__ import annotations
@@ -62,6 +79,7 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO, Literal
 
 from ..graph import Operator, Punct
+from ..runtime import get_logger
 from ._file_common import move_into, require, with_spl_names
 from ._file_formats import (
     FINAL_MARKER_TEXT,
@@ -78,6 +96,7 @@ CloseMode = Literal["never", "punct", "count", "size", "time"]
 _CLOSE_MODES: tuple[CloseMode, ...] = ("never", "punct", "count", "size", "time")
 _NS = 1_000_000_000
 _MODIFIER = re.compile(r"\{(id|localtime:[^{}]*|gmtime:[^{}]*)\}")
+_PENDING_MODE = 0o600  # uncommitted output: owner-only, whatever file_mode says
 
 
 class FileSinkError(RuntimeError):
@@ -115,7 +134,8 @@ class FileSink(Operator):
     ``bytes_per_file`` / ``time_per_file`` (seconds), ``write_punctuations``,
     ``append`` (keep what a file held), ``move_file_to_directory`` (after a
     file is closed; plain mode), ``transactional``, ``truncate_on_reset``
-    (plain mode), ``closed_files_port``.
+    (plain mode), ``closed_files_port``, ``file_mode`` (permission bits of the
+    output files, e.g. ``0o640``; default: 0666 minus the umask).
     """
 
     window_punctuation = "free"
@@ -128,7 +148,7 @@ class FileSink(Operator):
                  write_punctuations: bool = False, append: bool = False,
                  move_file_to_directory: str | os.PathLike[str] | None = None,
                  transactional: bool = False, truncate_on_reset: bool = True,
-                 closed_files_port: int | None = None, **spl: Any) -> None:
+                 closed_files_port: int | None = None, file_mode: int | None = None, **spl: Any) -> None:
         given = {k: v for k, v in locals().items() if k not in ("self", "spl", "__class__")}
         p = with_spl_names("FileSink", FileSink.__init__, given, spl)
         op = "FileSink"
@@ -179,6 +199,10 @@ class FileSink(Operator):
                 f"each file has its own name until it is committed (file={self.file!r})")
         suppress = p["suppress"]
         require(not isinstance(suppress, str), op, "suppress: expected a list of attribute names")
+        file_mode = p["file_mode"]
+        require(file_mode is None or (type(file_mode) is int and 0 <= file_mode <= 0o777), op,
+                f"file_mode={file_mode!r}: expected permission bits such as 0o640 (an int in 0 .. 0o777), "
+                "or None for 0666 minus the umask")
         self.format: Format = fmt
         self.separator: str = sep
         self.quote_strings = bool(p["quote_strings"])
@@ -201,6 +225,7 @@ class FileSink(Operator):
         vars(self)["transactional"] = bool(p["transactional"])
         self.truncate_on_reset = bool(p["truncate_on_reset"])
         self.closed_files_port: int | None = port
+        self.file_mode: int | None = file_mode
         self._eol: bytes = eol.encode(self.encoding)
         self._next_id = 0
         self._file: _OutFile | None = None
@@ -296,6 +321,7 @@ class FileSink(Operator):
             self._uncommitted.append(f)
         else:
             f.handle = open(path, "ab" if self.append else "wb")  # noqa: SIM115 - closed in _close
+            _set_mode(f.handle.fileno(), self.file_mode)
         self._file = f
         self._between_files = False
         self.files_opened += 1
@@ -363,7 +389,9 @@ class FileSink(Operator):
 
     def _start_segment(self, f: _OutFile) -> None:
         seg = _pending_path(f.path, f.length)
-        f.handle = open(seg, "wb")  # noqa: SIM115 - closed when the segment ends
+        fd = os.open(seg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _PENDING_MODE)
+        _set_mode(fd, _PENDING_MODE)  # a stale file of that name keeps its mode through O_TRUNC
+        f.handle = os.fdopen(fd, "wb")
         f.segment_origin = f.length
         f.segments.append((f.length, seg))
 
@@ -379,7 +407,7 @@ class FileSink(Operator):
                 continue
             if f.handle is not None:
                 f.handle.flush()
-            _roll_forward(self._op, path, length, f.segments)
+            _roll_forward(self._op, path, length, f.segments, self.file_mode)
             current = f.segments[-1][1] if f.handle is not None else None
             keep = []
             for origin, seg in f.segments:
@@ -406,7 +434,7 @@ class FileSink(Operator):
     def snapshot(self) -> Any:
         f = self._file
         state: dict[str, Any] = {
-            "id": self._next_id, "between_files": self._between_files,
+            "file": self.file, "id": self._next_id, "between_files": self._between_files,
             "current": None if f is None else f.path, "length": 0 if f is None else f.length,
             "tuples": 0 if f is None else f.tuples, "opened_at": 0 if f is None else f.opened_at,
         }
@@ -433,12 +461,20 @@ class FileSink(Operator):
         self.on_shutdown()
         self._file, self._uncommitted, self._point = None, [], None
         self._next_id, self._between_files = next_id, between
+        renamed = current is not None and self._renamed(current, state.get("file"), next_id)
+        if renamed:
+            assert current is not None
+            self._log_renamed(current, state.get("file"))
         if self.transactional:
-            self._restore_transactional(files, current, tuples, opened_at)
+            old = state.get("file")
+            changed = old if isinstance(old, str) and old != self.file else None
+            self._restore_transactional(files, current, tuples, opened_at, renamed=renamed,
+                                        old_template=changed)
             return
         if current is None:
             return
         fd = os.open(current, os.O_RDWR | os.O_CREAT, 0o666)
+        _set_mode(fd, self.file_mode)
         handle = os.fdopen(fd, "r+b")
         if self.truncate_on_reset:
             handle.truncate(length)
@@ -446,29 +482,65 @@ class FileSink(Operator):
             length = handle.seek(0, os.SEEK_END)
         handle.seek(length)
         self._file = _OutFile(current, length, opened_at, tuples, handle)
+        if renamed:
+            self._close()  # complete as the checkpoint left it; the next tuple opens the new name
+            self._between_files = False  # ...and so does a mark or the end: the new file always exists
+
+    def _renamed(self, current: str, template: Any, next_id: int) -> bool:
+        """Whether ``file`` changed since the checkpoint, so that output moves to a new file."""
+        if template == self.file:
+            return False
+        if template is None and re.fullmatch(_template_regex(self.file), current):
+            return False  # a checkpoint from before the template was stored: its file fits this one
+        candidate = self._name(max(next_id - 1, 0))
+        if os.path.abspath(candidate) == os.path.abspath(current):
+            return False
+        with contextlib.suppress(OSError):
+            if os.path.samefile(candidate, current):
+                return False  # another name of the same file: nothing moves
+        return True
+
+    def _log_renamed(self, current: str, template: Any) -> None:
+        was = f"file={template!r}" if isinstance(template, str) else "another file="
+        get_logger(self.context.job, self.context.name).warning(
+            "output file changed since the checkpoint", checkpoint_file=current, file=self.file,
+            action=f"the checkpoint was taken with {was}: {current!r} is completed as the checkpoint "
+                   f"left it and closed; the output from the checkpoint on goes to file={self.file!r}")
 
     def _restore_transactional(self, files: list[tuple[str, int, bool]], current: str | None,
-                               tuples: int, opened_at: int) -> None:
+                               tuples: int, opened_at: int, *, renamed: bool,
+                               old_template: str | None) -> None:
+        """Commit each file to its length at the barrier. When ``renamed``, the output moves to a
+        new name and nothing is reopened; ``old_template`` is the ``file`` of the checkpoint when
+        it differs (its pending files begun after the barrier are stray too)."""
         known = {path for path, _, _ in files}
         for path, length, closed in files:
             pending = _pending_files(path)
-            _roll_forward(self._op, path, length, pending)
+            _roll_forward(self._op, path, length, pending, self.file_mode)
             for _origin, seg in pending:
                 _remove(seg)  # committed now, or written after the barrier: gone either way
-            if closed:
+            if closed or (renamed and path == current):
                 self._announce(path)  # its commit's notification was not kept by the checkpoint
         for stale in self._stray_pending(known):
             _remove(stale)  # files begun after the barrier
-        if current is not None:
+        if old_template is not None:
+            for stale in self._stray_pending(known, *os.path.split(old_template)):
+                _remove(stale)  # files the old name began after the barrier
+        if renamed:
+            self._between_files = False  # the new name's file exists once anything arrives
+        elif current is not None:
             length = next(n for path, n, _ in files if path == current)
             f = _OutFile(current, length, opened_at, tuples)
             self._start_segment(f)
             self._uncommitted.append(f)
             self._file = f
 
-    def _stray_pending(self, known: set[str]) -> list[str]:
-        """Pending files of this sink's file names that belong to none of ``known``."""
-        directory, base = os.path.split(self.file)
+    def _stray_pending(self, known: set[str], directory: str | None = None,
+                       base: str | None = None) -> list[str]:
+        """Pending files of this sink's file names (or of ``directory``/``base``, a template) that
+        belong to none of ``known``."""
+        if directory is None or base is None:
+            directory, base = os.path.split(self.file)
         if _MODIFIER.search(directory):
             return []
         pattern = re.compile(r"^\." + _template_regex(base) + r"\.\d+\.pending$")
@@ -512,11 +584,13 @@ def _pending_files(path: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def _roll_forward(op: str, path: str, target: int, segments: list[tuple[int, str]]) -> None:
+def _roll_forward(op: str, path: str, target: int, segments: list[tuple[int, str]],
+                  mode: int | None) -> None:
     """Make the visible file exactly ``target`` bytes: what it holds, continued from the pending
     files (each starting at its origin offset), or cut back; then fsync it."""
     existed = os.path.exists(path)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    _set_mode(fd, mode)
     with os.fdopen(fd, "r+b") as out:
         have = out.seek(0, os.SEEK_END)
         if have > target:
@@ -560,6 +634,12 @@ def _fsync_directory(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _set_mode(fd: int, mode: int | None) -> None:
+    """Give an open file the permission bits ``mode`` (None: leave what creating it gave)."""
+    if mode is not None:
+        os.fchmod(fd, mode)
 
 
 def _remove(path: str) -> None:
