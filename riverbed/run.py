@@ -243,8 +243,12 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
     if checkpoint_dir is not None:
         from .checkpoint import CheckpointError, RocksDBStore
 
+        def store_warning(warning: Any) -> None:
+            log.warning("checkpoint store", kind=warning.kind, reason=warning.message,
+                        checkpoints=list(warning.checkpoint_ids) or None)
+
         try:
-            store = RocksDBStore(checkpoint_dir)
+            store = RocksDBStore(checkpoint_dir, on_warning=store_warning)
         except CheckpointError as exc:
             err(f"riverbed run: checkpoint directory {checkpoint_dir}: {exc}")
             return EXIT_INVALID

@@ -150,3 +150,26 @@ def test_the_real_clock_yields_even_when_the_deadline_has_passed() -> None:
         return other_ran_at[0]
 
     assert asyncio.run(main()) < 100
+
+
+def test_checkpoints_the_store_lost_are_logged_by_the_job(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 16.11: the store's record of committed checkpoints names ids RocksDB no longer
+    has (as after a damaged log); the job logs them instead of restoring an older one silently."""
+    ck = tmp_path / "ck"
+    args = ("seconds=3", "sensors=3", f"out={tmp_path / 'a.jsonl'}")
+    code, _ = _run(SENSORS, *args, virtual_clock=True, checkpoint_dir=str(ck), checkpoint_period="1s")
+    assert code == EXIT_OK
+    ledger = ck / "riverbed-committed.json"
+    record = json.loads(ledger.read_text())
+    newest = record["newest"]
+    record["newest"], record["kept"] = newest + 2, [newest + 2, newest + 1, *record["kept"]]
+    ledger.write_text(json.dumps(record))
+    capsys.readouterr()
+    code, _ = _run(SENSORS, *args, virtual_clock=True, checkpoint_dir=str(ck), checkpoint_period="1s")
+    assert code == EXIT_OK
+    logs = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    lost = next(e for e in logs if e["event"] == "checkpoint store")
+    assert lost["kind"] == "lost" and lost["checkpoints"] == [newest + 1, newest + 2]
+    finished = next(e for e in logs if e["event"] == "job finished")
+    assert finished["restored_from"] == newest

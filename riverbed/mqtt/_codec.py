@@ -25,6 +25,7 @@ import msgpack  # type: ignore[import-untyped]  # msgpack ships no type informat
 import orjson
 
 from ..graph import Schema
+from ..jsonio import load_json
 from ._client import MQTTConfigError
 
 __all__ = ["FORMATS", "BadRecord", "Codec", "Format"]
@@ -113,7 +114,7 @@ class Codec:
             return self._decode_csv(payload)
         try:
             if fmt == "json":
-                value = orjson.loads(payload)
+                value = load_json(payload)
             elif fmt == "msgpack":
                 value = msgpack.unpackb(payload, raw=False, strict_map_key=False)
             else:

@@ -48,6 +48,7 @@ import orjson
 
 from ..graph import Schema
 from ..graph._schema import split_composite
+from ..jsonio import JSONTextError, load_json
 
 __all__ = [
     "FORMATS",
@@ -219,8 +220,8 @@ def csv_field(spl_type: str) -> Callable[[str], Any]:
 
     def composite(text: str) -> Any:
         try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
+            value = load_json(text)
+        except JSONTextError:
             raise RecordError(f"{text[:60]!r} is not JSON text ({t})") from None
         return convert(value)
 
@@ -235,6 +236,8 @@ def json_value(spl_type: str) -> Callable[[Any], Any]:
 
         def integer(v: Any) -> int:
             if type(v) is not int or not lo <= v <= hi:
+                if type(v) is int:
+                    raise RecordError(f"{v} is out of the range of {t} [{lo}, {hi}]")
                 raise RecordError(f"{v!r} is not a {t}")
             return v
 
@@ -395,9 +398,9 @@ def json_record_parser(schema: Schema | None, names: tuple[str, ...],
 
 def _load(text: str) -> Any:
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise RecordError(f"not JSON: {exc}") from None
+        return load_json(text)
+    except JSONTextError as exc:
+        raise RecordError(str(exc)) from None
 
 
 # --------------------------------------------------------------- writing
