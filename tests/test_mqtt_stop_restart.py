@@ -1,0 +1,86 @@
+"""Issue 16.1, as reported: an ``ack="checkpoint"`` MQTT job into a transactional FileSink,
+stopped with SIGTERM and restarted, then stopped again: nothing lost, nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from riverbed.mqtt._client import ClientConfig, MQTTClient
+from tests.mqtt_broker import Broker, broker
+
+__all__ = ["broker"]  # the fixture, imported for pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GRAPH = '''
+from riverbed.graph import Graph, Schema
+from riverbed.mqtt import MQTTSource
+from riverbed.operators import FileSink
+
+def build(params):
+    schema = Schema(seq="int64", value="int64")
+    g = Graph("mqtt_stop")
+    src = MQTTSource("127.0.0.1", int(params["port"]), topics=["stop/#"], qos=1, schema=schema,
+                     topic_attribute=None, client_id="stop-consumer", ack="checkpoint")
+    s = g.source("mqtt", src, schema=schema)
+    g.sink("out", FileSink(params["out"], format="csv", transactional=True), [s])
+    return g
+'''
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_sigterm_restart_sigterm_of_a_checkpointing_mqtt_job_loses_nothing(broker: Broker,
+                                                                           tmp_path: Path) -> None:
+    script = tmp_path / "graph.py"
+    script.write_text(GRAPH)
+    out, ckpt = tmp_path / "out.csv", tmp_path / "ckpt"
+
+    def start() -> subprocess.Popen[bytes]:
+        args = [sys.executable, "-m", "riverbed", "run", str(script), "-p", f"port={broker.port}",
+                "-p", f"out={out}", "--no-status", "--log-format", "json", "--log-level", "warning",
+                "--checkpoint-dir", str(ckpt), "--checkpoint-period", "0.5s"]
+        return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    async def publish(first: int, n: int) -> None:
+        async with MQTTClient(ClientConfig("127.0.0.1", broker.port)) as client:
+            for i in range(first, first + n):
+                await client.publish("stop/s", orjson.dumps({"seq": i, "value": i * 7}), 1)
+
+    async def session() -> None:  # the consumer's persistent session exists before publishing
+        config = ClientConfig("127.0.0.1", broker.port, client_id="stop-consumer", persistent=True)
+        async with MQTTClient(config, subscriptions=[("stop/#", 1)]):
+            pass
+
+    def wait_for(count: int, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 30
+        while len(_lines(out)) < count and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling for an event: a checkpoint commit made output visible
+
+    def stop(proc: subprocess.Popen[bytes]) -> None:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()[-2000:]
+
+    asyncio.run(session())
+    asyncio.run(publish(0, 400))
+    first = start()
+    wait_for(400, first)
+    stop(first)
+    assert len(_lines(out)) == 400
+    second = start()
+    asyncio.run(publish(400, 400))
+    wait_for(800, second)
+    stop(second)
+    seqs = [int(line.split(",")[0]) for line in _lines(out)]
+    assert sorted(set(seqs)) == list(range(800)), f"{800 - len(set(seqs))} readings lost"
+    assert len(seqs) == 800, f"{len(seqs) - 800} duplicates"
