@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    status_interval=args.status_interval, virtual_clock=args.virtual_clock,
                    checkpoint_dir=args.checkpoint_dir, checkpoint_period=args.checkpoint_period)
     if args.command == "spark":
-        from .spark_bridge._cli import spark_command
+        from .spark_bridge import spark_command
 
         return spark_command(args.action, args.script, params=args.param, master=args.master,
                              checkpoint=args.checkpoint, mode=args.mode, trigger=args.trigger,

@@ -322,25 +322,26 @@ def test_a_stop_while_a_source_waits_on_backpressure_loses_nothing(tmp_path: Any
 def test_a_cancelled_flush_keeps_what_it_did_not_deliver() -> None:
     import asyncio
 
+    from riverbed.core import OutputPort, OutputPortMetrics
     from riverbed.runtime._channel import Inbox
-    from riverbed.runtime._metrics import OutputPortMetrics
-    from riverbed.runtime._runner import _Output
+    from riverbed.runtime._runner import Delivery, deliver
 
     async def main() -> list[Any]:
         full, free = Inbox(1), Inbox(100)
-        out = _Output(None, OutputPortMetrics(), lambda tup, why: None)
-        out.targets = [(free, 0), (full, 0)]
+        out = OutputPort(None, OutputPortMetrics(), lambda tup, why: None)
+        delivery = Delivery()
+        delivery.targets = [(free, 0), (full, 0)]
         await full.put(0, ["blocker"])
         out.buf.extend([1, 2])
         out.control(Punct.WINDOW)
         out.buf.extend([3])
-        task = asyncio.ensure_future(out.flush())
+        task = asyncio.ensure_future(deliver(out, delivery))
         await asyncio.sleep(0)  # it delivered [1, 2] to `free` and waits on `full`
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         got_full = [await full.get()]
-        again = asyncio.ensure_future(out.flush())
+        again = asyncio.ensure_future(deliver(out, delivery))
         while not again.done():
             got_full.append(await full.get())
         await again

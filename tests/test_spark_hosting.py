@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from riverbed.core import SyncGraph
 from riverbed.graph import Graph, Operator, Punct, Source
 from riverbed.mqtt import MQTTSource
 from riverbed.operators import Aggregate, Count, DirectoryScan, Filter, Functor, Join, Sum
 from riverbed.runtime import Job, VirtualClock, run_virtual
-from riverbed.runtime._sync import SyncGraph
 from riverbed.spark_bridge import TranslationError
 from riverbed.spark_bridge._plan import plan
 from riverbed.spark_bridge._trace import run_cases_locally
@@ -61,7 +61,7 @@ def test_sync_graph_gives_the_runtimes_items_marks_and_order() -> None:
     for item in items:
         host.feed("src", 0, item if item is Punct.WINDOW else [item])
     host.feed("src", 0, Punct.FINAL)
-    assert host.runner("sink").op.items == expected  # type: ignore[attr-defined]
+    assert host.core("sink").op.items == expected  # type: ignore[attr-defined]
     assert host.finished
 
 
@@ -75,9 +75,9 @@ def test_sync_graph_state_round_trip_continues_exactly() -> None:
         split.feed("src", 0, [{"k": i % 2, "v": i}])
         if i % 4 == 0:
             split = SyncGraph(g, ["agg", "sink"], state=split.state())
-            split.runner("sink").op.items = []  # type: ignore[attr-defined]
-    a = [t for t in whole.runner("sink").op.items if t != Punct.WINDOW]  # type: ignore[attr-defined]
-    b = [t for t in split.runner("sink").op.items if t != Punct.WINDOW]  # type: ignore[attr-defined]
+            split.core("sink").op.items = []  # type: ignore[attr-defined]
+    a = [t for t in whole.core("sink").op.items if t != Punct.WINDOW]  # type: ignore[attr-defined]
+    b = [t for t in split.core("sink").op.items if t != Punct.WINDOW]  # type: ignore[attr-defined]
     assert b == a[len(a) - len(b):] and b  # the last host's output is the tail of the whole output
 
 

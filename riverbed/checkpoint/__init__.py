@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._codec import FORMAT, FORMAT_VERSION
+from ._codec import FORMAT, FORMAT_VERSION, decode_value, encode_value
 from ._errors import (
     CheckpointCorrupt,
     CheckpointEncodeError,
@@ -83,4 +83,6 @@ __all__ = [
     "StoreLocked",
     "StoreWarning",
     "WarningHook",
+    "decode_value",
+    "encode_value",
 ]

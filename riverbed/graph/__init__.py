@@ -7,9 +7,9 @@ runs that. Nothing here is tied to a particular executor.
 
 from ._errors import GraphError, GraphValidationError, SchemaError
 from ._model import Connection, EventTime, FrozenGraph, Graph, InputPort, OperatorDef, PortInput, Stream
-from ._operator import Operator, OperatorContext, Source
+from ._operator import Operator, OperatorContext, Source, SourceContext, WindowPunctuationMode
 from ._punct import CheckpointBarrier, Punct, Watermark
-from ._schema import Schema
+from ._schema import Schema, split_composite
 from ._validate import event_time_region
 
 __all__ = [
@@ -29,7 +29,10 @@ __all__ = [
     "Schema",
     "SchemaError",
     "Source",
+    "SourceContext",
     "Stream",
     "Watermark",
+    "WindowPunctuationMode",
     "event_time_region",
+    "split_composite",
 ]

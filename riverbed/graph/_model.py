@@ -14,8 +14,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..windows import TimeIntervalSpec, WindowError, WindowSpec, parse_window_clause
-from ..windows._policy import NS_PER_SECOND, seconds_to_ns
+from ..windows import TimeIntervalSpec, WindowError, WindowSpec, parse_window_clause, seconds_to_ns
 from ._errors import GraphError
 from ._operator import Operator, Source
 from ._schema import Schema
@@ -34,6 +33,8 @@ __all__ = [
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 OperatorKind = Literal["source", "operator", "sink"]
 PartitionBy = str | Callable[[Any], Hashable]
+
+NS_PER_SECOND = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from ._schema import Schema
 if TYPE_CHECKING:
     from ..windows import StreamWindow, StreamWindowEvent, TimeIntervalWindow
 
-__all__ = ["Operator", "OperatorContext", "Source", "WindowPunctuationMode"]
+__all__ = ["Operator", "OperatorContext", "Source", "SourceContext", "WindowPunctuationMode"]
 
 WindowPunctuationMode = Literal["preserving", "generating", "free"]
 
@@ -74,6 +74,28 @@ class OperatorContext(Protocol):
 
     def counter(self, name: str) -> Any:
         """A named counter (``inc(n)``, ``value``) shown in the status view and metrics."""
+        ...
+
+
+class SourceContext(OperatorContext, Protocol):
+    """What the host offers a source beyond `OperatorContext`: waiting (``async run`` sources),
+    stop requests and manual watermarks."""
+
+    @property
+    def stopping(self) -> bool:
+        """True once the job was asked to stop: the source should return soon."""
+        ...
+
+    async def flush(self) -> None:
+        """Deliver what the source submitted (waits while downstream is full: backpressure)."""
+        ...
+
+    async def sleep_until(self, when: int) -> None:
+        """Flush, then wait until the clock reaches ``when`` (ns)."""
+        ...
+
+    def set_watermark(self, value: int) -> None:
+        """Manual watermarks (``manual_watermarks=True``): the source's watermark is ``value``."""
         ...
 
 
@@ -185,6 +207,7 @@ class Source(Operator):
     """
 
     replayable: ClassVar[bool] = False
+    context: SourceContext
 
     def generate(self) -> Iterable[Any]:
         """The items of a synchronous source: tuples, and `Punct.WINDOW` marks between them."""

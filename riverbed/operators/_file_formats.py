@@ -46,8 +46,7 @@ from typing import Any, Literal
 
 import orjson
 
-from ..graph import Schema
-from ..graph._schema import split_composite
+from ..graph import Schema, split_composite
 from ..jsonio import JSONTextError, load_json
 
 __all__ = [

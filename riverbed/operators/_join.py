@@ -61,8 +61,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct
-from ..graph._operator import WindowPunctuationMode
+from ..graph import Operator, Punct, WindowPunctuationMode
 from ..windows import Count, Delta, EventType, StreamWindow, StreamWindowEvent, Time, WindowType
 from ._params import OperatorParameterError, spl_aliases
 

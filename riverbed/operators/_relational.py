@@ -28,8 +28,7 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from ..graph import Operator, Punct
-from ..graph._operator import WindowPunctuationMode
+from ..graph import Operator, Punct, WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import OutputClause, check_callable, output_schema, params, port_shape
 

@@ -36,8 +36,7 @@ from collections.abc import Callable, Hashable, Sequence
 from operator import itemgetter
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct
-from ..graph._operator import WindowPunctuationMode
+from ..graph import Operator, Punct, WindowPunctuationMode
 from ..windows import (
     Count,
     Delta,

@@ -26,8 +26,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct
-from ..graph._operator import WindowPunctuationMode
+from ..graph import Operator, Punct, WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import (
     KeyFn,

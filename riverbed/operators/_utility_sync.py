@@ -29,8 +29,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct, Watermark
-from ..graph._operator import WindowPunctuationMode
+from ..graph import Operator, Punct, Watermark, WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import (
     KeyFn,

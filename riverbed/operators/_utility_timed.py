@@ -36,8 +36,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct, Schema, Source, Watermark
-from ..graph._operator import WindowPunctuationMode
+from ..graph import Operator, Punct, Schema, Source, Watermark, WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import OperatorTimer, output_schema, params, port_shape, seconds_ns
 

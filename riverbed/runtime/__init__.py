@@ -11,10 +11,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ..core import (
+    InputPortMetrics,
+    JobError,
+    JobMetrics,
+    OperatorError,
+    OperatorMetrics,
+    OutputPortMetrics,
+    RestoreRefused,
+    SchemaViolation,
+)
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
-from ._errors import JobError, OperatorError, RestoreRefused, SchemaViolation
 from ._job import MIN_CHECKPOINT_PERIOD, Job, run_graph
-from ._metrics import InputPortMetrics, JobMetrics, OperatorMetrics, OutputPortMetrics
 
 if TYPE_CHECKING:
     from ._logging import configure_logging, get_logger

@@ -14,10 +14,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from ..core import JobError, JobMetrics, OperatorCore, OperatorError, RestoreRefused
 from ..graph import CheckpointBarrier, FrozenGraph, Graph, event_time_region
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
-from ._errors import JobError, OperatorError, RestoreRefused
-from ._metrics import JobMetrics
 from ._runner import OperatorRunner
 
 __all__ = ["MIN_CHECKPOINT_PERIOD", "CheckpointSink", "Job", "run_graph"]
@@ -103,9 +102,9 @@ class Job:
             for r in runners:
                 r.wire(self.runners)
             for r in runners:
-                r.setup()
+                r.core.setup()
             for r in runners:
-                r._guard(r.op.on_ports_ready, None)
+                r.core.ports_ready()
             self._restore_latest()
         except (OperatorError, RestoreRefused) as exc:
             raise JobError(self.name, [exc]) from exc
@@ -114,7 +113,7 @@ class Job:
             # Stopped before it ran: the stored checkpoint already is where a restart goes on.
             self.suspended = True
             for r in runners:
-                r.shut_down(report=False)
+                r.core.shut_down(report=False)
             return self.snapshot_metrics()
         try:
             async with asyncio.TaskGroup() as tg:
@@ -180,17 +179,19 @@ class Job:
         checkpoint_id = self.last_checkpoint + 1
         self._pending = (checkpoint_id, {})
         for r in self.runners.values():
-            if r.finished:
-                self._report(checkpoint_id, r.name, r.final_state)
+            core = r.core
+            if core.finished:
+                self.report_checkpoint(checkpoint_id, r.name, core.final_state)
             elif r.odef.kind == "source":
-                r.start_checkpoint(checkpoint_id)
-            elif r.inputs_ended:
+                core.start_checkpoint(checkpoint_id)
+            elif core.inputs_ended:
                 # Its inputs ended but it still runs (it holds items, like Delay): no barrier
                 # can reach it, so it starts the checkpoint itself, in order in its task.
-                r.inbox.put_control(-1, CheckpointBarrier(checkpoint_id))
+                r.put_control(CheckpointBarrier(checkpoint_id))
         return checkpoint_id
 
-    def _report(self, checkpoint_id: int, operator: str, state: Any) -> None:
+    def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
+        """An operator's state for checkpoint ``checkpoint_id``; the last one commits it."""
         pending = self._pending
         if pending is None or pending[0] != checkpoint_id:
             return
@@ -198,12 +199,12 @@ class Job:
         if len(pending[1]) == len(self.runners):
             self._commit(checkpoint_id, pending[1])
 
-    def _finished(self, runner: OperatorRunner) -> None:
+    def operator_finished(self, core: OperatorCore) -> None:
         """An operator ended; a checkpoint it will never see a barrier for takes its final state."""
-        runner.final_state = runner.checkpoint_state()
+        core.final_state = core.checkpoint_state()
         pending = self._pending
-        if pending is not None and runner.name not in pending[1]:
-            self._report(pending[0], runner.name, runner.final_state)
+        if pending is not None and core.name not in pending[1]:
+            self.report_checkpoint(pending[0], core.name, core.final_state)
 
     def _commit(self, checkpoint_id: int, states: dict[str, Any]) -> None:
         assert self.checkpoints is not None
@@ -211,7 +212,7 @@ class Job:
         self._pending = None
         self.last_checkpoint = checkpoint_id
         for r in self.runners.values():
-            r._guard(r.op.on_checkpoint_committed, None, checkpoint_id)
+            r.core.guard(r.op.on_checkpoint_committed, None, checkpoint_id)
         if checkpoint_id == self.suspend_at:
             self._suspend()
 
@@ -222,6 +223,10 @@ class Job:
         self.suspended = True
         for task in self._tasks:
             task.cancel()
+
+    def host_for(self, runner: OperatorRunner) -> _RunnerHost:
+        """What an operator's core asks of the job and its runner (`CoreHost`)."""
+        return _RunnerHost(self, runner)
 
     def stop(self) -> None:
         """Ask the sources to end.
@@ -251,6 +256,45 @@ class Job:
         self._aborted = True
         for task in self._tasks:
             task.cancel()
+
+
+class _RunnerHost:
+    """The job and one runner, as the `CoreHost` of that runner's core."""
+
+    __slots__ = ("_job", "_runner")
+
+    def __init__(self, job: Job, runner: OperatorRunner) -> None:
+        self._job = job
+        self._runner = runner
+
+    @property
+    def job_name(self) -> str:
+        return self._job.name
+
+    @property
+    def stopping(self) -> bool:
+        return self._job.stopping
+
+    def now(self) -> int:
+        return self._job.clock.now()
+
+    def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
+        self._job.report_checkpoint(checkpoint_id, operator, state)
+
+    def request_checkpoint(self) -> int | None:
+        return self._job.trigger_checkpoint()
+
+    def operator_finished(self, core: OperatorCore) -> None:
+        self._job.operator_finished(core)
+
+    def wake(self, core: OperatorCore) -> None:
+        self._runner.wake()
+
+    async def flush(self, core: OperatorCore) -> None:
+        await self._runner.flush()
+
+    async def sleep_until(self, core: OperatorCore, when: int) -> None:
+        await self._job.clock.sleep_until(when)
 
 
 def _flatten(group: BaseExceptionGroup[Exception]) -> list[BaseException]:

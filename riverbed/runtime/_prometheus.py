@@ -31,7 +31,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ._metrics import InputPortMetrics
+from ..core import InputPortMetrics
 from ._status import MetricsSource
 
 __all__ = ["JobCollector", "MetricsServer", "serve_metrics"]

@@ -27,8 +27,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from ..core import JobMetrics, OperatorMetrics
 from ..windows import EVENT_TIME_MAX
-from ._metrics import JobMetrics, OperatorMetrics
 
 __all__ = ["MetricsSource", "StatusView", "copy_metrics", "format_watermark", "render_plain"]
 

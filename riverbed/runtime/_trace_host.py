@@ -53,7 +53,7 @@ class _Steps(Source):
     async def _idle(self) -> None:
         runner = self.recorder
         assert runner is not None
-        await self.context.flush()  # type: ignore[attr-defined]
+        await self.context.flush()
         while not runner.inbox.idle and not runner.finished:
             await asyncio.sleep(0)
 
@@ -61,7 +61,7 @@ class _Steps(Source):
         """Act on the recorder's window as the operator would, while it is idle."""
         runner = self.recorder
         assert runner is not None
-        window = runner.windows[0]
+        window = runner.core.windows[0]
         assert window is not None
         window.advance_time(self.context.now())
         result = action(window)
@@ -89,7 +89,7 @@ class _Steps(Source):
         replay, ctx = self.replay, self.context
         if replay.stopped and "reset" not in step:
             if "at" in step:
-                await ctx.sleep_until(_seconds_to_ns(step["at"], where))  # type: ignore[attr-defined]
+                await ctx.sleep_until(_seconds_to_ns(step["at"], where))
                 return False
             raise TraceError(f"{where}: the PE is stopped by a restart step; only 'at' and 'reset' "
                              "may follow")
@@ -101,11 +101,11 @@ class _Steps(Source):
             self.submit(tup)
         elif "at" in step:
             replay.cause = "timer"
-            await ctx.sleep_until(_seconds_to_ns(step["at"], where))  # type: ignore[attr-defined]
+            await ctx.sleep_until(_seconds_to_ns(step["at"], where))
         elif "watermark" in step:
             replay.cause = "watermark"
             value = step["watermark"]
-            ctx.set_watermark(EVENT_TIME_MAX if value == "max"  # type: ignore[attr-defined]
+            ctx.set_watermark(EVENT_TIME_MAX if value == "max"
                               else _event_seconds_to_ns(value, f"{where}: watermark"))
         elif "punct" in step:
             replay.cause = "punct"
@@ -138,10 +138,10 @@ class _Steps(Source):
             # A new PE instance: a fresh window, activated now; what it raises on its own
             # before the reset is not expected.
             replay.stopped = False
-            fresh = runner.make_window(0)
+            fresh = runner.core.make_window(0)
             assert fresh is not None
             fresh.activate(self.context.now())
-            runner.replace_window(0, fresh)
+            runner.core.replace_window(0, fresh)
         replay.recording = True
         replay.cause = "reset"
         state = None if name is None else self.checkpoints[str(name)]

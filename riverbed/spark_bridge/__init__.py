@@ -16,6 +16,7 @@ from ._errors import SparkSetupError, TranslationError
 from ._keyed import KeyGroupError
 
 if TYPE_CHECKING:
+    from ._cli import spark_command
     from ._deploy import Deployment, deploy
     from ._inputs import SparkInput, file_input, mqtt_input, rate_input
     from ._outputs import SparkOutput, spark_ddl
@@ -32,6 +33,7 @@ _LAZY = {
     "SparkOutput": "._outputs", "spark_ddl": "._outputs",
     "Plan": "._plan", "plan": "._plan",
     "check_java": "._session", "spark_session": "._session",
+    "spark_command": "._cli",
 }
 
 
@@ -58,6 +60,7 @@ __all__ = [
     "mqtt_input",
     "plan",
     "rate_input",
+    "spark_command",
     "spark_ddl",
     "spark_session",
 ]

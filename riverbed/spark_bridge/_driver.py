@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..checkpoint import RocksDBStore
+from ..core import SyncGraph
 from ..graph import FrozenGraph, Punct, Watermark
-from ..runtime._sync import SyncGraph
 from ._rows import KIND_BUNDLE, KIND_FINAL, KIND_TIME, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode
 
 __all__ = ["ChannelMerge", "DriverStage", "sorted_rows"]
@@ -187,7 +187,7 @@ class DriverStage:
     def operator(self, name: str) -> Any:
         if self.host is None:
             raise LookupError("no batch has run yet")
-        return self.host.runner(name).op
+        return self.host.core(name).op
 
 
 def sorted_rows(table: Any) -> list[tuple[Any, ...]]:

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..checkpoint._codec import decode_value, encode_value
+from ..checkpoint import decode_value, encode_value
+from ..core import SyncGraph
 from ..graph import FrozenGraph
-from ..runtime._sync import SyncGraph
 from ..windows import TimeIntervalWindow
 from ._rows import (
     KIND_BUNDLE,
@@ -241,7 +241,7 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
         host = SyncGraph(graph, members, now=int(rows[0][2]) if rows else 0, guard=guard,
                          guarded=guarded)
         out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, b"", host.clock.now()))
-    runner = host.runner(keyed)
+    runner = host.core(keyed)
     # Tuples into timeInterval windows raise nothing until a watermark: a run of them with one
     # stamped time goes in as one batch (the window's inlined batch path).
     batchable = hooks is None and bool(runner.windows) and all(

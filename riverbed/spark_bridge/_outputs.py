@@ -24,8 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..graph import FrozenGraph, Operator, Punct, Schema
-from ..graph._schema import split_composite
+from ..graph import FrozenGraph, Operator, Punct, Schema, split_composite
 from ._errors import TranslationError
 
 __all__ = ["SparkOutput", "spark_ddl", "with_outputs"]

@@ -24,9 +24,9 @@ from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..core import SyncGraph
 from ..graph import Connection, FrozenGraph, InputPort, Operator, OperatorDef, Punct, Source
 from ..runtime import Job, VirtualClock, run_virtual
-from ..runtime._sync import SyncGraph
 from ._keyed import group_of
 from ._rows import (
     KIND_BUNDLE,
@@ -122,8 +122,8 @@ def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterato
     """A ``generate()`` source driven synchronously (no job, no thread): its items at time 0,
     with the watermarks the runtime's own code derives from them, then final."""
     host = SyncGraph(graph, [name])
-    runner = host.runner(name)
-    items = iter(runner._guard(runner.op.generate, None))  # type: ignore[attr-defined]
+    core = host.core(name)
+    items = iter(core.guard(core.op.generate))  # type: ignore[attr-defined]
     ended = False
     while not ended:
         batch = list(itertools.islice(items, chunk))

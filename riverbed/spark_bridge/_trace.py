@@ -23,8 +23,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core import SyncGraph
 from ..graph import Graph, Operator
-from ..runtime._sync import SyncGraph
 from ..testing import ListSink, ListSource
 from ..trace import TraceError, _event_seconds_to_ns, _Replay, _seconds_to_ns, _tuple_of, case_window
 from ..windows import EVENT_TIME_MAX, StreamWindowEvent, TimeIntervalSpec
@@ -81,7 +81,7 @@ class _Hooks:
     def before(self, host: SyncGraph, kind: int) -> None:
         cause = _CAUSES.get(kind)
         if cause is not None:
-            host.runner("window").op.replay.cause = cause  # type: ignore[attr-defined]
+            host.core("window").op.replay.cause = cause  # type: ignore[attr-defined]
 
     def command(self, host: SyncGraph, data: bytes) -> None:
         step = decode(data)

@@ -1,12 +1,13 @@
 """Operators run synchronously, item by item, by a host that is not the asyncio runtime.
 
 The Spark bridge hosts parts of a graph inside Spark tasks: a keyed window
-stage per key group, the sinks in the driver, a source in the data-source
-reader. Those hosts must behave exactly as the runtime does, so they drive
-the runtime's own `OperatorRunner` (windows, punctuation rules P1/P2,
-watermarks E29-E31, error ports, schema checks) without an event loop: an
-item is put in an inbox, handled at once, and what the operator submitted
-is routed to the hosted consumers or handed back to the host as an exit.
+stage per key group, the sinks in the driver, a source in its feeder
+process; `riverbed trace` replays cases the same way. Those hosts must behave
+exactly as the runtime does, so they drive the same `OperatorCore` (windows,
+punctuation rules P1/P2, watermarks E29-E31, error ports, schema checks)
+without an event loop: an item is queued, handled at once, and what the
+operator submitted is routed to the hosted consumers or handed back to the
+host as an exit.
 
 Time is stamped by the host (`StampClock`): it moves only when the host
 says, so a replayed micro-batch sees the same times and raises the same
@@ -18,12 +19,13 @@ from __future__ import annotations
 import copy
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..graph import FrozenGraph, Punct, event_time_region
-from ._runner import OperatorRunner, _connections
+from ..graph import FrozenGraph, event_time_region
+from ._core import OperatorCore
 
 __all__ = ["StampClock", "SyncGraph"]
 
@@ -107,89 +109,98 @@ class SyncGraph:
                  guarded: frozenset[str] = frozenset()) -> None:
         self.graph = graph
         self.name = name or graph.name
-        self.batch_size = 1024
         self.stopping = False
         self.clock = StampClock(state["now"] if state is not None else now)
         member_set = set(members)
         region = event_time_region(graph)
         # Each host gets its own operator objects: several hosts (key groups) live in one process,
         # and what one group's operator keeps must not leak into another's.
-        self.runners = [OperatorRunner(self, replace(graph.operator(n),  # type: ignore[arg-type]
-                                                     operator=_fresh(graph.operator(n).operator)),
-                                       region)
-                        for n in members]
-        self._by_name = {r.name: r for r in self.runners}
-        self._inside: dict[tuple[str, int], list[tuple[OperatorRunner, int]]] = {}
-        for r in self.runners:
-            for conn, c in enumerate(_connections(r.odef)):
-                self._inside.setdefault((c.operator, c.port), []).append((r, conn))
+        self.cores = [OperatorCore(replace(graph.operator(n), operator=_fresh(graph.operator(n).operator)),
+                                   graph, region, self)
+                      for n in members]
+        self._by_name = {c.name: c for c in self.cores}
+        self._queues: dict[str, deque[tuple[int, Any]]] = {c.name: deque() for c in self.cores}
+        self._inside: dict[tuple[str, int], list[tuple[OperatorCore, int]]] = {}
+        for core in self.cores:
+            for conn, c in enumerate(core.connections):
+                self._inside.setdefault((c.operator, c.port), []).append((core, conn))
         self._leaves: set[tuple[str, int]] = set()
-        for r in self.runners:
-            for port in range(len(r.outputs)):
-                if any(op not in member_set for op, _ in graph.consumers(r.name, port)):
-                    self._leaves.add((r.name, port))
+        for core in self.cores:
+            for port in range(len(core.outputs)):
+                if any(op not in member_set for op, _ in graph.consumers(core.name, port)):
+                    self._leaves.add((core.name, port))
         self.exits: list[tuple[str, int, Any]] = []
         # A host's check on the tuples routed to some members (the Spark bridge's key groups).
         self._guard = guard
         self._guarded = guarded
-        for r in self.runners:
-            r.setup()
-        for r in self.runners:
-            r._guard(r.op.on_ports_ready, None)
+        self._timers: dict[str, _Timer] = {}  # per core: the stamp-clock timer at its deadline
+        for core in self.cores:
+            core.setup()
+        for core in self.cores:
+            core.ports_ready()
         if state is not None:
             ops = state["operators"]
-            for r in self.runners:
-                r._apply_restore(ops[r.name], reset=False)
-                if ops[r.name].get("finished"):
-                    r.finished = True
+            for core in self.cores:
+                core.restore(ops[core.name], reset=False)
+                if ops[core.name].get("finished"):
+                    core.finished = True
         else:
-            for r in self.runners:
-                for w in r.windows:
-                    if w is not None:
-                        r._guard(w.activate, None, self.clock.now())
-        for r in self.runners:
-            self._route(r)  # what activation raised (an INITIAL_FULL at port readiness)
-            r._arm()
+            for core in self.cores:
+                core.activate(self.clock.now())
+        for core in self.cores:
+            self._route(core)  # what activation raised (an INITIAL_FULL at port readiness)
+            self._arm(core)
         self._pump()
 
-    # -- what OperatorRunner asks of its job ------------------------------------
+    # -- the core's host -----------------------------------------------------------
 
-    def _report(self, checkpoint_id: int, operator: str, state: Any) -> None:
+    @property
+    def job_name(self) -> str:
+        return self.name
+
+    def now(self) -> int:
+        return self.clock.now()
+
+    def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
         raise RuntimeError("checkpoint barriers do not flow through a synchronous host")
 
-    def _finished(self, runner: OperatorRunner) -> None:
+    def operator_finished(self, core: OperatorCore) -> None:
         pass
 
-    def trigger_checkpoint(self) -> int | None:
+    def request_checkpoint(self) -> int | None:
         return None
+
+    def wake(self, core: OperatorCore) -> None:
+        pass  # the pump looks at every core after each item
+
+    async def flush(self, core: OperatorCore) -> None:
+        self._route(core)
+
+    async def sleep_until(self, core: OperatorCore, when: int) -> None:
+        raise RuntimeError("a synchronously hosted operator cannot wait on the clock")
 
     # -- driving -----------------------------------------------------------------
 
     def feed(self, operator: str, port: int, item: Any) -> None:
         """An item of stream ``operator.out[port]`` (not a member's) reaches the members."""
-        for runner, conn in self._inside.get((operator, port), ()):
-            runner.inbox._items.append((conn, item))
+        for core, conn in self._inside.get((operator, port), ()):
+            self._queues[core.name].append((conn, item))
         self._pump()
 
     def emit(self, source: str, items: Iterable[Any]) -> None:
         """A member source submits ``items``: tuples, and `Punct.WINDOW` marks."""
-        runner = self._by_name[source]
-        submit, control = runner.submit, runner.outputs[0].control
-        for item in items:
-            if item is Punct.WINDOW:
-                control(Punct.WINDOW)
-            else:
-                submit(item)
-        self._route(runner)
+        core = self._by_name[source]
+        core.emit_items(items)
+        self._route(core)
         self._pump()
 
     def end(self, source: str) -> None:
         """A member source ended: it sends the maximum watermark (if timed) and final."""
-        runner = self._by_name[source]
-        if not runner.finished:
-            runner.close_outputs()
-            self._route(runner)
-            runner.shut_down()
+        core = self._by_name[source]
+        if not core.finished:
+            core.close_outputs()
+            self._route(core)
+            core.shut_down()
         self._pump()
 
     def advance(self, now: int, on_timer: Callable[[int], None] | None = None) -> None:
@@ -203,12 +214,13 @@ class SyncGraph:
                 on_timer(timer.when)
         clock.set(now)
 
-    def call(self, operator: str, action: Callable[[OperatorRunner], Any]) -> Any:
-        """Run ``action`` on a member's runner between two items (a host-level call on its
+    def call(self, operator: str, action: Callable[[OperatorCore], Any]) -> Any:
+        """Run ``action`` on a member's core between two items (a host-level call on its
         windows); what it makes the operator submit is routed as usual."""
-        runner = self._by_name[operator]
-        result = runner._guard(action, None, runner)
-        self._route(runner)
+        core = self._by_name[operator]
+        result = core.guard(action, None, core)
+        self._route(core)
+        self._arm(core)
         self._pump()
         return result
 
@@ -218,68 +230,91 @@ class SyncGraph:
 
     @property
     def finished(self) -> bool:
-        return all(r.finished for r in self.runners)
+        return all(c.finished for c in self.cores)
 
-    def runner(self, name: str) -> OperatorRunner:
+    def core(self, name: str) -> OperatorCore:
         return self._by_name[name]
 
     def state(self, *, drain: bool = False, drain_operators: bool = False) -> dict[str, Any]:
-        """Everything the members hold, as plain data (see `OperatorRunner.checkpoint_state`).
+        """Everything the members hold, as plain data (see `OperatorCore.checkpoint_state`).
 
         ``drain_operators`` lets operators finish what they hold first (a
         transactional sink flushes); what they submit then is routed as usual.
         """
         ops = {}
-        for r in self.runners:
-            entry = r.checkpoint_state(drain=drain, drain_operator=drain or drain_operators)
-            entry["finished"] = r.finished
-            ops[r.name] = entry
+        for core in self.cores:
+            entry = core.checkpoint_state(drain=drain, drain_operator=drain or drain_operators)
+            entry["finished"] = core.finished
+            ops[core.name] = entry
+            self._route(core)
         self._pump()  # a drain may have raised events
         return {"now": self.clock.now(), "operators": ops}
 
     def committed(self, checkpoint_id: int) -> None:
         """The stored state ``checkpoint_id`` is durable: transactional sinks publish."""
-        for r in self.runners:
-            r._guard(r.op.on_checkpoint_committed, None, checkpoint_id)
+        for core in self.cores:
+            core.guard(core.op.on_checkpoint_committed, None, checkpoint_id)
+            self._route(core)
         self._pump()
 
     # -- inside --------------------------------------------------------------------
+
+    def _arm(self, core: OperatorCore) -> None:
+        """Keep one stamp-clock timer at the core's earliest deadline."""
+        if core.finished:
+            return
+        due = core.next_deadline()
+        timer = self._timers.get(core.name)
+        if timer is not None and not timer.cancelled:
+            if due is not None and timer.when <= due:
+                return
+            timer.cancel()
+        if due is None:
+            self._timers.pop(core.name, None)
+            return
+
+        def fire(core: OperatorCore = core) -> None:
+            self._timers.pop(core.name, None)
+            if not core.finished:
+                core.on_time(self.clock.now())
+                self._route(core)
+                self._arm(core)
+
+        self._timers[core.name] = self.clock.call_at(due, fire)
 
     def _pump(self) -> None:
         busy = True
         while busy:
             busy = False
-            for r in self.runners:
-                items = r.inbox._items
-                while items:
+            for core in self.cores:
+                queue = self._queues[core.name]
+                while queue:
                     busy = True
-                    conn, payload = items.popleft()
-                    if r.finished:
+                    conn, payload = queue.popleft()
+                    if core.finished:
                         continue
-                    r._handle(conn, payload)
-                    self._route(r)
-                    if (r.odef.inputs and r._ports_open == 0 and r._holds == 0
-                            and not r.finished):
-                        r.close_outputs()
-                        self._route(r)
-                        r.shut_down()
-                    r._arm()
+                    core.handle(conn, payload)
+                    self._route(core)
+                    if core.inputs_done and not core.finished:
+                        core.close_outputs()
+                        self._route(core)
+                        core.shut_down()
+                    self._arm(core)
 
-    def _route(self, runner: OperatorRunner) -> None:
-        name = runner.name
-        for port, out in enumerate(runner.outputs):
-            if out.buf:
-                out._seal()
-            if not out.pending:
+    def _route(self, core: OperatorCore) -> None:
+        name = core.name
+        for port, out in enumerate(core.outputs):
+            if not out.has_output:
                 continue
-            pending, out.pending = out.pending, []
+            pending = out.take()
             targets = self._inside.get((name, port), ())
             leaf = (name, port) in self._leaves
             guard = self._guard
             for entry in pending:
-                for r, conn in targets:
-                    if guard is not None and r.name in self._guarded and type(entry) is list:
-                        guard(r.name, entry)
-                    r.inbox._items.append((conn, entry))
+                for target, conn in targets:
+                    if guard is not None and target.name in self._guarded and type(entry) is list:
+                        guard(target.name, entry)
+                    self._queues[target.name].append((conn, entry))
                 if leaf:
                     self.exits.append((name, port, entry))
+                out.count_delivered(entry)

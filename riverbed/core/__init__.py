@@ -1,0 +1,31 @@
+"""The operator core: one operator's semantics, host-neutral, and the synchronous host.
+
+Every host drives the same `OperatorCore` (windows, punctuation, watermarks, checkpoint
+alignment, error ports, schema checks) and nothing else: the asyncio runtime
+(`riverbed.runtime`), the synchronous `SyncGraph` that Spark stages and trace replays use,
+and any future host (a worker process). A host implements `CoreHost`.
+"""
+
+from ._core import CoreHost, OperatorCore, TimerHandle
+from ._errors import JobError, OperatorError, RestoreRefused, SchemaViolation
+from ._metrics import Counter, InputPortMetrics, JobMetrics, OperatorMetrics, OutputPortMetrics
+from ._output import OutputPort
+from ._sync import StampClock, SyncGraph
+
+__all__ = [
+    "CoreHost",
+    "Counter",
+    "InputPortMetrics",
+    "JobError",
+    "JobMetrics",
+    "OperatorCore",
+    "OperatorError",
+    "OperatorMetrics",
+    "OutputPort",
+    "OutputPortMetrics",
+    "RestoreRefused",
+    "SchemaViolation",
+    "StampClock",
+    "SyncGraph",
+    "TimerHandle",
+]

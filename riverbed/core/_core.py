@@ -1,0 +1,804 @@
+"""The operator core: one operator's semantics, with no I/O, no event loop and no clock of its own.
+
+A host (the asyncio runtime, the synchronous host Spark stages and trace replays use, a worker
+process) drives a core with a few calls and nothing else:
+
+* `handle` (connection, item): a batch of tuples, a `Punct`, a `Watermark`, a
+  `CheckpointBarrier`;
+* `on_time` (now): the clock reached `next_deadline`: window and operator timers fire;
+* for sources, `submit`/`submit_punct` (what the source produced) and `serve_barrier`;
+* once `inputs_done` (or a source ended): `close_outputs` (the maximum watermark and final),
+  then `shut_down`.
+
+What the operator submits waits in the output ports (`outputs`, `OutputPort.take`) until the
+host delivers it; what it needs of the host (the time, checkpoint reports, stop requests) it
+asks through the `CoreHost` protocol. The state (`snapshot`, `restore`) is plain data.
+
+Punctuation (standard-operators.md P1, P2): a window mark goes to the port's window, then to
+``on_punct``, then is forwarded by a "preserving" operator. A final mark counts per connection;
+when every connection of a port has sent one, the port's window gets it (Java flavor: FINAL
+events) and ``on_punct`` runs; when every port has, an event-time operator submits the maximum
+watermark (E23) and final is forwarded once on every output port (`finish`).
+
+Watermarks (eventtime-checkpoint.md E29-E31): a source with ``event_time`` derives one from each
+submitted tuple (minus the lag, throttled by the minimum gap); any other operator in the
+event-time region keeps one value per input connection and moves when their minimum does, first
+feeding its timeInterval windows, then forwarding the new value on every output port, unless
+it holds tuples (``holds_watermarks``) and sends watermarks on itself.
+
+Aligned checkpoints: after a connection delivered checkpoint n's barrier, its items are held
+until every live connection has; then the core reports its state (`CoreHost.report_checkpoint`),
+forwards the barrier, and handles the held items.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from ..graph import (
+    CheckpointBarrier,
+    EventTime,
+    FrozenGraph,
+    Operator,
+    OperatorDef,
+    Punct,
+    Watermark,
+)
+from ..windows import (
+    EVENT_TIME_MAX,
+    EventType,
+    StreamWindow,
+    StreamWindowEvent,
+    TimeIntervalSpec,
+    TimeIntervalWindow,
+    WindowTupleError,
+)
+from ._errors import OperatorError, SchemaViolation
+from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
+from ._output import OutputPort
+
+__all__ = ["CoreHost", "OperatorCore", "TimerHandle"]
+
+Window = StreamWindow[Any] | TimeIntervalWindow[Any]
+
+
+class CoreHost(Protocol):
+    """What a core asks of the host that drives it."""
+
+    @property
+    def job_name(self) -> str: ...
+
+    @property
+    def stopping(self) -> bool:
+        """The job was asked to stop: a source should return soon."""
+        ...
+
+    def now(self) -> int:
+        """The host's clock (ns)."""
+        ...
+
+    def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
+        """The operator's state for checkpoint ``checkpoint_id``, taken at its barrier."""
+        ...
+
+    def request_checkpoint(self) -> int | None:
+        """An operator asks for a checkpoint now (SPL operator-driven regions)."""
+        ...
+
+    def operator_finished(self, core: OperatorCore) -> None:
+        """The operator ended (after final, or a stop)."""
+        ...
+
+    def wake(self, core: OperatorCore) -> None:
+        """The core changed outside `handle` and `on_time` (a deferred final was released,
+        perhaps from another task): the host should look at it again."""
+        ...
+
+    async def flush(self, core: OperatorCore) -> None:
+        """A source asks its output to be delivered (waits while downstream is full)."""
+        ...
+
+    async def sleep_until(self, core: OperatorCore, when: int) -> None:
+        """A source waits for the clock."""
+        ...
+
+
+class TimerHandle:
+    """An operator timer (`OperatorCore.call_at`); ``cancel`` forgets it."""
+
+    __slots__ = ("callback", "cancelled", "when")
+
+    def __init__(self, when: int, callback: Callable[[], None]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+_INT_TYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "timestamp"}
+
+
+def _default_key(types: dict[str, str], partition_by: Any) -> Any:
+    """The partition key IBM's C++ timers use when no partition exists: the type's default."""
+    spl_type = types.get(partition_by) if isinstance(partition_by, str) else None
+    if spl_type in _INT_TYPES:
+        return 0
+    if spl_type in ("float32", "float64"):
+        return 0.0
+    if spl_type == "boolean":
+        return False
+    return ""
+
+
+class OperatorCore:
+    """One operator of a graph, driven by a host (and the operator's `OperatorContext`)."""
+
+    def __init__(self, odef: OperatorDef, graph: FrozenGraph, region: Mapping[str, EventTime],
+                 host: CoreHost) -> None:
+        self.host = host
+        self.odef = odef
+        self.graph = graph
+        self.op: Operator = odef.operator
+        self.metrics = OperatorMetrics(odef.name, queue_capacity=odef.queue_batches)
+        self.metrics.inputs = [InputPortMetrics() for _ in odef.inputs]
+        self.metrics.outputs = [OutputPortMetrics() for _ in odef.outputs]
+        self.outputs = [OutputPort(s, m, self._invalid_output_of(port))
+                        for port, (s, m) in enumerate(zip(odef.outputs, self.metrics.outputs,
+                                                          strict=True))]
+        self._data_ports = [p for p in range(len(self.outputs)) if p != odef.error_port]
+        # Connections, numbered in port order: which port each feeds.
+        self.connections = [c for inp in odef.inputs for c in inp.connections]
+        self.conn_port = [port for port, inp in enumerate(odef.inputs) for _ in inp.connections]
+        self.conn_feedback = [c.feedback for c in self.connections]
+        self._finals_needed = [sum(1 for c in inp.connections if not c.feedback) for inp in odef.inputs]
+        self._ports_open = sum(1 for n in self._finals_needed if n > 0)
+        self._final_from = [False] * len(self.conn_port)
+        # Event time: own definition (outputEventTime) or inherited (inputWatermark).
+        self.event_time = region.get(odef.name)
+        own = odef.event_time
+        self._generates_watermarks = own is not None and not own.manual
+        self._et_attribute = own.attribute if own is not None else ""
+        self._lag_ticks = own.ticks(own.lag_ns) if own is not None else 0
+        self._gap_ticks = own.ticks(own.minimum_gap_ns) if own is not None else 0
+        self._wm_in: list[int | None] = [0 if c.operator in region and not c.feedback else None
+                                         for c in self.connections]
+        self._watermark: int | None = None
+        self._last_sent: int | None = None
+        self.windows: list[Window | None] = []
+        self._timed: list[StreamWindow[Any]] = []
+        self._ti: list[TimeIntervalWindow[Any]] = []
+        self._timers: list[tuple[int, int, TimerHandle]] = []  # operator timers, a heap
+        self._timer_seq = itertools.count()
+        self.finished = False
+        # Aligned checkpoints: connections that delivered the barrier hold their entries.
+        self._aligning: int | None = None
+        self._aligned: set[int] = set()
+        self._held: deque[tuple[int, Any]] = deque()
+        self._replay: deque[tuple[int, Any]] = deque()
+        self._barrier_request: int | None = None  # sources: start this checkpoint next
+        self._holds = 0  # deferred finals not yet released
+        self.final_state: Any = None  # the state it ended with, for checkpoints taken after
+        self.submit: Callable[..., None] = self._make_submit()
+
+    # ------------------------------------------------------------ context API
+
+    @property
+    def name(self) -> str:
+        return self.odef.name
+
+    @property
+    def job(self) -> str:
+        return self.host.job_name
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.graph.params)
+
+    def now(self) -> int:
+        return self.host.now()
+
+    @property
+    def watermark(self) -> int | None:
+        return self._watermark
+
+    @property
+    def stopping(self) -> bool:
+        """True once the job was asked to stop: a source should return soon."""
+        return self.host.stopping
+
+    def window(self, port: int = 0) -> Window:
+        w = self.windows[port] if 0 <= port < len(self.windows) else None
+        if w is None:
+            raise ValueError(f"operator {self.name!r}: input port {port} is not windowed")
+        return w
+
+    def _make_submit(self) -> Callable[..., None]:
+        """The cheapest submit that does what this operator's ports need (the schema is checked
+        per batch, when an `OutputPort` is sealed)."""
+        appends = [o.buf.append for o in self.outputs]  # the buffers live as long as the core
+        if self._generates_watermarks:
+            return self._event_time_submit(appends)
+        if len(appends) == 1:
+            append = appends[0]
+
+            def submit_one(tup: Any, port: int = 0) -> None:
+                if port:
+                    appends[port](tup)  # raises IndexError: there is no such port
+                append(tup)
+
+            return submit_one
+
+        def submit(tup: Any, port: int = 0) -> None:
+            appends[port](tup)
+
+        return submit
+
+    def _event_time_submit(self, appends: list[Callable[[Any], None]]) -> Callable[..., None]:
+        """A submit with E29 inlined: the watermark follows each tuple's event time."""
+        append, attr, lag, gap = appends[0], self._et_attribute, self._lag_ticks, self._gap_ticks
+        metrics = self.metrics
+
+        def slow(tup: Any, port: int) -> None:
+            if port:
+                appends[port](tup)
+                return
+            candidate = self._event_time_of(tup)  # refuses a bad event time before taking it
+            append(tup)
+            self._watermark_after(candidate)
+
+        def submit_et(tup: Any, port: int = 0) -> None:
+            if port:
+                slow(tup, port)
+                return
+            try:
+                t = tup[attr]
+            except (KeyError, TypeError, IndexError):
+                t = None
+            if type(t) is not int:
+                slow(tup, port)  # raises the error that says what is wrong
+                return
+            append(tup)
+            candidate = t - lag  # E29: the watermark follows the tuple
+            watermark = self._watermark
+            if watermark is None or candidate > watermark:
+                self._watermark = metrics.watermark = candidate
+                last = self._last_sent
+                if last is None or candidate >= last + gap:
+                    self._send_watermark(candidate)
+
+        return submit_et
+
+    def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None:
+        if punct is not Punct.WINDOW:
+            raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "
+                             "punctuation is sent by the runtime when the inputs end")
+        self.outputs[port].control(Punct.WINDOW)
+
+    def submit_watermark(self, value: int) -> None:
+        """Send a watermark on (operators that hold tuples and so hold watermarks with them)."""
+        if not self.op.holds_watermarks:
+            raise ValueError(f"operator {self.name!r}: submit_watermark is for operators that set "
+                             "holds_watermarks = True; the runtime forwards the others' watermarks")
+        self._send_watermark(value)
+
+    def set_watermark(self, value: int) -> None:
+        """Manual watermark mode (E28): advance this operator's watermark and send it on."""
+        if self.odef.event_time is None or not self.odef.event_time.manual:
+            raise ValueError(f"operator {self.name!r}: set_watermark needs event_time with "
+                             "manual_watermarks=True")
+        if self._watermark is not None and value <= self._watermark:
+            return
+        self._watermark = self.metrics.watermark = value
+        self._send_watermark(value)
+
+    async def flush(self) -> None:
+        """Sources: send what was submitted downstream (waits while downstream is full)."""
+        await self.host.flush(self)
+
+    async def sleep_until(self, when: int) -> None:
+        """Sources: flush, then wait for the clock."""
+        await self.host.flush(self)
+        await self.host.sleep_until(self, when)
+
+    def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` between two items once the clock reaches ``when`` (ns); what it
+        submits is delivered right after, as for any item. Pending timers die with the core."""
+        timer = TimerHandle(when, callback)
+        heapq.heappush(self._timers, (when, next(self._timer_seq), timer))
+        return timer
+
+    def counter(self, name: str) -> Counter:
+        """A named count of the operator's own, shown by the status view and exported to
+        Prometheus (``riverbed_operator_events_total{name=...}``); the same name, the same one."""
+        counters = self.metrics.counters
+        found = counters.get(name)
+        if found is None:
+            found = counters[name] = Counter()
+        return found
+
+    def defer_final(self) -> Callable[[], None]:
+        """Keep running after every input ended, until the returned function is called;
+        final punctuation is forwarded only then (operators that still hold items: Delay)."""
+        self._holds += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._holds -= 1
+                self.host.wake(self)
+
+        return release
+
+    @property
+    def input_ports(self) -> int:
+        return len(self.odef.inputs)
+
+    @property
+    def output_ports(self) -> int:
+        """Data output ports (an error port, if the graph asked for one, is not counted)."""
+        return len(self.outputs) - (1 if self.odef.error_port is not None else 0)
+
+    def output_schema(self, port: int = 0) -> Any:
+        return self.odef.outputs[port]
+
+    def request_checkpoint(self) -> int | None:
+        """Ask the job for a checkpoint now (SPL operator-driven regions); its id, or None."""
+        return self.host.request_checkpoint()
+
+    # ---------------------------------------------------------------- set-up
+
+    def setup(self) -> None:
+        """Build the windows, give the operator its context, run its ``setup``."""
+        for port in range(len(self.odef.inputs)):
+            w = self.make_window(port)
+            self.windows.append(w)
+            if w is not None:
+                self._track(w)
+        self.op.context = self
+        # The operator's own submit calls go straight to the core's fast path.
+        self.op.submit = self.submit  # type: ignore[method-assign]
+        self.op.submit_punct = self.submit_punct  # type: ignore[method-assign]
+        self.guard(self.op.setup)
+
+    def ports_ready(self) -> None:
+        """Every operator was set up (SPL allPortsReady)."""
+        self.guard(self.op.on_ports_ready)
+
+    def activate(self, now: int) -> None:
+        """The ports are ready at ``now``: the windows start their timers."""
+        for w in self.windows:
+            if w is not None:
+                self.guard(w.activate, None, now)
+
+    def make_window(self, port: int) -> Window | None:
+        """A fresh window for an input port, wired to the operator (None for a plain port)."""
+        inp = self.odef.inputs[port]
+        if inp.window is None:
+            return None
+        listener = self._listener_for(port)
+        w: Window
+        if isinstance(inp.window, TimeIntervalSpec):
+            et = self.event_time
+            assert et is not None  # validation: a timeInterval window is in the region
+            w = TimeIntervalWindow(inp.window, event_time=et.attribute, resolution=et.resolution,
+                                   partition_by=inp.partition_by, flavor=inp.flavor)
+            pane_events = {EventType.INITIAL_FULL, EventType.TRIGGER, EventType.CLOSE}
+            wanted = self.op.window_events
+            w.register_listener(listener, pane_events if wanted is None else pane_events & wanted)
+        else:
+            c = inp.connections[0]
+            schema = self.graph.stream_schema(c.operator, c.port)
+            types = schema.as_dict() if schema is not None else dict(inp.attribute_types or {})
+            w = StreamWindow(inp.window, flavor=inp.flavor, partition_by=inp.partition_by,
+                             attribute_types=types,
+                             default_partition=_default_key(types, inp.partition_by))
+            w.register_listener(listener, self.op.window_events)
+        return w
+
+    def replace_window(self, port: int, window: Window) -> None:
+        """Install another window on a port (a restarted instance's fresh window)."""
+        old = self.windows[port]
+        self.windows[port] = window
+        if isinstance(old, StreamWindow) and old in self._timed:
+            self._timed.remove(old)
+        if isinstance(old, TimeIntervalWindow) and old in self._ti:
+            self._ti.remove(old)
+        self._track(window)
+
+    def _track(self, w: Window) -> None:
+        if isinstance(w, TimeIntervalWindow):
+            self._ti.append(w)
+        elif w.spec.uses_system_time:
+            self._timed.append(w)
+
+    def _listener_for(self, port: int) -> Callable[[StreamWindowEvent[Any]], None]:
+        # A closure with the port bound as a default: one call per event costs about 45 ns
+        # where functools.partial with a keyword costs 115 ns (it builds a kwargs dict).
+        handle = self.op.on_window_event
+
+        def listener(event: StreamWindowEvent[Any], handle: Any = handle, port: int = port) -> None:
+            handle(event, port)
+
+        return listener
+
+    # ------------------------------------------------------------- driving
+
+    @property
+    def inputs_done(self) -> bool:
+        """Every input port ended and nothing is held back: the host closes the outputs."""
+        return bool(self.odef.inputs) and self._ports_open == 0 and self._holds == 0
+
+    @property
+    def inputs_ended(self) -> bool:
+        """Every input port has seen final (the operator may still run: deferred final)."""
+        return self._ports_open == 0 and bool(self.odef.inputs)
+
+    @property
+    def running(self) -> bool:
+        """Inputs still open, or a deferred final not released: the host keeps feeding it."""
+        return self._ports_open > 0 or self._holds > 0
+
+    def handle(self, conn: int, item: Any) -> None:
+        """One item from connection ``conn`` (in port order; -1: the host's own): a batch, a
+        mark, a watermark or a barrier. Items of connections that delivered the barrier of
+        the checkpoint being aligned are held, then handled once it is aligned."""
+        self._handle_one(conn, item)
+        replay = self._replay
+        while replay:  # a checkpoint was aligned: what its connections held, in order
+            conn, item = replay.popleft()
+            self._handle_one(conn, item)
+
+    def _handle_one(self, conn: int, item: Any) -> None:
+        if self._aligning is not None and conn in self._aligned:
+            self._held.append((conn, item))  # after this connection's barrier
+            return
+        self._dispatch(conn, item)
+
+    def _dispatch(self, conn: int, item: Any) -> None:
+        if type(item) is list:
+            self._handle_batch(self.conn_port[conn], item)
+        elif isinstance(item, Watermark):
+            self._handle_watermark(conn, item.value)
+        elif item is Punct.WINDOW:
+            self._handle_window_mark(self.conn_port[conn])
+        elif item is Punct.FINAL:
+            self._handle_final(conn)
+            if self._aligning is not None:
+                self._check_aligned()  # a connection that ended owes no barrier
+        elif isinstance(item, CheckpointBarrier):
+            self._on_barrier(conn, item.id)
+        else:
+            raise TypeError(f"operator {self.name!r}: a host delivered {item!r}: expected a batch "
+                            "(list), Punct, Watermark or CheckpointBarrier")
+
+    def next_deadline(self) -> int | None:
+        """When the core next needs `on_time` (ns): its windows' and its own timers' earliest."""
+        due = None
+        for w in self._timed:
+            d = w.next_deadline()
+            if d is not None and (due is None or d < due):
+                due = d
+        timers = self._timers
+        while timers and timers[0][2].cancelled:
+            heapq.heappop(timers)
+        if timers and (due is None or timers[0][0] < due):
+            due = timers[0][0]
+        return due
+
+    def on_time(self, now: int) -> None:
+        """The clock is at ``now``: window timers and operator timers due by then fire in
+        time order (a window's before an operator's at the same instant)."""
+        timers = self._timers
+        while timers:
+            when, _, timer = timers[0]
+            if timer.cancelled:
+                heapq.heappop(timers)
+                continue
+            if when > now:
+                break
+            for w in self._timed:  # the windows' timers due before it fire first
+                self.guard(w.advance_time, None, when)
+            heapq.heappop(timers)
+            if not timer.cancelled:
+                timer.cancelled = True
+                self.guard(timer.callback)
+        for w in self._timed:
+            self.guard(w.advance_time, None, now)
+
+    def cancel_timers(self) -> None:
+        """Forget every operator timer (the core ends)."""
+        for _, _, timer in self._timers:
+            timer.cancelled = True
+        self._timers.clear()
+
+    # -------------------------------------------------------------- sources
+
+    def start_checkpoint(self, checkpoint_id: int) -> None:
+        """Sources: take checkpoint ``checkpoint_id`` at the next batch boundary or flush."""
+        self._barrier_request = checkpoint_id
+
+    @property
+    def barrier_requested(self) -> bool:
+        return self._barrier_request is not None
+
+    def serve_barrier(self) -> None:
+        """Sources: if a checkpoint was asked for, report the state and emit the barrier now,
+        after everything submitted so far."""
+        checkpoint_id = self._barrier_request
+        if checkpoint_id is None:
+            return
+        self._barrier_request = None
+        self.host.report_checkpoint(checkpoint_id, self.name, self.checkpoint_state())
+        for out in self.outputs:
+            out.control(CheckpointBarrier(checkpoint_id))
+
+    def emit_items(self, items: Any) -> None:
+        """Sources: submit tuples and `Punct.WINDOW` marks, as a synchronous source yields them;
+        a tuple that breaks the event-time rules goes to the error port or stops the job."""
+        submit, control = self.submit, self.outputs[0].control
+        for item in items:
+            if item is Punct.WINDOW:
+                control(Punct.WINDOW)
+            else:
+                try:
+                    submit(item)
+                except SchemaViolation as exc:
+                    self.fail_or_route(exc, 0, item)
+
+    # -------------------------------------------------------- checkpoints
+
+    def _on_barrier(self, conn: int, checkpoint_id: int) -> None:
+        if self._aligning is None:
+            self._aligning, self._aligned = checkpoint_id, set()
+        elif checkpoint_id != self._aligning:
+            raise OperatorError(self.name, self.conn_port[conn] if conn >= 0 else None, None,
+                                RuntimeError(f"barrier of checkpoint {checkpoint_id} while "
+                                             f"aligning checkpoint {self._aligning}"))
+        self._aligned.add(conn)
+        self._check_aligned()
+
+    def _check_aligned(self) -> None:
+        """Every live connection delivered the barrier: snapshot, forward it."""
+        live = {c for c in range(len(self.conn_port))
+                if not self.conn_feedback[c] and not self._final_from[c]}
+        if not live <= self._aligned:
+            return
+        checkpoint_id = self._aligning
+        assert checkpoint_id is not None
+        self.host.report_checkpoint(checkpoint_id, self.name, self.checkpoint_state())
+        for out in self.outputs:
+            out.control(CheckpointBarrier(checkpoint_id))
+        self._aligning = None
+        self._aligned = set()
+        self._replay.extend(self._held)
+        self._held.clear()
+
+    def checkpoint_state(self, *, drain: bool = True, drain_operator: bool | None = None) -> dict[str, Any]:
+        """Drain, then this operator's whole state as plain data: its own, its windows', its
+        watermarks and which connections have ended.
+
+        ``drain=False`` snapshots the windows between two items instead of
+        checkpointing them: no pending evictions are reported and a cpp window
+        does not suspend its time (the Spark bridge stores state after every
+        micro-batch this way, which SPL would not call a checkpoint). The
+        operator's own ``drain`` runs when ``drain_operator`` (default: ``drain``).
+        """
+        if drain if drain_operator is None else drain_operator:
+            self.guard(self.op.drain)
+        windows = [None if w is None else self.guard(w.checkpoint if drain else w.snapshot)
+                   for w in self.windows]
+        return {
+            "operator": self.guard(self.op.snapshot),
+            "windows": windows,
+            "watermark": {"in": list(self._wm_in), "value": self._watermark, "sent": self._last_sent},
+            "finals": list(self._final_from),
+        }
+
+    def restore(self, state: Any, *, reset: bool = True) -> None:
+        """Take back a `checkpoint_state` (after `activate`): the core's own state first (an
+        operator's restore may already submit, under the restored watermark state), then the
+        operator's, then its windows' (``reset``: as a checkpoint reset, else a snapshot)."""
+        try:
+            windows = state["windows"]
+            marks = state["watermark"]
+            finals = state["finals"]
+            if len(windows) != len(self.windows) or len(finals) != len(self._final_from):
+                raise ValueError("the checkpoint has a different number of ports or connections")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise OperatorError(self.name, None, None, ValueError(
+                f"cannot restore from this checkpoint: {exc}")) from None
+        self._wm_in = list(marks["in"])
+        self._watermark = self.metrics.watermark = marks["value"]
+        self._last_sent = marks["sent"]
+        # Connections that had ended stay ended: their ports' finals were already handled
+        # (and are reflected in the operator's restored state).
+        self._final_from = [bool(f) for f in finals]
+        needed = [0] * len(self.odef.inputs)
+        for conn, port in enumerate(self.conn_port):
+            if not self.conn_feedback[conn] and not self._final_from[conn]:
+                needed[port] += 1
+        self._finals_needed = needed
+        self._ports_open = sum(1 for n in needed if n > 0)
+        self.guard(self.op.restore, None, state["operator"])
+        for w, snap in zip(self.windows, windows, strict=True):
+            if w is not None:
+                self.guard(w.reset if reset else w.restore, None, snap)
+
+    # ------------------------------------------------------------ ending
+
+    def close_outputs(self) -> None:
+        """Every input ended: the maximum watermark, then final, on every output port."""
+        if self.event_time is not None or self._generates_watermarks:
+            self._send_watermark(EVENT_TIME_MAX)  # E23: max watermark right before final
+        for out in self.outputs:
+            out.control(Punct.FINAL)
+
+    def shut_down(self, *, report: bool = True) -> None:
+        """The operator ends: ``on_shutdown``, then (with ``report``) the host hears of it, to
+        store its final state for checkpoints taken after (not when a stop suspends the job:
+        none come after)."""
+        self.cancel_timers()
+        self.guard(self.op.on_shutdown)
+        self.finished = self.metrics.finished = True
+        if report:
+            self.host.operator_finished(self)
+
+    # ------------------------------------------------------------- handling
+
+    def _handle_batch(self, port: int, batch: list[Any]) -> None:
+        pm = self.metrics.inputs[port]
+        pm.tuples_processed += len(batch)
+        window = self.windows[port]
+        if window is not None and self._timed:
+            now = self.host.now()
+            for w in self._timed:
+                self.guard(w.advance_time, None, now)
+        if isinstance(window, TimeIntervalWindow):  # its inlined batch path: errors name their index
+            self._insert_routed(port, batch, window.insert_batch, WindowTupleError,
+                                lambda exc: getattr(exc, "index", 0))
+            pm.tuples_dropped_late = window.dropped
+            return
+        if window is not None:  # the window's host batch path (`StreamWindow.insert_tuples`)
+            self._insert_routed(port, batch, window.insert_tuples, Exception,
+                                lambda exc: window.batch_failed_at)
+            return
+        on_tuple = self.op.on_tuple
+        start, n = 0, len(batch)
+        while start < n:
+            i = start
+            try:
+                for i in range(start, n):
+                    on_tuple(batch[i], port)
+                break
+            except Exception as exc:  # user code: stop the job naming the tuple, or route it
+                pm.errors += 1
+                self.fail_or_route(exc, port, batch[i])
+                start = i + 1
+
+    def _insert_routed(self, port: int, batch: list[Any], insert: Callable[[list[Any]], Any],
+                       errors: type[Exception], failed_at: Callable[[Exception], int]) -> None:
+        """Insert ``batch`` into a window; a tuple that fails (``failed_at`` its index) stops the
+        job naming it or goes to the error port, and the rest of the batch goes on after it."""
+        start, n = 0, len(batch)
+        while start < n:
+            try:
+                insert(batch if start == 0 else batch[start:])
+                return
+            except errors as exc:  # user code or a bad tuple
+                i = start + failed_at(exc)
+                self.metrics.inputs[port].errors += 1
+                self.fail_or_route(exc, port, batch[i])
+                start = i + 1
+
+    def _handle_window_mark(self, port: int) -> None:
+        self.metrics.inputs[port].window_puncts_processed += 1
+        window = self.windows[port]
+        if isinstance(window, StreamWindow):
+            self.guard(window.window_mark, port)
+        self.guard(self.op.on_punct, port, Punct.WINDOW, port)
+        if self.op.window_punctuation == "preserving":
+            for p in self._data_ports:
+                self.outputs[p].control(Punct.WINDOW)
+
+    def _handle_final(self, conn: int) -> None:
+        if conn < 0 or self._final_from[conn] or self.conn_feedback[conn]:
+            return
+        self._final_from[conn] = True
+        port = self.conn_port[conn]
+        self._finals_needed[port] -= 1
+        if self._finals_needed[port] > 0:
+            return
+        self.metrics.inputs[port].final_puncts_processed += 1
+        window = self.windows[port]
+        if isinstance(window, StreamWindow):
+            self.guard(window.final_mark, port)
+        self.guard(self.op.on_punct, port, Punct.FINAL, port)
+        self._ports_open -= 1
+
+    def _handle_watermark(self, conn: int, value: int) -> None:
+        entries = self._wm_in
+        current = entries[conn]
+        if current is None or value <= current:
+            return  # not an event-time connection, or not an advance (E30: lower ones ignored)
+        entries[conn] = value
+        low = min(v for v in entries if v is not None)
+        if self._watermark is not None and low <= self._watermark:
+            return
+        self._advance_watermark(low)
+
+    def _advance_watermark(self, value: int) -> None:
+        self._watermark = self.metrics.watermark = value
+        for w in self._ti:  # E31: the operator's own windows first
+            self.guard(w.watermark, None, value)
+        self.guard(self.op.on_watermark, None, value)
+        if not self.op.holds_watermarks:
+            self._send_watermark(value)  # else the operator sends it after the tuples it holds
+
+    def _event_time_of(self, tup: Any) -> int:
+        """E29: the watermark candidate of a tuple: its event time minus the lag."""
+        try:
+            t = tup[self._et_attribute]
+        except (KeyError, TypeError, IndexError):
+            raise SchemaViolation(self.name, 0, tup, f"the event-time attribute "
+                                                     f"{self._et_attribute!r} is missing") from None
+        if type(t) is not int:
+            raise SchemaViolation(self.name, 0, tup, f"event time {self._et_attribute!r} = {t!r} "
+                                                     "is not an integer number of ticks")
+        return t - self._lag_ticks
+
+    def _watermark_after(self, candidate: int) -> None:
+        watermark = self._watermark
+        if watermark is not None and candidate <= watermark:
+            return
+        self._watermark = self.metrics.watermark = candidate
+        last = self._last_sent
+        if last is None or candidate >= last + self._gap_ticks:
+            self._send_watermark(candidate)
+
+    def _send_watermark(self, value: int) -> None:
+        if self._last_sent is not None and value <= self._last_sent:
+            return
+        self._last_sent = value
+        mark = Watermark(value)
+        for p in self._data_ports:
+            self.outputs[p].control(mark)
+
+    # --------------------------------------------------------------- errors
+
+    def guard(self, fn: Callable[..., Any], port: int | None = None, *args: Any) -> Any:
+        """Call user code; what it raises becomes an `OperatorError` naming this operator."""
+        try:
+            return fn(*args)
+        except OperatorError:
+            raise
+        except Exception as exc:
+            raise OperatorError(self.name, port, None, exc) from exc
+
+    def _invalid_output_of(self, port: int) -> Callable[[Any, str], None]:
+        def invalid(tup: Any, why: str) -> None:
+            """A submitted tuple does not match its output port's schema: stop, or route it."""
+            exc = SchemaViolation(self.name, port, tup, why)
+            if self.odef.error_port is None or port == self.odef.error_port:
+                raise exc
+            self.fail_or_route(exc, None, tup)
+
+        return invalid
+
+    def fail_or_route(self, exc: Exception, port: int | None, tup: Any) -> None:
+        """A tuple failed: stop the job naming it, or send it to the error port."""
+        if isinstance(exc, OperatorError):
+            raise exc
+        error_port = self.odef.error_port
+        if error_port is None:
+            raise OperatorError(self.name, port, tup, exc) from exc
+        reason = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
+        self.outputs[error_port].buf.append(
+            {"operator": self.name, "port": port, "tuple": tup, "error": reason})

@@ -1,0 +1,92 @@
+"""One output port of an operator core: the tuples submitted since the last hand-over, and the
+entries (batches and control items) waiting for the host to deliver them, in order.
+
+A declared schema is checked once per batch, when the buffer is sealed (before a control item
+or a hand-over): one generated loop instead of a call per submitted tuple. An invalid tuple is
+taken out and handed to ``on_invalid``, which raises or routes it to the error port.
+
+The core never delivers anything itself: a host takes ``pending`` (`take`) and sends each
+entry wherever that port leads (an inbox, another core, a Spark row, a file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..graph import Punct, Schema, Watermark
+from ._metrics import OutputPortMetrics
+
+__all__ = ["OutputPort"]
+
+
+class OutputPort:
+    """``buf`` takes submitted tuples (hosts bind ``buf.append`` once: it lives as long as the
+    port); ``pending`` holds sealed batches (lists) and control items, in order."""
+
+    __slots__ = ("buf", "first_invalid", "metrics", "on_invalid", "pending", "validate")
+
+    def __init__(self, schema: Schema | None, metrics: OutputPortMetrics,
+                 on_invalid: Callable[[Any, str], None]) -> None:
+        self.buf: list[Any] = []
+        self.pending: list[Any] = []
+        self.validate = schema.validator() if schema is not None else None
+        self.first_invalid = schema.batch_checker() if schema is not None else None
+        self.on_invalid = on_invalid
+        self.metrics = metrics
+
+    def seal(self) -> None:
+        """Close the current batch: check it against the schema and queue it."""
+        buf = self.buf
+        check = self.first_invalid
+        if check is not None:
+            i = check(buf)
+            if i >= 0:
+                self._drop_invalid(i)
+        self.pending.append(buf.copy())
+        buf.clear()
+
+    def _drop_invalid(self, first: int) -> None:
+        buf, check, validate = self.buf, self.first_invalid, self.validate
+        assert check is not None and validate is not None
+        good: list[Any] = buf[:first]
+        rest = buf[first:]
+        while rest:
+            i = check(rest)
+            if i < 0:
+                good.extend(rest)
+                break
+            good.extend(rest[:i])
+            self.on_invalid(rest[i], validate(rest[i]) or "invalid")
+            rest = rest[i + 1:]
+        buf[:] = good
+
+    def control(self, item: Any) -> None:
+        """Queue a control item (punctuation, watermark, barrier) after what was submitted."""
+        if self.buf:
+            self.seal()
+        self.pending.append(item)
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self.buf or self.pending)
+
+    def take(self) -> list[Any]:
+        """Everything to deliver, in order (the buffer sealed first); the port is then empty.
+        The host counts what it delivered with `count_delivered`."""
+        if self.buf:
+            self.seal()
+        pending, self.pending = self.pending, []
+        return pending
+
+    def count_delivered(self, entry: Any) -> None:
+        """The host delivered ``entry`` (a batch or a control item): count it in the metrics."""
+        m = self.metrics
+        if type(entry) is list:
+            m.tuples_submitted += len(entry)
+        elif entry is Punct.WINDOW:
+            m.window_puncts_submitted += 1
+        elif entry is Punct.FINAL:
+            m.final_puncts_submitted += 1
+        elif type(entry) is Watermark:
+            m.watermarks_submitted += 1
