@@ -50,20 +50,18 @@ from ..graph import (
 )
 from ..windows import (
     EVENT_TIME_MAX,
-    EventType,
     StreamWindow,
     StreamWindowEvent,
-    TimeIntervalSpec,
     TimeIntervalWindow,
     WindowTupleError,
 )
 from ._errors import OperatorError, SchemaViolation
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
 from ._output import OutputPort
+from ._windows import Window, build_window
 
 __all__ = ["CoreHost", "OperatorCore", "TimerHandle"]
 
-Window = StreamWindow[Any] | TimeIntervalWindow[Any]
 
 
 class CoreHost(Protocol):
@@ -119,21 +117,6 @@ class TimerHandle:
 
     def cancel(self) -> None:
         self.cancelled = True
-
-
-_INT_TYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "timestamp"}
-
-
-def _default_key(types: dict[str, str], partition_by: Any) -> Any:
-    """The partition key IBM's C++ timers use when no partition exists: the type's default."""
-    spl_type = types.get(partition_by) if isinstance(partition_by, str) else None
-    if spl_type in _INT_TYPES:
-        return 0
-    if spl_type in ("float32", "float64"):
-        return 0.0
-    if spl_type == "boolean":
-        return False
-    return ""
 
 
 class OperatorCore:
@@ -380,28 +363,8 @@ class OperatorCore:
 
     def make_window(self, port: int) -> Window | None:
         """A fresh window for an input port, wired to the operator (None for a plain port)."""
-        inp = self.odef.inputs[port]
-        if inp.window is None:
-            return None
-        listener = self._listener_for(port)
-        w: Window
-        if isinstance(inp.window, TimeIntervalSpec):
-            et = self.event_time
-            assert et is not None  # validation: a timeInterval window is in the region
-            w = TimeIntervalWindow(inp.window, event_time=et.attribute, resolution=et.resolution,
-                                   partition_by=inp.partition_by, flavor=inp.flavor)
-            pane_events = {EventType.INITIAL_FULL, EventType.TRIGGER, EventType.CLOSE}
-            wanted = self.op.window_events
-            w.register_listener(listener, pane_events if wanted is None else pane_events & wanted)
-        else:
-            c = inp.connections[0]
-            schema = self.graph.stream_schema(c.operator, c.port)
-            types = schema.as_dict() if schema is not None else dict(inp.attribute_types or {})
-            w = StreamWindow(inp.window, flavor=inp.flavor, partition_by=inp.partition_by,
-                             attribute_types=types,
-                             default_partition=_default_key(types, inp.partition_by))
-            w.register_listener(listener, self.op.window_events)
-        return w
+        return build_window(self.odef, port, self.graph, event_time=self.event_time, op=self.op,
+                            listener=self._listener_for(port))
 
     def replace_window(self, port: int, window: Window) -> None:
         """Install another window on a port (a restarted instance's fresh window)."""
