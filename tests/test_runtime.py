@@ -423,3 +423,32 @@ def test_tuples_breaking_the_output_schema_are_routed_and_the_rest_of_the_batch_
     assert [t["v"] for t in ok.tuples] == [1, 2, 4, 5, 7, 8]
     assert [e["tuple"]["v"] for e in bad.tuples] == ["3", "6", "9"]
     assert all("attribute 'v' = " in e["error"] and "int64" in e["error"] for e in bad.tuples)
+
+
+def test_marks_travel_inside_batches_in_order_with_schema_checks_per_tuple() -> None:
+    """Issue 18: an operator's results and its window marks (and watermarks) reach the next
+    operator as one batch, in order; an invalid tuple among them still goes to the error port
+    and the marks around it stay in place."""
+
+    class Results(Operator):
+        window_punctuation = "generating"
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            self.submit({"n": tup["n"]})
+            self.submit({"n": "bad"} if tup["n"] == 2 else {"n": tup["n"] * 10})
+            self.submit_punct()
+
+    g = Graph("marked")
+    s = g.source("s", ListSource([{"n": i} for i in range(4)]))
+    out, errors = g.operator("results", Results(), [s], [Schema(n="int64")], error_port=True)
+    sink, err_sink = Collect(), Collect()
+    g.sink("sink", sink, [out])
+    g.sink("errors", err_sink, [errors])
+    metrics = run_graph(g, clock=VirtualClock())
+    w = Punct.WINDOW
+    assert sink.items == [{"n": 0}, {"n": 0}, w, {"n": 1}, {"n": 10}, w, {"n": 2}, w,
+                          {"n": 3}, {"n": 30}, w, Punct.FINAL]
+    assert [e["tuple"] for e in err_sink.tuples] == [{"n": "bad"}]
+    port = metrics.operators["results"].outputs[0]
+    assert (port.tuples_submitted, port.window_puncts_submitted) == (7, 4)
+    assert metrics.operators["sink"].inputs[0].tuples_processed == 7

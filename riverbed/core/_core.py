@@ -57,7 +57,7 @@ from ..windows import (
 )
 from ._errors import OperatorError, SchemaViolation
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
-from ._output import OutputPort
+from ._output import MarkedBatch, OutputPort
 from ._windows import Window, build_window
 
 __all__ = ["CoreHost", "OperatorCore", "TimerHandle"]
@@ -261,7 +261,7 @@ class OperatorCore:
         if punct is not Punct.WINDOW:
             raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "
                              "punctuation is sent by the runtime when the inputs end")
-        self.outputs[port].control(Punct.WINDOW)
+        self.outputs[port].mark(Punct.WINDOW)
 
     def submit_watermark(self, value: int) -> None:
         """Send a watermark on (operators that hold tuples and so hold watermarks with them)."""
@@ -428,6 +428,8 @@ class OperatorCore:
     def _dispatch(self, conn: int, item: Any) -> None:
         if type(item) is list:
             self._handle_batch(self.conn_port[conn], item)
+        elif type(item) is MarkedBatch:
+            self._handle_marked(conn, item)
         elif isinstance(item, Watermark):
             self._handle_watermark(conn, item.value)
         elif item is Punct.WINDOW:
@@ -506,10 +508,10 @@ class OperatorCore:
     def emit_items(self, items: Any) -> None:
         """Sources: submit tuples and `Punct.WINDOW` marks, as a synchronous source yields them;
         a tuple that breaks the event-time rules goes to the error port or stops the job."""
-        submit, control = self.submit, self.outputs[0].control
+        submit, mark = self.submit, self.outputs[0].mark
         for item in items:
             if item is Punct.WINDOW:
-                control(Punct.WINDOW)
+                mark(Punct.WINDOW)
             else:
                 try:
                     submit(item)
@@ -646,6 +648,41 @@ class OperatorCore:
                 self.fail_or_route(exc, port, batch[i])
                 start = i + 1
 
+    def _handle_marked(self, conn: int, batch: MarkedBatch) -> None:
+        """Tuples interleaved with window marks and watermarks: each run of tuples as a batch,
+        each mark in its place."""
+        port = self.conn_port[conn]
+        if self.windows[port] is None:  # a plain port: one loop, no slicing
+            pm = self.metrics.inputs[port]
+            pm.tuples_processed += batch.tuples
+            on_tuple = self.op.on_tuple
+            for item in batch:
+                if item is Punct.WINDOW:
+                    self._handle_window_mark(port)
+                elif type(item) is Watermark:
+                    self._handle_watermark(conn, item.value)
+                else:
+                    try:
+                        on_tuple(item, port)
+                    except Exception as exc:  # user code: stop the job naming the tuple, or route it
+                        pm.errors += 1
+                        self.fail_or_route(exc, port, item)
+            return
+        start = 0
+        for i, item in enumerate(batch):
+            if item is Punct.WINDOW:
+                if i > start:
+                    self._handle_batch(port, batch[start:i])
+                self._handle_window_mark(port)
+                start = i + 1
+            elif type(item) is Watermark:
+                if i > start:
+                    self._handle_batch(port, batch[start:i])
+                self._handle_watermark(conn, item.value)
+                start = i + 1
+        if start < len(batch):
+            self._handle_batch(port, batch[start:])
+
     def _insert_routed(self, port: int, batch: list[Any], insert: Callable[[list[Any]], Any],
                        errors: type[Exception], failed_at: Callable[[Exception], int]) -> None:
         """Insert ``batch`` into a window; a tuple that fails (``failed_at`` its index) stops the
@@ -669,7 +706,7 @@ class OperatorCore:
         self.guard(self.op.on_punct, port, Punct.WINDOW, port)
         if self.op.window_punctuation == "preserving":
             for p in self._data_ports:
-                self.outputs[p].control(Punct.WINDOW)
+                self.outputs[p].mark(Punct.WINDOW)
 
     def _handle_final(self, conn: int) -> None:
         if conn < 0 or self._final_from[conn] or self.conn_feedback[conn]:
@@ -732,7 +769,7 @@ class OperatorCore:
         self._last_sent = value
         mark = Watermark(value)
         for p in self._data_ports:
-            self.outputs[p].control(mark)
+            self.outputs[p].mark(mark)
 
     # --------------------------------------------------------------- errors
 

@@ -5,6 +5,12 @@ A declared schema is checked once per batch, when the buffer is sealed (before a
 or a hand-over): one generated loop instead of a call per submitted tuple. An invalid tuple is
 taken out and handed to ``on_invalid``, which raises or routes it to the error port.
 
+Window marks and watermarks travel inside the batch they interrupt (`mark`): an operator
+that submits a result and a window mark per trigger (Aggregate, Join) hands over one
+`MarkedBatch` per flush, not a batch of one tuple and a separate control item each, which
+cost a hand-over and a handler call apiece downstream. Final punctuation and checkpoint
+barriers stay control items of their own (`control`), between batches.
+
 The core never delivers anything itself: a host takes ``pending`` (`take`) and sends each
 entry wherever that port leads (an inbox, another core, a Spark row, a file).
 """
@@ -17,18 +23,47 @@ from typing import Any
 from ..graph import Punct, Schema, Watermark
 from ._metrics import OutputPortMetrics
 
-__all__ = ["OutputPort"]
+__all__ = ["MarkedBatch", "OutputPort", "split_marked"]
+
+
+class MarkedBatch(list[Any]):
+    """A batch whose tuples are interleaved with window marks (`Punct.WINDOW`) and watermarks,
+    in the order they were submitted; ``tuples`` counts the tuples among them."""
+
+    __slots__ = ("tuples",)
+
+    def __init__(self, items: list[Any], tuples: int) -> None:
+        super().__init__(items)
+        self.tuples = tuples
+
+
+def split_marked(batch: MarkedBatch) -> list[Any]:
+    """A marked batch as plain entries: runs of tuples as lists, marks and watermarks alone."""
+    out: list[Any] = []
+    run: list[Any] = []
+    for item in batch:
+        if item is Punct.WINDOW or type(item) is Watermark:
+            if run:
+                out.append(run)
+                run = []
+            out.append(item)
+        else:
+            run.append(item)
+    if run:
+        out.append(run)
+    return out
 
 
 class OutputPort:
     """``buf`` takes submitted tuples (hosts bind ``buf.append`` once: it lives as long as the
     port); ``pending`` holds sealed batches (lists) and control items, in order."""
 
-    __slots__ = ("buf", "first_invalid", "metrics", "on_invalid", "pending", "validate")
+    __slots__ = ("buf", "first_invalid", "marks", "metrics", "on_invalid", "pending", "validate")
 
     def __init__(self, schema: Schema | None, metrics: OutputPortMetrics,
                  on_invalid: Callable[[Any, str], None]) -> None:
         self.buf: list[Any] = []
+        self.marks = 0  # window marks and watermarks in ``buf``
         self.pending: list[Any] = []
         self.validate = schema.validator() if schema is not None else None
         self.first_invalid = schema.batch_checker() if schema is not None else None
@@ -38,6 +73,9 @@ class OutputPort:
     def seal(self) -> None:
         """Close the current batch: check it against the schema and queue it."""
         buf = self.buf
+        if self.marks:
+            self._seal_marked()
+            return
         check = self.first_invalid
         if check is not None:
             i = check(buf)
@@ -45,6 +83,28 @@ class OutputPort:
                 self._drop_invalid(i)
         self.pending.append(buf.copy())
         buf.clear()
+
+    def _seal_marked(self) -> None:
+        """Seal a batch holding marks: each run of tuples is checked on its own."""
+        buf = self.buf
+        items: list[Any] = []
+        tuples = 0
+        for entry in split_marked(MarkedBatch(buf, 0)):
+            if type(entry) is list:
+                self.buf = entry
+                check = self.first_invalid
+                if check is not None:
+                    i = check(entry)
+                    if i >= 0:
+                        self._drop_invalid(i)
+                items.extend(self.buf)
+                tuples += len(self.buf)
+            else:
+                items.append(entry)
+        buf.clear()
+        self.buf = buf  # the same list: hosts hold its bound ``append``
+        self.marks = 0
+        self.pending.append(MarkedBatch(items, tuples))
 
     def _drop_invalid(self, first: int) -> None:
         buf, check, validate = self.buf, self.first_invalid, self.validate
@@ -62,10 +122,15 @@ class OutputPort:
         buf[:] = good
 
     def control(self, item: Any) -> None:
-        """Queue a control item (punctuation, watermark, barrier) after what was submitted."""
+        """Queue a control item (final punctuation, a barrier) after what was submitted."""
         if self.buf:
             self.seal()
         self.pending.append(item)
+
+    def mark(self, item: Any) -> None:
+        """A window mark or watermark, in line with the tuples around it (`MarkedBatch`)."""
+        self.buf.append(item)
+        self.marks += 1
 
     @property
     def has_output(self) -> bool:
@@ -84,6 +149,13 @@ class OutputPort:
         m = self.metrics
         if type(entry) is list:
             m.tuples_submitted += len(entry)
+        elif type(entry) is MarkedBatch:
+            m.tuples_submitted += entry.tuples
+            for item in entry:
+                if item is Punct.WINDOW:
+                    m.window_puncts_submitted += 1
+                elif type(item) is Watermark:
+                    m.watermarks_submitted += 1
         elif entry is Punct.WINDOW:
             m.window_puncts_submitted += 1
         elif entry is Punct.FINAL:

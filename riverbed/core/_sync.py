@@ -26,6 +26,7 @@ from typing import Any
 
 from ..graph import FrozenGraph, event_time_region
 from ._core import OperatorCore
+from ._output import MarkedBatch, split_marked
 
 __all__ = ["StampClock", "SyncGraph"]
 
@@ -311,10 +312,21 @@ class SyncGraph:
             leaf = (name, port) in self._leaves
             guard = self._guard
             for entry in pending:
-                for target, conn in targets:
-                    if guard is not None and target.name in self._guarded and type(entry) is list:
-                        guard(target.name, entry)
-                    self._queues[target.name].append((conn, entry))
-                if leaf:
-                    self.exits.append((name, port, entry))
                 out.count_delivered(entry)
+                if type(entry) is MarkedBatch and (leaf or guard is not None):
+                    # Hosts outside (Spark rows, guards) see plain entries, as the runtime's
+                    # marks were before they travelled inside batches.
+                    for part in split_marked(entry):
+                        self._deliver(name, port, part, targets, leaf)
+                else:
+                    self._deliver(name, port, entry, targets, leaf)
+
+    def _deliver(self, name: str, port: int, entry: Any,
+                 targets: Sequence[tuple[OperatorCore, int]], leaf: bool) -> None:
+        guard = self._guard
+        for target, conn in targets:
+            if guard is not None and target.name in self._guarded and type(entry) is list:
+                guard(target.name, entry)
+            self._queues[target.name].append((conn, entry))
+        if leaf:
+            self.exits.append((name, port, entry))

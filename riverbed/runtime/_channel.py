@@ -77,7 +77,7 @@ class Inbox:
             finally:
                 self._getter = None
         entry = self._items.popleft()
-        if type(entry[1]) is list:
+        if isinstance(entry[1], list):  # a batch, marked or not
             self._batches -= 1
             self._wake_putter()
         return entry

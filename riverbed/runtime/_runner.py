@@ -237,13 +237,14 @@ async def deliver(out: OutputPort, delivery: Delivery) -> None:
     i = sent = 0
     try:
         for i, entry in enumerate(pending):  # noqa: B007 - read by the handler below
-            if type(entry) is list or type(entry) is _Partial:
-                batch, targets = (entry, delivery.targets) if type(entry) is list else entry
+            owed = type(entry) is _Partial
+            if owed or isinstance(entry, list):  # a batch (marked or not), or what one still owes
+                batch, targets = entry if owed else (entry, delivery.targets)
                 for sent in range(len(targets)):
                     inbox, conn = targets[sent]
                     await inbox.put(conn, batch)
                 sent = 0
-                if type(entry) is list:
+                if not owed:
                     out.count_delivered(batch)
                 continue
             for inbox, conn in delivery.targets:
@@ -255,8 +256,9 @@ async def deliver(out: OutputPort, delivery: Delivery) -> None:
         rest = pending[i:]
         if sent:
             head = rest[0]
-            batch, targets = (head, delivery.targets) if type(head) is list else head
-            if type(head) is list:
+            owed = type(head) is _Partial
+            batch, targets = head if owed else (head, delivery.targets)
+            if not owed:
                 out.count_delivered(batch)
             rest[0] = _Partial(batch, targets[sent:])
         delivery.owed = rest
