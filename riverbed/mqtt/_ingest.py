@@ -119,6 +119,12 @@ class PayloadDecoder:
         vars(self).update(state)
         self._build()
 
+    def __eq__(self, other: object) -> bool:
+        """Decoders are equal when configured alike (they then decide alike)."""
+        return isinstance(other, PayloadDecoder) and self.__getstate__() == other.__getstate__()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable configuration
+
     def decode(self, topic: str, payload: bytes) -> tuple[list[dict[str, Any]], list[BadMessage]]:
         """The valid records of a message, in order, and the refusals."""
         records, bad = self.decode_indexed(topic, payload)
