@@ -108,6 +108,15 @@ class SpoolFeeder:
         self._thread: threading.Thread | None = None
         self._status: dict[str, Any] | None = None
 
+    @property
+    def last_connect(self) -> ConnectInfo | None:
+        """What the latest connection learnt of the broker (protocol, CONNACK properties...)."""
+        return self._client.last_connect if self._client is not None else None
+
+    @property
+    def reconnects(self) -> int:
+        return self._client.reconnects if self._client is not None else 0
+
     # -------------------------------------------------------------- Spark's thread
 
     def start(self) -> None:
