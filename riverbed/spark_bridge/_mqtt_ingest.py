@@ -22,6 +22,11 @@ runtime and Spark share one client, its checks and its errors:
   downgraded subscription fails the query, a lost session is logged.
 * ``<spool>.status`` (JSON, rewritten when it changes) holds the counters, so
   the process that started the query can read them (`read_status`).
+* ``<spool>.decoding`` records the decoding options the spooled messages
+  were checked with. When they changed (or were never recorded), the
+  messages spooled before and not yet committed are checked again at the
+  query's first offset, as the tasks will decode them with the new options:
+  what those refuse is reported then, not dropped unseen.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..mqtt import (
+    BadMessage,
     BadMessages,
     BrokerWarning,
     ConnectInfo,
@@ -45,8 +51,8 @@ from ..mqtt import (
     Received,
     connect_warnings,
 )
-from ._mqtt_options import MqttOptions
-from ._spool import FORMAT, Spool, SpoolError
+from ._mqtt_options import MqttOptions, decoder_options
+from ._spool import FORMAT, Spool, SpoolError, read_spool
 
 __all__ = ["SpoolFeeder", "read_status"]
 
@@ -107,6 +113,7 @@ class SpoolFeeder:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._status: dict[str, Any] | None = None
+        self._recheck_below: int | None = None  # see `recheck`
 
     @property
     def last_connect(self) -> ConnectInfo | None:
@@ -126,6 +133,7 @@ class SpoolFeeder:
                                   name=f"riverbed-mqtt-{self.options.client_id}")
         thread.start()
         self._loop, self._thread = loop, thread
+        self._check_decoding()
         try:
             asyncio.run_coroutine_threadsafe(self._connect(), loop).result()
         except BaseException:
@@ -147,6 +155,45 @@ class SpoolFeeder:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
+
+    def _check_decoding(self) -> None:
+        o, spool = self.options, self.spool
+        current = decoder_options(o.decoder) if o.decoder is not None else {}
+        try:
+            with open(o.spool + ".decoding", encoding="utf-8") as f:
+                recorded = json.load(f)
+        except (OSError, ValueError):
+            recorded = None
+        if recorded == current:
+            return
+        if o.decoder is not None and spool.next_seq > spool.first_seq:
+            self._recheck_below = spool.next_seq  # `recheck` records the options once done
+        else:
+            _write_json(o.spool + ".decoding", current, durable=True)
+
+    def recheck(self, start: int) -> None:
+        """The query resumes at seq ``start``: report what the decoder refuses among the messages
+        spooled, before this reader, under other decoding options (see the module doc)."""
+        below, self._recheck_below = self._recheck_below, None
+        decoder, loop = self.options.decoder, self._loop
+        if below is None or decoder is None or loop is None:
+            return
+        refused: list[BadMessage] = []
+        checked = 0
+        for _, topic, payload, *_ in read_spool(self.spool.path, start, below):
+            refused += decoder.decode(topic, payload)[1]
+            checked += 1
+        _log_event("mqtt decoding options changed", {
+            "spool": self.spool.path, "checked_again": checked, "refused": len(refused),
+            "detail": "messages spooled under other options are decoded with these; what they "
+                      "refuse is reported now"})
+        if refused:
+            asyncio.run_coroutine_threadsafe(self._report(refused), loop).result()
+        _write_json(self.options.spool + ".decoding", decoder_options(decoder), durable=True)
+
+    async def _report(self, refused: list[BadMessage]) -> None:
+        for bad in refused:
+            self.bads.report(bad)  # on the loop: DeadLetters.put needs it
 
     # -------------------------------------------------------------- the event loop
 

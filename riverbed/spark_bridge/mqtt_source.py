@@ -69,7 +69,8 @@ but before the PUBACK left the socket makes the broker redeliver, and the
 message is spooled twice (with two seqs). QoS 2 is accepted, but paho keeps
 a QoS 2 message in memory between PUBREC and PUBREL, so only QoS 1 survives
 a crash at that moment. A bad payload is reported once, when it is spooled
-(and spooled all the same: the spool holds what the broker delivered); a
+(and spooled all the same: the spool holds what the broker delivered), and
+again only if the decoding options change while it waits in the spool; a
 dead letter not yet published when the reader stops is counted as failed.
 One partition per micro-batch, so rows keep their arrival order.
 ``trigger(availableNow=True)`` is not supported (MQTT has no end of the
@@ -88,6 +89,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, ReadMinRows
 
 from ..mqtt import TLS, MQTTConnectError, PayloadDecoder, Protocol
+from ._inputs import MqttRecords
 from ._mqtt_ingest import SpoolFeeder, read_status
 from ._mqtt_options import MqttOptions, decoder_options, tls_options
 from ._spool import FORMAT, Spool, SpoolError, SpoolRow, encode_record, read_spool
@@ -102,11 +104,13 @@ __all__ = [
     "MqttConnectError",
     "MqttDataSource",
     "MqttOptions",
+    "MqttRecords",
     "MqttStreamReader",
     "Spool",
     "SpoolError",
     "SpoolRange",
     "SpoolRow",
+    "decoder_options",
     "encode_record",
     "mqtt_stream",
     "read_spool",
@@ -198,6 +202,8 @@ class MqttStreamReader(DataSourceStreamReader):
         if lo > available:
             raise SpoolError(f"{FORMAT}: the query's offset is seq {lo}, but spool {spool.path} ends at "
                              f"{available}: the spool was replaced or belongs to another query")
+        if self._feeder is not None:
+            self._feeder.recheck(lo)  # the first call only: where the query resumes
         if isinstance(limit, ReadMaxRows):
             end = min(available, lo + limit.max_rows)
         elif isinstance(limit, ReadMinRows):

@@ -33,14 +33,14 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from riverbed.mqtt import TLS, ClientConfig, MQTTClient, MQTTConfigError, MQTTConnectError, PayloadDecoder
-from riverbed.spark_bridge._inputs import MqttRecords
-from riverbed.spark_bridge._mqtt_options import decoder_options
 from riverbed.spark_bridge.mqtt_source import (
     MqttConnectError,
     MqttOptions,
+    MqttRecords,
     MqttStreamReader,
     Spool,
     SpoolError,
+    decoder_options,
     mqtt_stream,
     read_spool,
     read_status,
@@ -436,3 +436,25 @@ def test_bad_payloads_are_reported_as_mqtt_source_reports_them(broker: int, tmp_
     status = read_status(str(spool))
     assert status is not None and status["bad"] == {"undecodable": 1, "invalid": 2, "oversized": 1}
     assert status["messages"] == 5 and status["dead_letters"]["published"] == 4
+
+
+def test_messages_spooled_under_other_decoding_options_are_checked_again(broker: int, tmp_path: Path) -> None:
+    """The tasks decode spooled messages with the options of the query that reads them; those
+    spooled under other options (here: none) are checked again where the query resumes, so what
+    the new options refuse is reported, not dropped unseen, and only once."""
+    spool = tmp_path / "spool.jsonl"
+    raw = _options(spool, broker, "rb-recheck")
+    reader = MqttStreamReader(raw)
+    try:
+        start = reader.initialOffset()
+        _publish(broker, [("unit/a", b'{"v": 1}'), ("unit/a", b"not json")])
+        _until(lambda: reader.latestOffset(start, ReadAllAvailable()) == {"seq": 2}, "2 spooled messages")
+    finally:
+        reader.stop()
+    for expected in ({"undecodable": 1}, {}):  # the second restart: already checked with these
+        again = MqttStreamReader({**raw, "format": "json"})
+        try:
+            assert again.latestOffset({"seq": 0}, ReadAllAvailable()) == {"seq": 2}  # nothing committed
+            assert again.feeder is not None and again.feeder.bads.counts == expected
+        finally:
+            again.stop()
