@@ -52,7 +52,7 @@ from ..mqtt import (
     connect_warnings,
 )
 from ._mqtt_options import MqttOptions, decoder_options
-from ._spool import FORMAT, Spool, SpoolError, read_spool
+from ._spool import FORMAT, Spool, read_spool
 
 __all__ = ["SpoolFeeder", "read_status"]
 
@@ -257,7 +257,7 @@ class SpoolFeeder:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a refused reconnect, a full disk: the query stops on it
-            self.error = exc if isinstance(exc, SpoolError) else MQTTConnectError(f"{FORMAT}: {exc}")
+            self.error = MQTTConnectError(f"{FORMAT}: {exc}") if isinstance(exc, MQTTConnectError) else exc
         self._write_status()
         # Unacknowledged messages stay with the broker, for this session's next connection.
         await client.__aexit__(None, None, None)

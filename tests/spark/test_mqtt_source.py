@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import pickle
 import shutil
 import socket
@@ -458,3 +459,33 @@ def test_messages_spooled_under_other_decoding_options_are_checked_again(broker:
             assert again.feeder is not None and again.feeder.bads.counts == expected
         finally:
             again.stop()
+
+
+def test_a_message_the_spool_cannot_take_is_not_acknowledged_and_comes_again(
+        broker: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import riverbed.spark_bridge._spool as spool_module
+
+    options = _options(tmp_path / "spool.jsonl", broker, "rb-full")
+    reader = MqttStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        real_fsync = os.fsync
+
+        def disk_full(fd: int) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(spool_module.os, "fsync", disk_full)
+        _publish(broker, [("unit/a", b"kept by the broker")])
+        _until(lambda: reader.feeder is not None and reader.feeder.error is not None, "the failed write")
+        with pytest.raises(SpoolError, match="No space left"):
+            reader.latestOffset(start, ReadAllAvailable())
+        monkeypatch.setattr(spool_module.os, "fsync", real_fsync)
+    finally:
+        reader.stop()
+    again = MqttStreamReader(options)
+    try:
+        _until(lambda: again.latestOffset(start, ReadAllAvailable()) == {"seq": 1}, "the redelivery")
+        (part,) = again.partitions(start, {"seq": 1})
+        assert [r[2] for r in again.read(part)] == [b"kept by the broker"]
+    finally:
+        again.stop()
