@@ -133,8 +133,8 @@ class SpoolFeeder:
                                   name=f"riverbed-mqtt-{self.options.client_id}")
         thread.start()
         self._loop, self._thread = loop, thread
-        self._check_decoding()
         try:
+            self._check_decoding()
             asyncio.run_coroutine_threadsafe(self._connect(), loop).result()
         except BaseException:
             self.stop()
