@@ -30,7 +30,7 @@ from ..mqtt import (
 )
 from ._spool import FORMAT
 
-__all__ = ["MqttOptions", "client_options", "decoder_options", "tls_options"]
+__all__ = ["MqttOptions", "decoder_options", "tls_options"]
 
 _REQUIRED: Final = ("topic", "clientId", "spool")
 _CLIENT: Final = ("host", "port", "username", "password", "protocol", "keepalive", "sessionExpiry",
@@ -201,23 +201,6 @@ class MqttOptions:
     @property
     def address(self) -> str:
         return f"{self.client.host}:{self.client.port}"
-
-
-def client_options(config: ClientConfig) -> dict[str, str]:
-    """The source options that make ``config``'s connection (its ``persistent`` and ``backoff``
-    are not options: the source's session is always persistent)."""
-    out = {"host": config.host, "port": str(config.port), "protocol": config.protocol,
-           "keepalive": str(config.keepalive), "sessionExpiry": str(config.session_expiry),
-           "connectTimeout": str(config.timeout)}
-    if config.client_id is not None:
-        out["clientId"] = config.client_id
-    if config.username is not None:
-        out["username"] = config.username
-    if config.password is not None:
-        out["password"] = config.password
-    if config.tls is not None:
-        out.update(tls_options(config.tls))
-    return out
 
 
 def tls_options(tls: TLS) -> dict[str, str]:
