@@ -12,7 +12,13 @@ riverbed loses nothing, given a broker set up to keep what it queued (README,
 ``dedup_key`` drops the repeats a broker restart delivers. `MQTTSink`
 publishes tuples, batched.
 
-All aiomqtt use lives in one adapter module (`MQTTClient`).
+All aiomqtt use lives in one adapter module (`MQTTClient`). The Spark MQTT
+source (`riverbed.spark_bridge.mqtt_source`) is built from the same public
+pieces: `ClientConfig` and `TLS` (MQTT 3.1.1 and 5, credentials, TLS),
+`MQTTClient`, `PayloadDecoder` (codec, topic attributes, schema check),
+`BadMessages` and `DeadLetters` (bad payloads counted, logged and
+dead-lettered), `connect_warnings`, and one error type per condition
+(`MQTTConfigError`, `MQTTConnectError`).
 """
 
 from ._checks import BrokerWarning, connect_warnings
@@ -24,17 +30,25 @@ from ._client import (
     MQTTConfigError,
     MQTTConnectError,
     MQTTPublishError,
+    Protocol,
     Received,
+    SessionPlan,
 )
-from ._codec import FORMATS, BadRecord, Codec
+from ._codec import FORMATS, BadRecord, Codec, Format
+from ._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
 from ._deadletter import DeadLetters, dead_letter_envelope
+from ._deadletter import check_max_bytes as check_dead_letter_max_bytes
 from ._dedup import Dedup
-from ._operators import BadMessage, MQTTSink, MQTTSource
+from ._ingest import DEFAULT_MAX_PAYLOAD, BadMessage, BadMessages, PayloadDecoder
+from ._operators import MQTTSink, MQTTSource
 
 __all__ = [
+    "DEAD_LETTER_MAX_BYTES",
+    "DEFAULT_MAX_PAYLOAD",
     "FORMATS",
     "TLS",
     "BadMessage",
+    "BadMessages",
     "BadRecord",
     "BrokerWarning",
     "ClientConfig",
@@ -42,13 +56,18 @@ __all__ = [
     "ConnectInfo",
     "DeadLetters",
     "Dedup",
+    "Format",
     "MQTTClient",
     "MQTTConfigError",
     "MQTTConnectError",
     "MQTTPublishError",
     "MQTTSink",
     "MQTTSource",
+    "PayloadDecoder",
+    "Protocol",
     "Received",
+    "SessionPlan",
+    "check_dead_letter_max_bytes",
     "connect_warnings",
     "dead_letter_envelope",
 ]

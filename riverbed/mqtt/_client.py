@@ -44,9 +44,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 __all__ = ["TLS", "ClientConfig", "ConnectInfo", "MQTTClient", "MQTTConfigError", "MQTTConnectError",
-           "MQTTPublishError", "Protocol", "Received"]
+           "MQTTPublishError", "Protocol", "Received", "SessionPlan"]
 
 Protocol = Literal["3.1.1", "5"]
+SessionPlan = tuple[Sequence[str], Sequence[tuple[str, int]]]
+"""What to unsubscribe and what to subscribe on a connection (see `MQTTClient`)."""
 
 # CONNACK reason codes (MQTT 5 numbering; paho maps 3.1.1 codes onto them) that no retry can fix.
 _FATAL_CODES = frozenset({1, 2, 4, 5, 0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C})
@@ -56,8 +58,11 @@ class MQTTConfigError(ValueError):
     """An MQTT option is wrong; the message names the option, the value and the fix."""
 
 
-class MQTTConnectError(RuntimeError):
-    """The broker refused the connection for a reason a retry cannot fix (credentials, TLS)."""
+class MQTTConnectError(ConnectionError, RuntimeError):
+    """The broker refused the connection for a reason a retry cannot fix (credentials, TLS, a
+    refused subscription), or could not be reached where no retry was wanted (a first
+    connect with ``retry_first_connect=False``, or not within the time a caller allowed).
+    The one connect error of every MQTT client in riverbed (the Spark MQTT source's too)."""
 
 
 class MQTTPublishError(RuntimeError):
@@ -185,6 +190,12 @@ class MQTTClient:
     before any message of that connection is handed out; set
     ``expect_session`` when a persistent session must already exist (state
     restored from a checkpoint). ``drop_unsent``: see `publish_once`.
+    ``session_plan(session_present)``, if given, decides per connection what
+    to unsubscribe and subscribe, as ``(topic filters, [(topic filter, QoS)])``
+    (default: nothing, and all of ``subscriptions``): subscribing again in a
+    session the broker kept makes it resend every retained message.
+    ``retry_first_connect=False`` makes a failed first connection attempt
+    final (`MQTTConnectError`) instead of retried with backoff.
     Counters: ``connects``, ``reconnects``, ``sessions_lost``, ``last_error``.
     """
 
@@ -192,9 +203,13 @@ class MQTTClient:
                  manual_ack: bool = False, name: str = "mqtt",
                  log: Callable[[str, dict[str, Any]], None] | None = None,
                  on_connect: Callable[[ConnectInfo], None] | None = None,
-                 drop_unsent: bool = False) -> None:
+                 drop_unsent: bool = False,
+                 session_plan: Callable[[bool], SessionPlan] | None = None,
+                 retry_first_connect: bool = True) -> None:
         self.config = config
         self.subscriptions = list(subscriptions)
+        self.session_plan = session_plan
+        self.retry_first_connect = retry_first_connect
         self.manual_ack = manual_ack
         self.name = name
         self.connects = 0
@@ -294,7 +309,13 @@ class MQTTClient:
             try:
                 async with client:
                     granted = []
-                    for topic, qos in self.subscriptions:
+                    drop: Sequence[str] = ()
+                    subscriptions: Sequence[tuple[str, int]] = self.subscriptions
+                    if self.session_plan is not None:
+                        drop, subscriptions = self.session_plan(self._connack[0])
+                    if drop:
+                        await client.unsubscribe(list(drop))
+                    for topic, qos in subscriptions:
                         codes = await client.subscribe(topic, qos=qos)
                         granted.append((topic, qos, _code(codes[0]) if codes else 0x80))
                     self._connected(tuple(granted))
@@ -310,10 +331,14 @@ class MQTTClient:
                 if self._lost is not None and not self._lost.done():
                     self._lost.set_result(None)
                 self.last_error = str(exc)
-                if _is_fatal(exc):
+                first = self.connects == 0 and not self.retry_first_connect
+                if _is_fatal(exc) or first:
+                    where = f"{self.config.host}:{self.config.port}"
                     self._fatal = MQTTConnectError(
-                        f"MQTT broker {self.config.host}:{self.config.port} refused the connection: "
-                        f"{exc}; check username/password, TLS options and client_id")
+                        f"MQTT broker {where} refused the connection: {exc}; check username/password, "
+                        "TLS options and client_id" if _is_fatal(exc) else
+                        f"cannot connect to the MQTT broker at {where}: {exc}; check the host, the "
+                        "port and that the broker runs")
                     self._up.set()
                     self._queue.put_nowait(_CLOSED)
                     return

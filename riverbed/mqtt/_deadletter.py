@@ -42,7 +42,7 @@ import orjson
 from ._client import ClientConfig, MQTTClient, MQTTConfigError, MQTTPublishError
 
 if TYPE_CHECKING:
-    from ._operators import BadMessage
+    from ._ingest import BadMessage
 
 __all__ = ["DEFAULT_MAX_BYTES", "DeadLetters", "dead_letter_envelope", "envelope"]
 

@@ -56,31 +56,20 @@ import contextlib
 import hashlib
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..graph import Operator, Punct, Schema, Source
 from ..runtime import get_logger
 from ._checks import BrokerWarning, connect_warnings
 from ._client import TLS, ClientConfig, ConnectInfo, MQTTClient, MQTTConfigError, Protocol, Received
-from ._codec import BadRecord, Codec, Decoder, Encoder, Format
+from ._codec import Codec, Decoder, Encoder, Format
 from ._deadletter import DEFAULT_MAX_BYTES, DeadLetters, check_max_bytes
 from ._dedup import Dedup
+from ._ingest import DEFAULT_MAX_PAYLOAD, BadMessage, BadMessages, PayloadDecoder
 
 __all__ = ["BadMessage", "MQTTSink", "MQTTSource"]
 
 AckMode = Literal["receive", "checkpoint"]
-
-
-@dataclass(frozen=True, slots=True)
-class BadMessage:
-    """A refused payload (``index`` None) or record of a batch; ``kind`` is the metrics label."""
-
-    topic: str
-    payload: bytes
-    kind: Literal["undecodable", "invalid", "oversized"]
-    reason: str
-    index: int | None = None
 
 
 def _qos(qos: int) -> int:
@@ -122,7 +111,7 @@ class MQTTSource(Source):
                  topic_attribute: str | None = "topic", topic_levels: Mapping[str, int] | None = None,
                  client_id: str | None = None, username: str | None = None, password: str | None = None,
                  tls: TLS | None = None, protocol: Protocol = "3.1.1", ack: AckMode = "receive",
-                 session_expiry: int = 3600, max_payload: int = 1 << 20,
+                 session_expiry: int = 3600, max_payload: int = DEFAULT_MAX_PAYLOAD,
                  on_bad: Callable[[BadMessage], None] | None = None, dead_letter_topic: str | None = None,
                  dead_letter_max_bytes: int = DEFAULT_MAX_BYTES, dedup_key: str | None = None,
                  dedup_scope: str | Sequence[str] | None = None,
@@ -149,10 +138,11 @@ class MQTTSource(Source):
         for name, level in self.topic_levels.items():
             if not isinstance(level, int) or level < 0:
                 raise MQTTConfigError(f"topic_levels[{name!r}]={level!r}: expected a level index >= 0")
-        self._codec_args: dict[str, Any] = {"decode": decode, "separator": separator,
-                                            "raw_attribute": raw_attribute}
         self.max_payload = max_payload
-        self.on_bad = on_bad
+        self._decoder_args: dict[str, Any] = {
+            "decode": decode, "separator": separator, "raw_attribute": raw_attribute,
+            "topic_attribute": topic_attribute, "topic_levels": self.topic_levels,
+            "max_payload": max_payload}
         if dead_letter_topic is not None and ("+" in dead_letter_topic or "#" in dead_letter_topic):
             raise MQTTConfigError(f"dead_letter_topic={dead_letter_topic!r}: wildcards are for "
                                   "subscribing; publish dead letters to a plain topic")
@@ -176,17 +166,17 @@ class MQTTSource(Source):
         self.records_submitted = 0
         self.redeliveries_skipped = 0
         self.messages_acked = 0
-        self.bad_counts: Counter[str] = Counter()
-        self.recent_bad: deque[BadMessage] = deque(maxlen=100)
+        self._bads = BadMessages(on_bad=on_bad, log=self._log)  # shared with the Spark input
+        self.bad_counts: Counter[str] = self._bads.counts
+        self.recent_bad: deque[BadMessage] = self._bads.recent
         self.broker_warnings: deque[BrokerWarning] = deque(maxlen=100)
         self._warned: set[BrokerWarning] = set()
         self._dead_letters: DeadLetters | None = None
         self._restored = False
         self._session = 0  # the client's session number the ack tracking below belongs to
-        self._codec: Codec | None = None
+        self._decoder: PayloadDecoder | None = None
         if self.schema is not None:
-            self._codec = self._make_codec(self.schema)
-        self._validate: Callable[[Any], str | None] | None = None
+            self._decoder = self._make_decoder(self.schema)
         self._client: MQTTClient | None = None
         self.subscribed = asyncio.Event()  # set once connected and subscribed (tests, publishers)
         # (mid, qos, digest of topic and payload): received since the last snapshot, and in a
@@ -200,7 +190,15 @@ class MQTTSource(Source):
 
     @property
     def bad_messages(self) -> int:
-        return sum(self.bad_counts.values())
+        return self._bads.total
+
+    @property
+    def on_bad(self) -> Callable[[BadMessage], None] | None:
+        return self._bads.on_bad
+
+    @on_bad.setter
+    def on_bad(self, fn: Callable[[BadMessage], None] | None) -> None:
+        self._bads.on_bad = fn
 
     @property
     def reconnects(self) -> int:
@@ -232,30 +230,18 @@ class MQTTSource(Source):
         """Why recent dead letters were dropped (the latest 100)."""
         return list(self._dead_letters.failures) if self._dead_letters is not None else []
 
-    def _make_codec(self, schema: Schema) -> Codec:
-        topic_attrs = {*self.topic_levels, *([self.topic_attribute] if self.topic_attribute else [])}
-        for name in topic_attrs:
-            if name not in schema.names:
-                raise MQTTConfigError(f"topic attribute {name!r} is not in the schema {schema}; add "
-                                      f"{name}='rstring' or leave it out (topic_attribute=None)")
-        if self.dedup is not None:
-            for name in (self.dedup.key, *self.dedup.scope):
-                if name not in schema.names:
-                    raise MQTTConfigError(f"dedup attribute {name!r} is not in the schema {schema}; "
-                                          "dedup_key and dedup_scope name attributes of the tuples")
-        payload_attrs = {n: t for n, t in schema.attributes if n not in topic_attrs}
-        fields = Schema(payload_attrs) if payload_attrs else None
-        return Codec(self.format, fields, **self._codec_args)
+    def _make_decoder(self, schema: Schema | None) -> PayloadDecoder:
+        required = (self.dedup.key, *self.dedup.scope) if self.dedup is not None else ()
+        return PayloadDecoder(self.format, schema, required=required, **self._decoder_args)
 
     # ------------------------------------------------------------ lifecycle
 
     def setup(self) -> None:
         if self.schema is None:
             self.schema = self.context.output_schema(0)
-            self._codec = self._make_codec(self.schema) if self.schema is not None else None
-        if self._codec is None:
-            self._codec = Codec(self.format, None, **self._codec_args)
-        self._validate = self.schema.validator() if self.schema is not None else None
+            self._decoder = None
+        if self._decoder is None:
+            self._decoder = self._make_decoder(self.schema)
         self._logger = get_logger(self.context.job, self.context.name)
 
     def _log(self, event: str, fields: dict[str, Any]) -> None:
@@ -271,7 +257,7 @@ class MQTTSource(Source):
         self._client = client
         letters = None
         if self.dead_letter_topic is not None:
-            letters = self._dead_letters = DeadLetters(
+            letters = self._dead_letters = self._bads.dead_letters = DeadLetters(
                 self.config, self.dead_letter_topic, max_bytes=self.dead_letter_max_bytes,
                 name=f"{ctx.job}/{ctx.name}/dead-letters", log=self._log)
         async with contextlib.AsyncExitStack() as stack:
@@ -338,58 +324,28 @@ class MQTTSource(Source):
             self._unacked.add(msg.mid)
             self._received.append((msg.mid, msg.qos, digest))
         self.messages_received += 1
-        if len(msg.payload) > self.max_payload:
-            why = f"payload of {len(msg.payload)} bytes > max_payload={self.max_payload}"
-            self._bad(BadMessage(msg.topic, msg.payload, "oversized", why))
-            return
-        assert self._codec is not None
-        records, bad = self._codec.decode(msg.payload)
+        assert self._decoder is not None
+        records, bad = self._decoder.decode_indexed(msg.topic, msg.payload)
         for b in bad:
-            self._bad(_bad(msg, b))
-        if not records:
-            return
-        extra: dict[str, Any] = {}
-        if self.topic_attribute:
-            extra[self.topic_attribute] = msg.topic
-        if self.topic_levels:
-            levels = msg.topic.split("/")
-            for name, i in self.topic_levels.items():
-                if i >= len(levels):
-                    why = f"topic {msg.topic!r} has no level {i} for attribute {name!r}"
-                    self._bad(BadMessage(msg.topic, msg.payload, "invalid", why))
-                    return
-                extra[name] = levels[i]
-        validate = self._validate
+            self._bad(b)
         dedup = self.dedup
         limit = self.max_records
-        for i, rec in enumerate(records):
-            if extra:
-                rec.update(extra)
-            problem = validate(rec) if validate is not None else None
-            if problem is None and limit is not None and self.records_submitted >= limit:
+        for where, rec in records:
+            if limit is not None and self.records_submitted >= limit:
                 return
-            if problem is None and dedup is not None:
+            if dedup is not None:
                 try:
                     if not dedup.admit(rec):
                         continue  # a repeat (counted in duplicates_dropped)
                 except ValueError as exc:
-                    problem = str(exc)
-            if problem is not None:
-                self._bad(BadMessage(msg.topic, msg.payload, "invalid", problem,
-                                     i if len(records) > 1 else None))
-                continue
+                    self._bad(BadMessage(msg.topic, msg.payload, "invalid", str(exc), where))
+                    continue
             self.submit(rec)
             self.records_submitted += 1
 
     def _bad(self, bad: BadMessage) -> None:
-        self.bad_counts[bad.kind] += 1
+        self._bads.report(bad)  # counted, kept, logged, on_bad, dead letter: riverbed.mqtt._ingest
         self.context.counter(f"bad_{bad.kind}").inc()  # status view and Prometheus
-        self.recent_bad.append(bad)
-        self._logger.warning("mqtt bad payload", topic=bad.topic, kind=bad.kind, reason=bad.reason)
-        if self.on_bad is not None:
-            self.on_bad(bad)
-        if self._dead_letters is not None:
-            self._dead_letters.put(bad)  # never waits: see riverbed.mqtt._deadletter
 
     # -------------------------------------------------------------- state
 
@@ -435,12 +391,6 @@ def _digest(msg: Received) -> int:
     h.update(b"\0")
     h.update(msg.payload)
     return int.from_bytes(h.digest(), "big") >> 1  # fits an int64 in the checkpoint encoding
-
-
-def _bad(msg: Received, b: BadRecord) -> BadMessage:
-    undecodable = b.reason.startswith("undecodable")
-    kind: Literal["undecodable", "invalid"] = "undecodable" if undecodable else "invalid"
-    return BadMessage(msg.topic, msg.payload, kind, b.reason, b.index)
 
 
 class MQTTSink(Operator):

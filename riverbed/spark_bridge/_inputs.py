@@ -13,13 +13,16 @@ order, at the same times.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._rows import KIND_TUPLE, encode, source_ord
+from ._rows import KIND_TUPLE, derived_ord, encode, source_ord
+
+if TYPE_CHECKING:  # riverbed.mqtt is imported by the MQTT input only (Spark's workers import this)
+    from ..graph import Schema
+    from ..mqtt import Format, PayloadDecoder
 
 __all__ = ["SparkInput", "file_input", "mqtt_input", "rate_input"]
 
@@ -29,7 +32,8 @@ _UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 @dataclass(frozen=True)
 class SparkInput:
     """``frame`` feeds the graph's source; ``to_tuple(row_dict)`` makes a tuple of a row
-    (None drops it, for example a malformed message already counted by the caller)."""
+    (None drops it, for example a malformed message already counted by the caller; a list
+    is the row's tuples, in order, for example the records of an MQTT message)."""
 
     frame: Any
     to_tuple: Callable[[dict[str, Any]], Any]
@@ -48,15 +52,19 @@ class SparkInput:
             import pandas as pd  # type: ignore[import-untyped]
 
             for pdf in batches:
-                out = []
+                out: list[tuple[bytes, int, int, int, bytes]] = []
                 for row in pdf.to_dict("records"):
                     tup = to_tuple(row)
                     if tup is None:
                         continue
                     stamp = row[time_column]  # a pandas Timestamp is in ns already
                     time = stamp.value if hasattr(stamp, "value") else int(stamp) * scale
-                    out.append((source_ord(time, index, int(row[order_by])), KIND_TUPLE, time, 0,
-                                encode(tup)))
+                    ord_ = source_ord(time, index, int(row[order_by]))
+                    if isinstance(tup, list):
+                        out.extend((derived_ord(ord_, i), KIND_TUPLE, time, 0, encode(t))
+                                   for i, t in enumerate(tup))
+                    else:
+                        out.append((ord_, KIND_TUPLE, time, 0, encode(tup)))
                 yield pd.DataFrame(out, columns=["ord", "kind", "time", "value", "data"])
 
         from ._rows import ROW_DDL
@@ -64,29 +72,49 @@ class SparkInput:
         return self.frame.mapInPandas(convert, ROW_DDL)
 
 
-def _json_payload(row: dict[str, Any]) -> Any:
-    payload = row["payload"]
-    try:
-        value = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(value, dict):
-        return None
-    value.setdefault("topic", row["topic"])
-    return value
+class MqttRecords:
+    """``to_tuple`` of `mqtt_input`: a spooled message's valid records, decoded in Spark's tasks
+    by the decoder the reader checked it with when it spooled it (and reported what it
+    refused then: counted, logged, dead-lettered), so the refused ones are left out here."""
+
+    def __init__(self, decoder: PayloadDecoder) -> None:
+        self.decoder = decoder
+
+    def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        return self.decoder.decode(row["topic"], bytes(row["payload"]))[0]
 
 
 def mqtt_input(spark: Any, *, topic: str, client_id: str, spool: str, host: str = "127.0.0.1",
                port: int = 1883, qos: int = 1, max_records_per_batch: int = 10_000,
+               format: Format = "json", schema: Schema | Mapping[str, str] | None = None,
+               topic_attribute: str | None = "topic", topic_levels: Mapping[str, int] | None = None,
+               max_payload: int | None = None, separator: str = ",", raw_attribute: str = "payload",
+               dead_letter_topic: str | None = None,
                to_tuple: Callable[[dict[str, Any]], Any] | None = None, **options: Any) -> SparkInput:
-    """MQTT messages (`mqtt_source`) as a graph source's stream: JSON objects by default (the
-    topic added as ``topic``; a payload that is not a JSON object is dropped), ordered by
-    the spool's sequence and stamped with the time each message was spooled."""
+    """MQTT messages (`mqtt_source`) as a graph source's stream, decoded as `MQTTSource`
+    decodes them (the same `PayloadDecoder`: ``format``, ``schema``, ``topic_attribute``,
+    ``topic_levels``, ``max_payload``...; JSON objects with their topic as ``topic`` by
+    default, a batch of records per message allowed), ordered by the spool's sequence and
+    stamped with the time each message was spooled. Refused payloads and records are counted
+    and logged by the reader, and published to ``dead_letter_topic`` if given, as
+    `MQTTSource` does (`mqtt_source.read_status` has the counts). Connection options
+    (``username``, ``password``, ``tls``, ``protocol``, ``connectTimeout``...) go to
+    `mqtt_stream`. A ``to_tuple`` of one's own replaces the decoding: it gets each row
+    (seq, topic, payload, recv_ms, qos, retain) and nothing is decoded nor reported."""
+    from ..mqtt import DEFAULT_MAX_PAYLOAD, PayloadDecoder
     from .mqtt_source import mqtt_stream
 
+    if to_tuple is not None:
+        frame = mqtt_stream(spark, topic=topic, client_id=client_id, spool=spool, host=host, port=port,
+                            qos=qos, max_records_per_batch=max_records_per_batch, **options)
+        return SparkInput(frame, to_tuple, "seq", "recv_ms", "ms")
+    decoder = PayloadDecoder(format, schema, topic_attribute=topic_attribute, topic_levels=topic_levels,
+                             max_payload=DEFAULT_MAX_PAYLOAD if max_payload is None else max_payload,
+                             separator=separator, raw_attribute=raw_attribute)
     frame = mqtt_stream(spark, topic=topic, client_id=client_id, spool=spool, host=host, port=port,
-                        qos=qos, max_records_per_batch=max_records_per_batch, **options)
-    return SparkInput(frame, to_tuple or _json_payload, "seq", "recv_ms", "ms")
+                        qos=qos, max_records_per_batch=max_records_per_batch, decoder=decoder,
+                        dead_letter_topic=dead_letter_topic, **options)
+    return SparkInput(frame, MqttRecords(decoder), "seq", "recv_ms", "ms")
 
 
 def _rate_tuple(row: dict[str, Any]) -> Any:

@@ -8,14 +8,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from riverbed.graph import Graph
+import orjson
+
+from riverbed.graph import Graph, Schema
 from riverbed.mqtt import MQTTSource
 from riverbed.operators import Aggregate, Count, Sum
 from riverbed.runtime import VirtualClock, run_graph
 from riverbed.spark_bridge import mqtt_input
 from riverbed.spark_bridge._deploy import deploy
+from riverbed.spark_bridge.mqtt_source import read_status
 from riverbed.testing import ListSink, ListSource
-from tests.spark.test_mqtt_source import _publish, broker  # noqa: F401  (the broker fixture)
+from tests.spark.test_mqtt_source import _publish, _subscribed, _until, broker  # noqa: F401  (the fixture)
 
 
 def _graph(source: Any) -> Graph:
@@ -60,3 +63,42 @@ def _outputs(d: Any) -> list[Any]:
         return [t for t in d.stage.operator("sink").items if isinstance(t, dict)]
     except LookupError:
         return []
+
+
+def test_bad_payloads_on_spark_are_counted_and_dead_lettered_not_dropped_silently(
+        spark: Any, broker: int, tmp_path: Path) -> None:  # noqa: F811
+    """mqtt_input decodes as MQTTSource does (schema, batches of records) and reports what it
+    refuses as MQTTSource does; before issue 17 the refused payloads vanished without a word."""
+    schema = Schema(sensor="rstring", v="int64", topic="rstring")
+    good = [{"sensor": f"s{i % 2}", "v": i} for i in range(6)]
+    messages = [
+        orjson.dumps(good[0]), b"{oops", orjson.dumps(good[1]), orjson.dumps({"sensor": "s0"}),
+        orjson.dumps([good[2], "x", good[3]]),  # a batch: two records and a refused one
+        orjson.dumps({"sensor": "s1", "v": "four"}), orjson.dumps(good[4]), orjson.dumps(good[5]),
+    ]
+    expected_graph = _graph(ListSource([{**m, "topic": "bad/in"} for m in good]))
+    run_graph(expected_graph, clock=VirtualClock())
+    want = [t for t in expected_graph.freeze().operator("sink").operator.items if isinstance(t, dict)]
+    assert len(want) == 2
+    spool = tmp_path / "spool"
+    src = mqtt_input(spark, topic="bad/#", client_id="riverbed-bad-test", spool=str(spool), port=broker,
+                     schema=schema, dead_letter_topic="dead/spark", max_records_per_batch=5)
+    d = deploy(_graph(MQTTSource("127.0.0.1", broker, topics=["bad/#"], schema=schema)), spark,
+               inputs={"readings": src}, checkpoint=str(tmp_path / "ck"), available_now=False,
+               processing_time="100 milliseconds")
+    letters: list[dict[str, Any]] = []
+    try:
+        with _subscribed(broker, "dead/spark", lambda payload: letters.append(orjson.loads(payload))):
+            d.query.processAllAvailable()  # the reader has connected and subscribed
+            _publish(broker, [("bad/in", m) for m in messages])
+            _until(lambda: d.query.processAllAvailable() or len(_outputs(d)) >= 2, "2 windows", 60)
+            _until(lambda: len(letters) == 4, "4 dead letters")
+    finally:
+        d.stop()
+    assert _outputs(d) == want
+    assert [(x["kind"], x["index"]) for x in letters] == [("undecodable", None), ("invalid", None),
+                                                          ("invalid", 1), ("invalid", None)]
+    assert "missing attribute(s) v" in letters[1]["reason"] and letters[3]["payload"].endswith('"four"}')
+    status = read_status(str(spool))
+    assert status is not None and status["bad"] == {"undecodable": 1, "invalid": 3}
+    assert status["messages"] == len(messages) and status["dead_letters"]["published"] == 4

@@ -8,7 +8,10 @@ broker's port, the reader's offsets, the rows collected by the sink).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
 import pickle
 import shutil
 import socket
@@ -30,15 +33,20 @@ from paho.mqtt.enums import CallbackAPIVersion
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from riverbed.mqtt import TLS, ClientConfig, MQTTClient, MQTTConfigError, MQTTConnectError, PayloadDecoder
 from riverbed.spark_bridge.mqtt_source import (
     MqttConnectError,
     MqttOptions,
+    MqttRecords,
     MqttStreamReader,
     Spool,
     SpoolError,
+    decoder_options,
     mqtt_stream,
     read_spool,
+    read_status,
 )
+from tests.mqtt_broker import start_broker
 
 Message = tuple[str, bytes]
 
@@ -103,6 +111,35 @@ def _publish(port: int, messages: list[Message]) -> None:
         for info in infos:
             info.wait_for_publish(timeout=30)
             assert info.is_published()
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def _publish_with(config: ClientConfig, messages: list[Message]) -> None:
+    """Publish at QoS 1 with riverbed.mqtt's client (TLS, credentials, MQTT 5 as configured)."""
+    async def main() -> None:
+        async with MQTTClient(config) as client:
+            for topic, payload in messages:
+                await client.publish(topic, payload, 1)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+@contextlib.contextmanager
+def _subscribed(port: int, topic: str, on_message: Callable[[bytes], None]) -> Iterator[None]:
+    """A subscriber to ``topic`` for the duration of the block (paho's network thread)."""
+    ready = threading.Event()
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"sub-{uuid.uuid4().hex[:8]}",
+                         protocol=mqtt.MQTTv311)
+    client.on_connect = lambda c, *args: c.subscribe(topic, qos=1)
+    client.on_subscribe = lambda *args: ready.set()
+    client.on_message = lambda c, u, m: on_message(bytes(m.payload))
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        assert ready.wait(10), "subscriber did not subscribe"
+        yield
     finally:
         client.disconnect()
         client.loop_stop()
@@ -312,3 +349,143 @@ def test_restart_replays_from_spool_and_loses_nothing(spark: Any, broker: int, t
     final = _final(deliveries)
     assert sum(len(b) for b in final.values()) == len(published)  # no duplicates across batch ids
     assert spool.read_bytes().startswith(b'{"first": ')  # commits compacted the spool under the replay
+
+
+# --------------------------------------------------------------- one MQTT stack (issue 17, item 4)
+
+
+def _self_signed(directory: Path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 that is its own CA, and its key (openssl, ~30 ms)."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"], check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def test_reader_takes_mqtt_source_connection_settings_tls_credentials_and_mqtt5(tmp_path: Path) -> None:
+    """The options become riverbed.mqtt's ClientConfig and TLS, and the client applies them."""
+    cert, key = _self_signed(tmp_path)
+    broker = start_broker(users={"spark": "s3cret"}, settings={"certfile": cert, "keyfile": key})
+    try:
+        tls = TLS(ca_file=cert)
+        secure = {"tlsCaFile": cert, "username": "spark", "password": "s3cret", "protocol": "5",
+                  "connectTimeout": "5"}
+        options = _options(tmp_path / "spool.jsonl", broker.port, "rb-tls", **secure)
+        config = MqttOptions.parse(options).client
+        assert config == ClientConfig("127.0.0.1", broker.port, "rb-tls", "spark", "s3cret", tls, "5",
+                                      persistent=True, timeout=5.0)
+        reader = MqttStreamReader(options)
+        try:
+            start = reader.initialOffset()
+            info = reader.feeder.last_connect if reader.feeder is not None else None
+            assert info is not None and info.protocol == "5" and info.properties  # an MQTT 5 CONNACK
+            _publish_with(ClientConfig("127.0.0.1", broker.port, username="spark", password="s3cret", tls=tls,
+                                       protocol="5"), [("unit/tls", b"over TLS")])
+            _until(lambda: reader.latestOffset(start, ReadAllAvailable()) == {"seq": 1}, "the message")
+            (part,) = reader.partitions(start, {"seq": 1})
+            assert [(r[1], r[2]) for r in reader.read(part)] == [("unit/tls", b"over TLS")]
+        finally:
+            reader.stop()
+        # The same errors as MQTTSource's: refused credentials; and without TLS no connection.
+        for wrong, match in (({**secure, "password": "wrong"}, r"refused the connection: .*[Nn]ot authori"),
+                             ({"username": "spark", "password": "s3cret", "connectTimeout": "1"},
+                              f"127.0.0.1:{broker.port}")):
+            bad = MqttStreamReader(_options(tmp_path / "other.jsonl", broker.port, "rb-tls-bad", **wrong))
+            with pytest.raises(MQTTConnectError, match=match):
+                bad.initialOffset()
+        with pytest.raises(MQTTConfigError, match=r"tls ca_file=.*no such file"):
+            MqttOptions.parse({**options, "tlsCaFile": str(tmp_path / "missing.pem")})
+        with pytest.raises(MQTTConfigError, match=r"'protocol' must be 3\.1\.1 or 5"):
+            MqttOptions.parse({**options, "protocol": "4"})
+    finally:
+        broker.close()
+
+
+def test_bad_payloads_are_reported_as_mqtt_source_reports_them(broker: int, tmp_path: Path) -> None:
+    """Counted by kind, logged, dead-lettered, in the status file; spooled all the same, and the
+    tasks' decoding (MqttRecords) takes the valid records only."""
+    spool = tmp_path / "spool.jsonl"
+    schema = {"sensor": "rstring", "v": "int64", "topic": "rstring"}
+    decoder = PayloadDecoder("json", schema, max_payload=100)
+    options = _options(spool, broker, "rb-bad", **decoder_options(decoder), deadLetterTopic="dead/rb")
+    assert MqttOptions.parse(options).decoder == decoder
+    good = json.dumps({"sensor": "a", "v": 1}).encode()
+    batch = json.dumps([{"sensor": "b", "v": 2}, {"sensor": "b", "v": "two"}]).encode()
+    messages = [("unit/a", good), ("unit/a", b"{not json"), ("unit/a", b'{"sensor": "a"}'),
+                ("unit/a", b"x" * 101), ("unit/b", batch)]
+    letters: list[dict[str, Any]] = []
+    with _subscribed(broker, "dead/rb", lambda payload: letters.append(json.loads(payload))):
+        reader = MqttStreamReader(options)
+        try:
+            start = reader.initialOffset()
+            _publish(broker, messages)
+            feeder = reader.feeder
+            assert feeder is not None
+            _until(lambda: feeder.bads.total == 4 and len(letters) == 4, "4 reports and 4 dead letters")
+            assert feeder.bads.counts == {"undecodable": 1, "invalid": 2, "oversized": 1}
+            assert reader.latestOffset(start, ReadAllAvailable()) == {"seq": 5}  # all spooled
+            (part,) = reader.partitions(start, {"seq": 5})
+            rows = [dict(zip(("seq", "topic", "payload"), r[:3], strict=True)) for r in reader.read(part)]
+        finally:
+            reader.stop()
+    to_tuple = pickle.loads(pickle.dumps(MqttRecords(decoder)))  # as the tasks get it
+    assert [rec for row in rows for rec in to_tuple(row)] == [{"sensor": "a", "v": 1, "topic": "unit/a"},
+                                                             {"sensor": "b", "v": 2, "topic": "unit/b"}]
+    assert [(x["kind"], x["index"]) for x in letters] == [("undecodable", None), ("invalid", None),
+                                                          ("oversized", None), ("invalid", 1)]
+    status = read_status(str(spool))
+    assert status is not None and status["bad"] == {"undecodable": 1, "invalid": 2, "oversized": 1}
+    assert status["messages"] == 5 and status["dead_letters"]["published"] == 4
+
+
+def test_messages_spooled_under_other_decoding_options_are_checked_again(broker: int, tmp_path: Path) -> None:
+    """The tasks decode spooled messages with the options of the query that reads them; those
+    spooled under other options (here: none) are checked again where the query resumes, so what
+    the new options refuse is reported, not dropped unseen, and only once."""
+    spool = tmp_path / "spool.jsonl"
+    raw = _options(spool, broker, "rb-recheck")
+    reader = MqttStreamReader(raw)
+    try:
+        start = reader.initialOffset()
+        _publish(broker, [("unit/a", b'{"v": 1}'), ("unit/a", b"not json")])
+        _until(lambda: reader.latestOffset(start, ReadAllAvailable()) == {"seq": 2}, "2 spooled messages")
+    finally:
+        reader.stop()
+    for expected in ({"undecodable": 1}, {}):  # the second restart: already checked with these
+        again = MqttStreamReader({**raw, "format": "json"})
+        try:
+            assert again.latestOffset({"seq": 0}, ReadAllAvailable()) == {"seq": 2}  # nothing committed
+            assert again.feeder is not None and again.feeder.bads.counts == expected
+        finally:
+            again.stop()
+
+
+def test_a_message_the_spool_cannot_take_is_not_acknowledged_and_comes_again(
+        broker: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import riverbed.spark_bridge._spool as spool_module
+
+    options = _options(tmp_path / "spool.jsonl", broker, "rb-full")
+    reader = MqttStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        real_fsync = os.fsync
+
+        def disk_full(fd: int) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(spool_module.os, "fsync", disk_full)
+        _publish(broker, [("unit/a", b"kept by the broker")])
+        _until(lambda: reader.feeder is not None and reader.feeder.error is not None, "the failed write")
+        with pytest.raises(SpoolError, match="No space left"):
+            reader.latestOffset(start, ReadAllAvailable())
+        monkeypatch.setattr(spool_module.os, "fsync", real_fsync)
+    finally:
+        reader.stop()
+    again = MqttStreamReader(options)
+    try:
+        _until(lambda: again.latestOffset(start, ReadAllAvailable()) == {"seq": 1}, "the redelivery")
+        (part,) = again.partitions(start, {"seq": 1})
+        assert [r[2] for r in again.read(part)] == [b"kept by the broker"]
+    finally:
+        again.stop()

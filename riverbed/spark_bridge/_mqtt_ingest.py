@@ -1,0 +1,309 @@
+"""The driver side of the MQTT Spark source: riverbed.mqtt's client feeding the spool.
+
+Spark calls the reader synchronously, from one thread of a long-lived Python
+process on the driver. The MQTT side is riverbed.mqtt's own `MQTTClient`
+(the one `MQTTSource` uses: MQTT 3.1.1 and 5, TLS, credentials, reconnect
+with backoff, manual acks) on an event loop of its own thread, so the
+runtime and Spark share one client, its checks and its errors:
+
+* Each batch of messages the client hands over is appended to the spool
+  with one fsync, and only then acknowledged; a message the spool could not
+  take is not acknowledged, and the broker redelivers it.
+* With a `PayloadDecoder` (``format``), every message is decoded as it is
+  spooled, and each refused payload or record is reported through
+  `BadMessages`, as `MQTTSource` reports it: counted by kind, logged, and
+  published to the dead-letter topic (`DeadLetters`, a connection of its
+  own that never holds up the spool). The Spark tasks decode the spooled
+  messages again with the same decoder and take the valid records only.
+* The broker's session is kept across restarts (``<spool>.session`` records
+  its subscription, so a restart does not subscribe again and have the
+  broker resend its retained messages), and what the client can observe of
+  the broker is checked at each connect (`connect_warnings`): a refused or
+  downgraded subscription fails the query, a lost session is logged.
+* ``<spool>.status`` (JSON, rewritten when it changes) holds the counters, so
+  the process that started the query can read them (`read_status`).
+* ``<spool>.decoding`` records the decoding options the spooled messages
+  were checked with. When they changed (or were never recorded), the
+  messages spooled before and not yet committed are checked again at the
+  query's first offset, as the tasks will decode them with the new options:
+  what those refuse is reported then, not dropped unseen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ..mqtt import (
+    BadMessage,
+    BadMessages,
+    BrokerWarning,
+    ConnectInfo,
+    DeadLetters,
+    MQTTClient,
+    MQTTConnectError,
+    Received,
+    connect_warnings,
+)
+from ._mqtt_options import MqttOptions, decoder_options
+from ._spool import FORMAT, Spool, read_spool
+
+__all__ = ["SpoolFeeder", "read_status"]
+
+_log = logging.getLogger("riverbed.spark_bridge.mqtt_source")
+_RECEIVE_S = 0.5  # how long the pump waits for messages before it looks at its counters again
+
+
+def _log_event(event: str, fields: dict[str, Any]) -> None:
+    _log.warning("%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))
+
+
+def session_key(options: MqttOptions) -> dict[str, Any]:
+    return {"clientId": options.client_id, "topics": sorted(options.topics), "qos": options.qos}
+
+
+def read_session(spool: str) -> dict[str, Any] | None:
+    try:
+        with open(spool + ".session", encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: str, data: Any, *, durable: bool) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def read_status(spool: str) -> dict[str, Any] | None:
+    """The counters of the reader feeding ``spool`` (None before it first connected)."""
+    try:
+        with open(os.fspath(spool) + ".status", encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class SpoolFeeder:
+    """One query's MQTT connection into its spool (see the module doc); `start` and `stop` are
+    called from Spark's thread, everything else runs on the feeder's event loop."""
+
+    def __init__(self, options: MqttOptions, spool: Spool) -> None:
+        self.options = options
+        self.spool = spool
+        self.error: BaseException | None = None  # raised by the reader's next call
+        self.messages = 0
+        self.bads = BadMessages(log=_log_event)
+        self.broker_warnings: list[BrokerWarning] = []
+        self._client: MQTTClient | None = None
+        self._letters: DeadLetters | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._status: dict[str, Any] | None = None
+        self._recheck_below: int | None = None  # see `recheck`
+
+    @property
+    def last_connect(self) -> ConnectInfo | None:
+        """What the latest connection learnt of the broker (protocol, CONNACK properties...)."""
+        return self._client.last_connect if self._client is not None else None
+
+    @property
+    def reconnects(self) -> int:
+        return self._client.reconnects if self._client is not None else 0
+
+    # -------------------------------------------------------------- Spark's thread
+
+    def start(self) -> None:
+        """Connect and subscribe, or raise `MQTTConnectError` (within ``connectTimeout``)."""
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True,
+                                  name=f"riverbed-mqtt-{self.options.client_id}")
+        thread.start()
+        self._loop, self._thread = loop, thread
+        try:
+            self._check_decoding()
+            asyncio.run_coroutine_threadsafe(self._connect(), loop).result()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Disconnect cleanly (the broker keeps the session and queues for it)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        self._loop = self._thread = None
+        bound = 3 * self.options.client.timeout + 1  # dead letters settling, then the disconnect
+        try:
+            asyncio.run_coroutine_threadsafe(self._close(), loop).result(bound)
+        except Exception as exc:  # a disconnect that hangs must not hang Spark's stop
+            _log_event("mqtt source stop incomplete", {"error": str(exc) or type(exc).__name__})
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
+    def _check_decoding(self) -> None:
+        o, spool = self.options, self.spool
+        current = decoder_options(o.decoder) if o.decoder is not None else {}
+        try:
+            with open(o.spool + ".decoding", encoding="utf-8") as f:
+                recorded = json.load(f)
+        except (OSError, ValueError):
+            recorded = None
+        if recorded == current:
+            return
+        if o.decoder is not None and spool.next_seq > spool.first_seq:
+            self._recheck_below = spool.next_seq  # `recheck` records the options once done
+        else:
+            _write_json(o.spool + ".decoding", current, durable=True)
+
+    def recheck(self, start: int) -> None:
+        """The query resumes at seq ``start``: report what the decoder refuses among the messages
+        spooled, before this reader, under other decoding options (see the module doc)."""
+        below, self._recheck_below = self._recheck_below, None
+        decoder, loop = self.options.decoder, self._loop
+        if below is None or decoder is None or loop is None:
+            return
+        refused: list[BadMessage] = []
+        checked = 0
+        for _, topic, payload, *_ in read_spool(self.spool.path, start, below):
+            refused += decoder.decode(topic, payload)[1]
+            checked += 1
+        _log_event("mqtt decoding options changed", {
+            "spool": self.spool.path, "checked_again": checked, "refused": len(refused),
+            "detail": "messages spooled under other options are decoded with these; what they "
+                      "refuse is reported now"})
+        if refused:
+            asyncio.run_coroutine_threadsafe(self._report(refused), loop).result()
+        _write_json(self.options.spool + ".decoding", decoder_options(decoder), durable=True)
+
+    async def _report(self, refused: list[BadMessage]) -> None:
+        for bad in refused:
+            self.bads.report(bad)  # on the loop: DeadLetters.put needs it
+
+    # -------------------------------------------------------------- the event loop
+
+    async def _connect(self) -> None:
+        o = self.options
+        recorded = read_session(o.spool)
+        client = MQTTClient(o.client, subscriptions=[(t, o.qos) for t in o.topics], manual_ack=True,
+                            name=f"{FORMAT}/{o.client_id}", log=_log_event, on_connect=self._on_connect,
+                            session_plan=self._plan, retry_first_connect=False)
+        client.expect_session = recorded is not None and recorded.get("clientId") == o.client_id
+        self._client = client
+        if o.dead_letter_topic is not None:
+            letters = DeadLetters(o.client, o.dead_letter_topic, max_bytes=o.dead_letter_max_bytes,
+                                  name=f"{FORMAT}/{o.client_id}/dead-letters", log=_log_event)
+            self._letters = self.bads.dead_letters = await letters.__aenter__()
+        client.start()
+        try:
+            await asyncio.wait_for(client.wait_connected(), o.connect_timeout)
+        except TimeoutError:
+            raise MQTTConnectError(
+                f"{FORMAT}: the MQTT broker at {o.address} did not accept the connection and "
+                f"subscription within {o.connect_timeout:g} s ({client.last_error or 'no answer'})"
+            ) from None
+        except MQTTConnectError as exc:
+            raise MQTTConnectError(f"{FORMAT}: {exc}") from None
+        if self.error is not None:
+            raise self.error  # a subscription refused at this connect
+        self._write_status()
+        self._pump = asyncio.get_running_loop().create_task(self._run(client), name=f"{FORMAT}/pump")
+
+    def _plan(self, present: bool) -> tuple[Sequence[str], Sequence[tuple[str, int]]]:
+        """Subscribe only when the broker's session lacks this subscription (see module doc)."""
+        o = self.options
+        subscriptions = [(t, o.qos) for t in o.topics]
+        recorded = read_session(o.spool)
+        if present and recorded == session_key(o):
+            return (), ()
+        if present and recorded is not None and recorded.get("clientId") == o.client_id:
+            return sorted(set(recorded.get("topics", [])) - set(o.topics)), subscriptions
+        return (), subscriptions
+
+    def _on_connect(self, info: ConnectInfo) -> None:
+        o = self.options
+        for w in connect_warnings(info, client_id=o.client_id, checkpointed=False,
+                                  session_expiry=o.client.session_expiry):
+            if w.check in ("subscription_refused", "qos_downgraded"):  # the query cannot go on
+                self.error = MQTTConnectError(f"{FORMAT}: {w.message}")
+                return
+            self.broker_warnings.append(w)
+            _log_event("mqtt broker check", {"check": w.check, "detail": w.message})
+        if info.granted:
+            _write_json(o.spool + ".session", session_key(o), durable=True)
+
+    async def _run(self, client: MQTTClient) -> None:
+        try:
+            while self.error is None:
+                messages = await client.receive(_RECEIVE_S)
+                if messages and self.error is None:
+                    self._take(client, messages)
+                self._write_status()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a refused reconnect, a full disk: the query stops on it
+            self.error = MQTTConnectError(f"{FORMAT}: {exc}") if isinstance(exc, MQTTConnectError) else exc
+        self._write_status()
+        # Unacknowledged messages stay with the broker, for this session's next connection.
+        await client.__aexit__(None, None, None)
+
+    def _take(self, client: MQTTClient, messages: list[Received]) -> None:
+        self.spool.append_many([(m.topic, m.payload, m.qos, m.retain) for m in messages])
+        for m in messages:  # on disk: now the broker may forget them
+            client.ack(m.mid, m.qos, m.session)
+        self.messages += len(messages)
+        decoder = self.options.decoder
+        if decoder is not None:
+            for m in messages:
+                for bad in decoder.decode(m.topic, m.payload)[1]:
+                    self.bads.report(bad)
+
+    async def _close(self) -> None:
+        pump, self._pump = self._pump, None
+        if pump is not None:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        letters = self._letters
+        if letters is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(letters.settle(), letters.timeout)
+            await letters.__aexit__(None, None, None)
+        self._write_status()
+        if self._client is not None:
+            await self._client.__aexit__(None, None, None)
+
+    def _write_status(self) -> None:
+        client, letters, bads = self._client, self._letters, self.bads
+        status: dict[str, Any] = {
+            "client_id": self.options.client_id, "messages": self.messages, "bad": dict(bads.counts),
+            "recent_bad": [{"topic": b.topic, "kind": b.kind, "reason": b.reason, "index": b.index}
+                           for b in list(bads.recent)[-10:]],
+            "reconnects": client.reconnects if client is not None else 0,
+            "sessions_lost": client.sessions_lost if client is not None else 0,
+            "broker_warnings": [{"check": w.check, "message": w.message} for w in self.broker_warnings],
+        }
+        if letters is not None:
+            status["dead_letters"] = {"published": letters.published, "truncated": letters.truncated,
+                                      "failed": letters.failed, "failures": list(letters.failures)[-5:]}
+        if status != self._status:
+            try:
+                _write_json(self.options.spool + ".status", status, durable=False)
+            except OSError as exc:  # counters only: the spool itself fails loudly
+                _log_event("mqtt source status not written", {"error": str(exc)})
+            self._status = status
