@@ -8,7 +8,14 @@ and any future host (a worker process). A host implements `CoreHost`.
 
 from ._core import CoreHost, OperatorCore, TimerHandle
 from ._errors import JobError, OperatorError, RestoreRefused, SchemaViolation
-from ._metrics import Counter, InputPortMetrics, JobMetrics, OperatorMetrics, OutputPortMetrics
+from ._metrics import (
+    Counter,
+    InputPortMetrics,
+    JobMetrics,
+    OperatorMetrics,
+    OutputPortMetrics,
+    RegionMetrics,
+)
 from ._output import OutputPort
 from ._sync import StampClock, SyncGraph
 
@@ -23,6 +30,7 @@ __all__ = [
     "OperatorMetrics",
     "OutputPort",
     "OutputPortMetrics",
+    "RegionMetrics",
     "RestoreRefused",
     "SchemaViolation",
     "StampClock",

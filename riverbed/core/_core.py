@@ -36,7 +36,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from ..graph import (
@@ -104,6 +104,10 @@ class CoreHost(Protocol):
         """A source waits for the clock."""
         ...
 
+    async def make_consistent(self, core: OperatorCore) -> bool:
+        """A source of an operator-driven region asks for a checkpoint and waits for it."""
+        ...
+
 
 class TimerHandle:
     """An operator timer (`OperatorCore.call_at`); ``cancel`` forgets it."""
@@ -165,6 +169,11 @@ class OperatorCore:
         self._held: deque[tuple[int, Any]] = deque()
         self._replay: deque[tuple[int, Any]] = deque()
         self._barrier_request: int | None = None  # sources: start this checkpoint next
+        # The consistent region this operator is in (None: autonomous, barriers are dropped) and
+        # the connections that carry its barriers (from operators of the same region).
+        self.region: str | None = None
+        self._barrier_conns: frozenset[int] = frozenset()
+        self._wm_initial = list(self._wm_in)
         self._holds = 0  # deferred finals not yet released
         self.final_state: Any = None  # the state it ended with, for checkpoints taken after
         self.submit: Callable[..., None] = self._make_submit()
@@ -288,6 +297,11 @@ class OperatorCore:
         """Sources: flush, then wait for the clock."""
         await self.host.flush(self)
         await self.host.sleep_until(self, when)
+
+    async def make_consistent(self) -> bool:
+        """Sources in a consistent region: checkpoint the region now and wait; True once it
+        committed, False if the region was reset first (SPL ``makeConsistent``)."""
+        return await self.host.make_consistent(self)
 
     def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
         """Run ``callback`` between two items once the clock reaches ``when`` (ns); what it
@@ -439,7 +453,8 @@ class OperatorCore:
             if self._aligning is not None:
                 self._check_aligned()  # a connection that ended owes no barrier
         elif isinstance(item, CheckpointBarrier):
-            self._on_barrier(conn, item.id)
+            if item.region == self.region:  # another region's barrier ends at its border
+                self._on_barrier(conn, item.id)
         else:
             raise TypeError(f"operator {self.name!r}: a host delivered {item!r}: expected a batch "
                             "(list), Punct, Watermark or CheckpointBarrier")
@@ -486,6 +501,12 @@ class OperatorCore:
 
     # -------------------------------------------------------------- sources
 
+    def join_region(self, region: str, barrier_connections: Iterable[int]) -> None:
+        """The operator is in consistent region ``region``; barriers of its checkpoints come on
+        ``barrier_connections`` (those from operators of the same region)."""
+        self.region = region
+        self._barrier_conns = frozenset(barrier_connections)
+
     def start_checkpoint(self, checkpoint_id: int) -> None:
         """Sources: take checkpoint ``checkpoint_id`` at the next batch boundary or flush."""
         self._barrier_request = checkpoint_id
@@ -502,8 +523,9 @@ class OperatorCore:
             return
         self._barrier_request = None
         self.host.report_checkpoint(checkpoint_id, self.name, self.checkpoint_state())
+        barrier = CheckpointBarrier(checkpoint_id, self.region or "")
         for out in self.outputs:
-            out.control(CheckpointBarrier(checkpoint_id))
+            out.control(barrier)
 
     def emit_items(self, items: Any) -> None:
         """Sources: submit tuples and `Punct.WINDOW` marks, as a synchronous source yields them;
@@ -532,15 +554,16 @@ class OperatorCore:
 
     def _check_aligned(self) -> None:
         """Every live connection delivered the barrier: snapshot, forward it."""
-        live = {c for c in range(len(self.conn_port))
+        live = {c for c in self._barrier_conns
                 if not self.conn_feedback[c] and not self._final_from[c]}
         if not live <= self._aligned:
             return
         checkpoint_id = self._aligning
         assert checkpoint_id is not None
         self.host.report_checkpoint(checkpoint_id, self.name, self.checkpoint_state())
+        barrier = CheckpointBarrier(checkpoint_id, self.region or "")
         for out in self.outputs:
-            out.control(CheckpointBarrier(checkpoint_id))
+            out.control(barrier)
         self._aligning = None
         self._aligned = set()
         self._replay.extend(self._held)
@@ -596,6 +619,42 @@ class OperatorCore:
         for w, snap in zip(self.windows, windows, strict=True):
             if w is not None:
                 self.guard(w.reset if reset else w.restore, None, snap)
+
+    def reset(self, state: Any, *, initial_operator_state: Any = None) -> None:
+        """Reset in place (a consistent region heals): everything in flight inside the core is
+        dropped (held items, output not yet handed over, timers, an alignment under way), then
+        the state is ``state`` (a `checkpoint_state`), or with None the initial one: the
+        operator's ``reset_to_initial_state`` if it has one, else ``initial_operator_state``
+        (its snapshot when the job started), windows reset to initial (spec C5, C6)."""
+        self.cancel_timers()
+        self._aligning, self._aligned = None, set()
+        self._held.clear()
+        self._replay.clear()
+        self._barrier_request = None
+        self._holds = 0
+        self.finished = self.metrics.finished = False
+        self.final_state = None
+        for out in self.outputs:
+            out.buf.clear()
+            out.marks = 0
+            out.pending.clear()
+        if state is not None:
+            self.restore(state)
+            return
+        self._wm_in = list(self._wm_initial)
+        self._watermark = self.metrics.watermark = None
+        self._last_sent = None
+        self._final_from = [False] * len(self.conn_port)
+        self._finals_needed = [sum(1 for c in inp.connections if not c.feedback)
+                               for inp in self.odef.inputs]
+        self._ports_open = sum(1 for n in self._finals_needed if n > 0)
+        if type(self.op).reset_to_initial_state is not Operator.reset_to_initial_state:
+            self.guard(self.op.reset_to_initial_state)
+        else:
+            self.guard(self.op.restore, None, initial_operator_state)
+        for w in self.windows:
+            if w is not None:
+                self.guard(w.reset, None, None)
 
     # ------------------------------------------------------------ ending
 

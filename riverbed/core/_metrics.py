@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Counter", "InputPortMetrics", "JobMetrics", "OperatorMetrics", "OutputPortMetrics"]
+__all__ = ["Counter", "InputPortMetrics", "JobMetrics", "OperatorMetrics", "OutputPortMetrics",
+           "RegionMetrics"]
 
 
 @dataclass(slots=True)
@@ -75,9 +76,31 @@ def vars_of(obj: Any) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
+class RegionMetrics:
+    """One consistent region: its state, its checkpoints, its resets (SPL's region metrics)."""
+
+    name: str
+    members: int = 0
+    state: str = "processing"  # processing, draining, resetting, failed
+    last_committed: int | None = None
+    checkpoints: int = 0
+    drain_ms: float = 0.0  # the last checkpoint: barriers out to every report in
+    checkpoint_ms: float = 0.0  # the last checkpoint: the store's save
+    resets: int = 0
+    consecutive_resets: int = 0
+    last_recovery_ms: float = 0.0  # the last reset: failure to processing again
+    restarts: int = 0  # job processes restarted by `riverbed run --restarts`
+
+    def as_dict(self) -> dict[str, Any]:
+        return vars_of(self)
+
+
+@dataclass(slots=True)
 class JobMetrics:
     job: str
     operators: dict[str, OperatorMetrics] = field(default_factory=dict)
+    regions: dict[str, RegionMetrics] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "operators": [m.as_dict() for m in self.operators.values()]}
+        return {"job": self.job, "operators": [m.as_dict() for m in self.operators.values()],
+                "regions": [r.as_dict() for r in self.regions.values()]}

@@ -180,6 +180,9 @@ class SyncGraph:
     async def sleep_until(self, core: OperatorCore, when: int) -> None:
         raise RuntimeError("a synchronously hosted operator cannot wait on the clock")
 
+    async def make_consistent(self, core: OperatorCore) -> bool:
+        raise RuntimeError("a synchronously hosted operator is in no consistent region")
+
     # -- driving -----------------------------------------------------------------
 
     def feed(self, operator: str, port: int, item: Any) -> None:

@@ -9,12 +9,14 @@ from ._errors import GraphError, GraphValidationError, SchemaError
 from ._model import Connection, EventTime, FrozenGraph, Graph, InputPort, OperatorDef, PortInput, Stream
 from ._operator import Operator, OperatorContext, Source, SourceContext, WindowPunctuationMode
 from ._punct import CheckpointBarrier, Punct, Watermark
+from ._regions import ConsistentRegion
 from ._schema import Schema, split_composite
 from ._validate import event_time_region
 
 __all__ = [
     "CheckpointBarrier",
     "Connection",
+    "ConsistentRegion",
     "EventTime",
     "FrozenGraph",
     "Graph",

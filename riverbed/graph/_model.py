@@ -17,6 +17,7 @@ from typing import Any, Literal
 from ..windows import TimeIntervalSpec, WindowError, WindowSpec, parse_window_clause, seconds_to_ns
 from ._errors import GraphError
 from ._operator import Operator, Source
+from ._regions import ConsistentRegion, region_spec
 from ._schema import Schema
 
 __all__ = [
@@ -108,11 +109,20 @@ class OperatorDef:
 
 @dataclass(frozen=True, slots=True)
 class FrozenGraph:
-    """A validated graph: operators in topological order (feedback edges aside)."""
+    """A validated graph: operators in topological order (feedback edges aside), and its
+    consistent regions with their members resolved."""
 
     name: str
     operators: tuple[OperatorDef, ...]
     params: Mapping[str, Any] = field(default_factory=dict)
+    regions: tuple[ConsistentRegion, ...] = ()
+
+    def region_of(self, name: str) -> ConsistentRegion | None:
+        """The consistent region an operator belongs to (None: it runs autonomously)."""
+        for region in self.regions:
+            if name in region.members:
+                return region
+        return None
 
     def operator(self, name: str) -> OperatorDef:
         for op in self.operators:
@@ -211,6 +221,28 @@ class Graph:
         self.name = name
         self.params = dict(params or {})
         self._pending: dict[str, dict[str, Any]] = {}
+        self._regions: list[ConsistentRegion] = []
+        self._autonomous: set[str] = set()
+
+    def consistent_region(self, start: Stream | str | Sequence[Stream | str], *,
+                          name: str | None = None, **params: Any) -> ConsistentRegion:
+        """SPL ``@consistent``: the operators reachable from the ``start`` sources (streams or
+        operator names) form a consistent region, checkpointed and reset together.
+
+        ``trigger="periodic"`` with ``period`` (seconds) or ``"operator_driven"`` (a source's
+        ``make_consistent``); ``drain_timeout``, ``reset_timeout`` (seconds, default 180) and
+        ``max_consecutive_reset_attempts`` (default 5); SPL's names (``drainTimeout``...)
+        too. Members are resolved by `freeze`; `autonomous` operators are left out.
+        """
+        items = [start] if isinstance(start, Stream | str) else list(start)
+        names = tuple(dict.fromkeys(s.operator if isinstance(s, Stream) else s for s in items))
+        spec = region_spec(name or f"region{len(self._regions)}", names, params)
+        self._regions.append(spec)
+        return spec
+
+    def autonomous(self, operator: Stream | str) -> None:
+        """SPL ``@autonomous``: this operator, and what only it reaches, is in no region."""
+        self._autonomous.add(operator.operator if isinstance(operator, Stream) else operator)
 
     def source(self, name: str, operator: Source, *, schema: Schema | Mapping[str, str] | None = None,
                event_time: str | EventTime | None = None, lag: float = 0.0,

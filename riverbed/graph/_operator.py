@@ -98,6 +98,11 @@ class SourceContext(OperatorContext, Protocol):
         """Manual watermarks (``manual_watermarks=True``): the source's watermark is ``value``."""
         ...
 
+    async def make_consistent(self) -> bool:
+        """In an operator-driven consistent region: checkpoint the region now and wait; True
+        once it committed, False if the region was reset instead (SPL ``makeConsistent``)."""
+        ...
+
 
 class Operator:
     """Base class of operators: override the handlers the operator needs.
@@ -188,6 +193,10 @@ class Operator:
     def on_checkpoint_committed(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id``, which holds this operator's state, is durably stored:
         a sink can make its output of that checkpoint visible, a source acknowledge input."""
+
+    def retire_checkpoint(self, checkpoint_id: int) -> None:
+        """The store dropped checkpoint ``checkpoint_id`` (it keeps the newest few): state kept
+        outside it for that checkpoint can go (SPL StateHandler.retireCheckpoint)."""
 
 
 class Source(Operator):

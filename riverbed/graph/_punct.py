@@ -30,6 +30,9 @@ class Watermark:
 @dataclass(frozen=True, slots=True)
 class CheckpointBarrier:
     """Checkpoint ``id`` is being taken: everything before this marker on a connection belongs
-    to it, everything after to the next (aligned checkpoints, Chandy-Lamport style)."""
+    to it, everything after to the next (aligned checkpoints, Chandy-Lamport style). ``region``
+    names the consistent region the checkpoint is of ("" for the one over a whole job);
+    operators outside it drop the barrier."""
 
     id: int
+    region: str = ""

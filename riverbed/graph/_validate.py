@@ -11,6 +11,7 @@ Each `GraphError` names the operator and a rule id. The rules:
 ``event-time``       a timeInterval window sits downstream of an event-time source (SPL E4)
 ``cycle``            a cycle is closed only through a feedback connection
 ``sink-outputs``     a sink declares no output streams
+``consistent-region`` regions start at sources, do not overlap, have valid parameters
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..windows import Delta, TimeIntervalSpec, WindowSpec
 from ._errors import GraphError, GraphValidationError
 from ._model import Connection, EventTime, FrozenGraph, InputPort, OperatorDef, parse_port_window
+from ._regions import resolve_regions
 from ._schema import Schema
 
 if TYPE_CHECKING:
@@ -68,9 +70,26 @@ def freeze(graph: Graph) -> FrozenGraph:
                 errors.append(GraphError(op.name, "event-time",
                                          f"input port {i} has a timeInterval window but no event time "
                                          "reaches it: give an upstream source event_time=..."))
+    consumers: dict[str, list[str]] = {n: [] for n in defs}
+    for op in defs.values():
+        for inp in op.inputs:
+            for c in inp.connections:
+                if c.operator in consumers and not c.feedback:
+                    consumers[c.operator].append(op.name)
+    unknown = sorted(graph._autonomous - set(defs))
+    errors.extend(GraphError(n, "consistent-region", f"autonomous({n!r}): no such operator")
+                  for n in unknown)
+    regions, region_errors = resolve_regions(graph._regions, {n: d.kind for n, d in defs.items()},
+                                             consumers, graph._autonomous, order or list(defs))
+    errors.extend(region_errors)
+    for reg in regions:
+        errors.extend(GraphError(s, "consistent-region", f"region {reg.name!r} starts at {s!r}, which "
+                                                        "cannot replay (replayable = False): a reset "
+                                                        "would lose or repeat what it emitted")
+                      for s in reg.start if not getattr(defs[s].operator, "replayable", False))
     if errors:
         raise GraphValidationError(graph.name, errors)
-    return FrozenGraph(graph.name, tuple(defs[n] for n in order), dict(graph.params))
+    return FrozenGraph(graph.name, tuple(defs[n] for n in order), dict(graph.params), tuple(regions))
 
 
 def _port_schema(port: InputPort, defs: dict[str, OperatorDef]) -> Schema | None:

@@ -67,6 +67,15 @@ class Inbox:
         self._items.append((connection, item))
         self._wake_getter()
 
+    def clear(self) -> None:
+        """Drop every entry (a consistent region resets); producers waiting for room go on."""
+        self._items.clear()
+        self._batches = 0
+        while self._putters:
+            fut = self._putters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+
     async def get(self) -> tuple[int, Any]:
         """The next entry, waiting for one if the inbox is empty."""
         while not self._items:

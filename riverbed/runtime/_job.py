@@ -3,20 +3,25 @@
 `Job.run` sets every operator up, tells them all ports are ready, then runs
 them until final punctuation has drained the graph (every source ended and
 every operator forwarded final) or an operator failed. `Job.stop` asks the
-sources to end, which drains the graph the same way; `Job.abort` cancels at
-once.
+sources to end, which drains the graph the same way (or, with checkpoints,
+suspends it at a checkpoint); `Job.abort` cancels at once.
+
+Checkpoints are taken per consistent region (`riverbed.runtime._region`): the
+regions the graph declares, each with its own store, or, when it declares
+none, one region over the whole job with the ``checkpoints`` store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Coroutine, Mapping
+from typing import Any
 
 from ..core import JobError, JobMetrics, OperatorCore, OperatorError, RestoreRefused
-from ..graph import CheckpointBarrier, FrozenGraph, Graph, event_time_region
+from ..graph import FrozenGraph, Graph, event_time_region
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
+from ._region import CheckpointSink, Region
 from ._runner import OperatorRunner
 
 __all__ = ["MIN_CHECKPOINT_PERIOD", "CheckpointSink", "Job", "run_graph"]
@@ -25,25 +30,7 @@ DEFAULT_BATCH = 1000
 # Below this a job does little but checkpoint (each one is a synced RocksDB write), and a
 # period of nanoseconds would keep the periodic task from ever waiting.
 MIN_CHECKPOINT_PERIOD = 0.01
-
-
-class StoredCheckpoint(Protocol):
-    @property
-    def id(self) -> int: ...
-
-    @property
-    def job(self) -> str: ...
-
-    @property
-    def states(self) -> Mapping[str, Any]: ...
-
-
-class CheckpointSink(Protocol):
-    """Where a job's checkpoints go (`riverbed.checkpoint` stores satisfy this)."""
-
-    def save(self, checkpoint_id: int, states: Mapping[str, Any], *, job: str, time_ns: int) -> None: ...
-
-    def latest_good(self) -> StoredCheckpoint | None: ...
+JOB_REGION = ""  # the name of the region over the whole job
 
 
 class Job:
@@ -51,12 +38,16 @@ class Job:
 
     ``batch_size`` is how many tuples a source submits before handing them on
     (and the size of the batches between operators when sources are fast).
+    ``checkpoints`` (with ``checkpoint_period``) checkpoints the whole job as one
+    region; a graph that declares consistent regions gives each its store in
+    ``region_checkpoints`` (``checkpoints`` serves a graph with a single region).
     """
 
     def __init__(self, graph: Graph | FrozenGraph, *, clock: Clock | None = None,
                  batch_size: int = DEFAULT_BATCH, name: str | None = None,
                  checkpoints: CheckpointSink | None = None, checkpoint_period: float | None = None,
-                 restore: bool = True) -> None:
+                 region_checkpoints: Mapping[str, CheckpointSink] | None = None,
+                 restore: bool = True, logger: Any = None) -> None:
         self.graph = graph.freeze() if isinstance(graph, Graph) else graph
         self.clock: Clock = clock if clock is not None else RealClock()
         self.name = name or self.graph.name
@@ -64,36 +55,86 @@ class Job:
             raise ValueError(f"batch_size={batch_size!r}: expected an int >= 1")
         self.batch_size = batch_size
         self.stopping = False
-        region = event_time_region(self.graph)
-        self.runners = {op.name: OperatorRunner(self, op, region) for op in self.graph.operators}
+        event_region = event_time_region(self.graph)
+        self.runners = {op.name: OperatorRunner(self, op, event_region) for op in self.graph.operators}
         self.metrics = JobMetrics(self.name, {n: r.metrics for n, r in self.runners.items()})
         self._tasks: list[asyncio.Task[None]] = []
+        self._tg: asyncio.TaskGroup | None = None
         self._aborted = False
+        self._failure: BaseException | None = None
         self.checkpoints = checkpoints
+        self.restore_enabled = restore
+        self._log = logger
         if checkpoint_period is not None:
             if checkpoints is None:
                 raise ValueError("checkpoint_period needs checkpoints=")
             if not math.isfinite(checkpoint_period) or checkpoint_period < MIN_CHECKPOINT_PERIOD:
                 raise ValueError(f"checkpoint_period={checkpoint_period!r}: expected a finite number "
                                  f"of seconds >= {MIN_CHECKPOINT_PERIOD}")
-        self._period_ns = None if checkpoint_period is None else int(checkpoint_period * 1e9)
-        self._restore = restore
-        self._pending: tuple[int, dict[str, Any]] | None = None
-        self.last_checkpoint: int = 0
-        self.restored_from: int | None = None
+        self.regions = self._make_regions(checkpoints, checkpoint_period, dict(region_checkpoints or {}))
+        self.metrics.regions = {r.name: r.metrics for r in self.regions}
         self._started = False  # restored and running: a stop from now on takes a checkpoint
-        # A stop with checkpoints suspends the job: the id of the checkpoint it waits for, and
-        # whether that checkpoint committed (then every task ends where it is, without final).
-        self.suspend_at: int | None = None
+        # A stop with checkpoints suspends the job: every region takes a checkpoint, and once
+        # all committed every task ends where it is, without final punctuation.
+        self._suspending: set[str] = set()
         self.suspended = False
 
+    def _make_regions(self, checkpoints: CheckpointSink | None, period: float | None,
+                      stores: dict[str, CheckpointSink]) -> list[Region]:
+        declared = self.graph.regions
+        if not declared:
+            if stores:
+                raise ValueError(f"region_checkpoints for {', '.join(map(repr, stores))}: the graph "
+                                 "declares no consistent region")
+            if checkpoints is None:
+                return []
+            region = Region(self, JOB_REGION, None, list(self.runners.values()), checkpoints)
+            region.period = period
+            region.heals = all(getattr(r.op, "replayable", False)
+                               for r in self.runners.values() if r.odef.kind == "source")
+            return [region]
+        if period is not None:
+            raise ValueError("checkpoint_period: the graph's consistent regions have their own period")
+        if checkpoints is not None and len(declared) == 1 and declared[0].name not in stores:
+            stores[declared[0].name] = checkpoints
+        elif checkpoints is not None:
+            raise ValueError("checkpoints=: the graph declares several consistent regions; give "
+                             "each its store in region_checkpoints")
+        missing = [r.name for r in declared if r.name not in stores]
+        if missing:
+            raise ValueError(f"consistent region(s) {', '.join(map(repr, missing))} need a "
+                             "checkpoint store (riverbed run --checkpoint-dir DIR)")
+        return [Region(self, spec.name, spec, [self.runners[n] for n in spec.members], stores[spec.name])
+                for spec in declared]
+
+    # ------------------------------------------------------------ aggregate views
+
+    @property
+    def last_checkpoint(self) -> int:
+        """The newest committed checkpoint id (the highest over the regions), 0 if none."""
+        return max((r.last_committed or 0 for r in self.regions), default=0)
+
+    @property
+    def restored_from(self) -> int | None:
+        ids = [r.restored_from for r in self.regions if r.restored_from is not None]
+        return max(ids) if ids else None
+
+    @property
+    def suspend_at(self) -> int | None:
+        """The checkpoint a stop waits for (the first region's), None when not suspending."""
+        return next((r.suspend_at for r in self.regions if r.suspend_at is not None), None)
+
     def snapshot_metrics(self) -> JobMetrics:
-        """The metrics, with queue sizes refreshed."""
+        """The metrics, with queue sizes and region states refreshed."""
         for r in self.runners.values():
             r.metrics.queue_size = len(r.inbox)
             r.metrics.queue_high_water = r.inbox.high_water
             r.metrics.backpressure_waits = r.inbox.puts_waited
+        for region in self.regions:
+            region.metrics.state = region.state.value
         return self.metrics
+
+    # ---------------------------------------------------------------------- run
 
     async def run(self) -> JobMetrics:
         """Run to completion; raise `JobError` naming every operator that failed."""
@@ -105,121 +146,92 @@ class Job:
                 r.core.setup()
             for r in runners:
                 r.core.ports_ready()
-            self._restore_latest()
+            for region in self.regions:
+                region.restore_latest()
         except (OperatorError, RestoreRefused) as exc:
             raise JobError(self.name, [exc]) from exc
         self._started = True
-        if self.stopping and self.checkpoints is not None:
-            # Stopped before it ran: the stored checkpoint already is where a restart goes on.
+        if self.stopping and self.regions:
+            # Stopped before it ran: the stored checkpoints already are where a restart goes on.
             self.suspended = True
             for r in runners:
                 r.core.shut_down(report=False)
             return self.snapshot_metrics()
         try:
             async with asyncio.TaskGroup() as tg:
+                self._tg = tg
                 for r in runners:
-                    kind = "out" if r.odef.kind == "source" else "in"
-                    self._tasks.append(tg.create_task(r.run(), name=f"{self.name}/{r.name}/{kind}"))
-                if self._period_ns is not None:
-                    periodic = tg.create_task(self._periodic(), name=f"{self.name}/checkpoints")
-                    self._tasks.append(periodic)
+                    r.start()
+                for region in self.regions:
+                    if region.period is not None or region.spec is not None:
+                        self.spawn(region.periodic(), f"{self.name}/{region.name or 'job'}/checkpoints")
         except* Exception as group:
             raise JobError(self.name, _flatten(group)) from None
+        finally:
+            self._tg = None
+        if self._failure is not None:
+            raise JobError(self.name, [self._failure])
         if self._aborted:
             raise JobError(self.name, [RuntimeError("aborted: tasks were cancelled, nothing drained")])
         return self.snapshot_metrics()
 
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """A task of the job (in its TaskGroup): an operator's, a region's."""
+        assert self._tg is not None, "the job is not running"
+        task = self._tg.create_task(coro, name=name)
+        self._tasks.append(task)
+        if len(self._tasks) > 4 * len(self.runners) + 64:
+            self._tasks = [t for t in self._tasks if not t.done()]
+        return task
+
+    def fail_job(self, exc: BaseException) -> None:
+        """Something no region can heal: the job ends with ``exc`` (`run` raises `JobError`)."""
+        if self._failure is None:
+            self._failure = exc
+        for task in self._tasks:
+            task.cancel()
+
+    def log_region(self, event: str, **fields: Any) -> None:
+        if self._log is not None:
+            self._log.warning(event, **fields)
+
     # ---------------------------------------------------------- checkpoints
 
-    def _restore_latest(self) -> None:
-        if self.checkpoints is None:
-            return
-        newest = getattr(self.checkpoints, "newest_id", None)
-        self.last_checkpoint = (newest() if callable(newest) else None) or 0  # ids keep increasing
-        if not self._restore:
-            return
-        latest = self.checkpoints.latest_good()
-        if latest is None:
-            return
-        missing = [n for n in self.runners if n not in latest.states]
-        if missing:
-            raise OperatorError(missing[0], None, None, ValueError(
-                f"checkpoint {latest.id} has no state for operator(s) {', '.join(missing)}: "
-                "it was taken from a different graph"))
-        if latest.job != self.name:
-            raise RestoreRefused(
-                f"checkpoint {latest.id} was taken by job {latest.job!r}, and this job is "
-                f"{self.name!r}: restoring it would continue another job's state; give this job "
-                "a checkpoint directory of its own (or the name it had)")
-        for name, r in self.runners.items():
-            r.restore_on_start(latest.states[name])
-        self.restored_from = latest.id
-        self.last_checkpoint = max(self.last_checkpoint, latest.id)
-
-    async def _periodic(self) -> None:
-        assert self._period_ns is not None
-        due = self.clock.now() + self._period_ns
-        while not all(r.finished for r in self.runners.values()):
-            await self.clock.sleep_until(due)
-            if self.stopping:
-                return  # the stop took its own checkpoint; later ones would hold ended operators
-            due = max(due + self._period_ns, self.clock.now())
-            self.trigger_checkpoint()
+    def region_of(self, runner: OperatorRunner) -> Region | None:
+        return runner.region
 
     def trigger_checkpoint(self) -> int | None:
-        """Start a checkpoint now: sources emit barriers that align through the graph.
-
-        Returns its id, or None when one is still in progress or there is no store.
-        """
-        if self.checkpoints is None or self._pending is not None or self.stopping:
+        """Start a checkpoint of every region now; the id of the first started, or None when
+        one is still under way, the job stops, or there is no store."""
+        if self.stopping:
             return None
-        return self._start_checkpoint()
+        started = [r.start_checkpoint() for r in self.regions]
+        return next((i for i in started if i is not None), None)
 
-    def _start_checkpoint(self) -> int:
-        checkpoint_id = self.last_checkpoint + 1
-        self._pending = (checkpoint_id, {})
-        for r in self.runners.values():
-            core = r.core
-            if core.finished:
-                self.report_checkpoint(checkpoint_id, r.name, core.final_state)
-            elif r.odef.kind == "source":
-                core.start_checkpoint(checkpoint_id)
-            elif core.inputs_ended:
-                # Its inputs ended but it still runs (it holds items, like Delay): no barrier
-                # can reach it, so it starts the checkpoint itself, in order in its task.
-                r.put_control(CheckpointBarrier(checkpoint_id))
-        return checkpoint_id
+    def report_checkpoint(self, runner: OperatorRunner, checkpoint_id: int, state: Any) -> None:
+        """An operator's state for checkpoint ``checkpoint_id`` of its region."""
+        region = runner.region
+        if region is not None:
+            region.report(checkpoint_id, runner.name, state)
 
-    def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
-        """An operator's state for checkpoint ``checkpoint_id``; the last one commits it."""
-        pending = self._pending
-        if pending is None or pending[0] != checkpoint_id:
-            return
-        pending[1][operator] = state
-        if len(pending[1]) == len(self.runners):
-            self._commit(checkpoint_id, pending[1])
-
-    def operator_finished(self, core: OperatorCore) -> None:
+    def operator_finished(self, runner: OperatorRunner) -> None:
         """An operator ended; a checkpoint it will never see a barrier for takes its final state."""
-        core.final_state = core.checkpoint_state()
-        pending = self._pending
-        if pending is not None and core.name not in pending[1]:
-            self.report_checkpoint(pending[0], core.name, core.final_state)
+        region = runner.region
+        if region is None:
+            return
+        runner.core.final_state = runner.core.checkpoint_state()
+        region.operator_finished(runner)
 
-    def _commit(self, checkpoint_id: int, states: dict[str, Any]) -> None:
-        assert self.checkpoints is not None
-        self.checkpoints.save(checkpoint_id, states, job=self.name, time_ns=self.clock.now())
-        self._pending = None
-        self.last_checkpoint = checkpoint_id
-        for r in self.runners.values():
-            r.core.guard(r.op.on_checkpoint_committed, None, checkpoint_id)
-        if checkpoint_id == self.suspend_at:
+    def region_suspended(self, region: Region) -> None:
+        """A region's stop checkpoint committed; once every region's has, the job suspends."""
+        self._suspending.discard(region.name)
+        if not self._suspending:
             self._suspend()
 
     def _suspend(self) -> None:
-        """The stop's checkpoint committed: end every task where it is. Nothing after its
+        """The stop's checkpoints committed: end every task where it is. Nothing after their
         barriers reaches a sink's committed output, and no final punctuation is sent, so no
-        window is flushed: a restart continues from that checkpoint as if never stopped."""
+        window is flushed: a restart continues from those checkpoints as if never stopped."""
         self.suspended = True
         for task in self._tasks:
             task.cancel()
@@ -233,20 +245,26 @@ class Job:
 
         Without checkpoints, final punctuation then drains the graph: windows
         flush, sinks write everything. With checkpoints the stop suspends the
-        job instead: it takes a checkpoint (or finishes the one in flight),
-        the sources end right after their barriers, and once it committed
-        every operator ends where it is, without final punctuation, so no
-        partial window is flushed. A restart continues from that checkpoint
-        with exactly the output of a run never stopped, and transactional
-        sinks never show output that a restart would take back. No other
-        checkpoint starts after a stop: one built from ended operators would
-        restore sinks that never accept input again.
+        job instead: every region takes a checkpoint (or finishes the one in
+        flight), the sources end right after their barriers, and once they all
+        committed every operator ends where it is, without final punctuation,
+        so no partial window is flushed. A restart continues from there with
+        exactly the output of a run never stopped, and transactional sinks never
+        show output that a restart would take back. No other checkpoint starts
+        after a stop: one built from ended operators would restore sinks that
+        never accept input again.
         """
         if self.stopping:
             return
-        if self.checkpoints is not None and self._started \
-                and not all(r.finished for r in self.runners.values()):
-            self.suspend_at = self._pending[0] if self._pending is not None else self._start_checkpoint()
+        if self._started:
+            for region in self.regions:
+                if region.finished:
+                    continue
+                pending = region.pending
+                checkpoint_id = pending.id if pending is not None else region.start_checkpoint()
+                if checkpoint_id is not None:
+                    region.suspend_at = checkpoint_id
+                    self._suspending.add(region.name)
         self.stopping = True
         for r in self.runners.values():
             r.request_stop()
@@ -279,13 +297,25 @@ class _RunnerHost:
         return self._job.clock.now()
 
     def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
-        self._job.report_checkpoint(checkpoint_id, operator, state)
+        self._job.report_checkpoint(self._runner, checkpoint_id, state)
 
     def request_checkpoint(self) -> int | None:
-        return self._job.trigger_checkpoint()
+        region = self._runner.region
+        if region is None or self._job.stopping:
+            return None
+        return region.start_checkpoint()
+
+    async def make_consistent(self, core: OperatorCore) -> bool:
+        region = self._runner.region
+        if region is None:
+            raise RuntimeError(f"operator {core.name!r} is in no consistent region: make_consistent "
+                               "needs one (Graph.consistent_region, trigger='operator_driven')")
+        committed = region.request_consistent()
+        await self._runner.flush()  # the source's barrier goes out now, after what it submitted
+        return await committed
 
     def operator_finished(self, core: OperatorCore) -> None:
-        self._job.operator_finished(core)
+        self._job.operator_finished(self._runner)
 
     def wake(self, core: OperatorCore) -> None:
         self._runner.wake()
@@ -309,10 +339,11 @@ def _flatten(group: BaseExceptionGroup[Exception]) -> list[BaseException]:
 
 def run_graph(graph: Graph | FrozenGraph, *, clock: Clock | None = None,
               batch_size: int = DEFAULT_BATCH, checkpoints: CheckpointSink | None = None,
-              checkpoint_period: float | None = None) -> JobMetrics:
+              checkpoint_period: float | None = None,
+              region_checkpoints: Mapping[str, CheckpointSink] | None = None) -> JobMetrics:
     """Run a graph to completion from synchronous code (a `VirtualClock` runs on virtual time)."""
     job = Job(graph, clock=clock, batch_size=batch_size, checkpoints=checkpoints,
-              checkpoint_period=checkpoint_period)
+              checkpoint_period=checkpoint_period, region_checkpoints=region_checkpoints)
     if isinstance(job.clock, VirtualClock):
         return run_virtual(job.run(), job.clock)
     return asyncio.run(job.run())

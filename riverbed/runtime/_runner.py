@@ -18,13 +18,14 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..core import OperatorCore, OutputPort
+from ..core import OperatorCore, OperatorError, OutputPort, SchemaViolation
 from ..graph import EventTime, OperatorDef, Punct, Source
 from ._channel import Inbox
 from ._clock import Clock, TimerHandle
 
 if TYPE_CHECKING:
     from ._job import Job
+    from ._region import Region
 
 __all__ = ["Delivery", "OperatorRunner", "deliver"]
 
@@ -67,7 +68,9 @@ class OperatorRunner:
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
         self._source_task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
         self._restore: Any = None
+        self.region: Region | None = None  # its consistent region, if it is in one
 
     @property
     def name(self) -> str:
@@ -100,22 +103,65 @@ class OperatorRunner:
         """The core changed outside an item (perhaps from another task): loop once more."""
         self.inbox.put_control(_HOST, _WAKE)
 
+    def start(self, *, resume: bool = False) -> None:
+        """Run in a task of the job (``resume``: again, after its region was reset)."""
+        kind = "out" if self.odef.kind == "source" else "in"
+        self._task = self._job.spawn(self.run(resume=resume), f"{self._job.name}/{self.name}/{kind}")
+
+    def cancel(self) -> None:
+        """End the operator's task where it is (its region resets)."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def stopped(self) -> None:
+        """Wait until the operator's task ended (after `cancel`)."""
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait({task})
+
+    def purge(self) -> None:
+        """Drop what is in flight towards and out of this operator (its region resets): the
+        inbox's entries (waking producers it held back) and what a cancelled flush still owed."""
+        self.inbox.clear()
+        for delivery in self._deliveries:
+            delivery.owed = []
+
     def put_control(self, item: Any) -> None:
         """Queue a control item of the host's own (a barrier for an operator whose inputs ended)."""
         self.inbox.put_control(_HOST, item)
 
     # ------------------------------------------------------------------ run
 
-    async def run(self) -> None:
+    async def run(self, *, resume: bool = False) -> None:
+        """Activate (unless it resumes after a reset), restore, then drive the core until its
+        inputs (or, for a source, its items) end. A failure inside a consistent region that
+        heals is handed to the region instead of ending the job."""
         core = self.core
-        core.activate(self.clock.now())
-        if self._restore is not None:
-            core.restore(self._restore)
-            self._restore = None
+        if not resume:
+            core.activate(self.clock.now())
+            if self._restore is not None:
+                core.restore(self._restore)
+                self._restore = None
+        try:
+            await self._drive()
+        except (OperatorError, SchemaViolation) as exc:
+            region = self.region
+            if region is None or not region.heals:
+                raise
+            region.fail(self, exc)
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._timer_at = None
+            core.cancel_timers()
+
+    async def _drive(self) -> None:
+        core = self.core
         try:
             if isinstance(self.op, Source):
                 await self._run_source()
-                if self._job.suspend_at is not None:
+                region = self.region
+                if region is not None and region.suspend_at is not None:
                     await self._end_suspended_source()
                     return
             else:
@@ -144,10 +190,6 @@ class OperatorRunner:
             if not self._job.suspended:
                 raise
             core.shut_down(report=False)  # the stop's checkpoint committed: end here, no final
-        finally:
-            if self._timer is not None:
-                self._timer.cancel()
-            core.cancel_timers()
 
     async def _end_suspended_source(self) -> None:
         """A stop suspends the job (it has checkpoints): the barrier goes out, then the source

@@ -1,0 +1,309 @@
+"""A consistent region at run time: its checkpoints, and its resets when something in it fails.
+
+A region checkpoints its members together: its sources emit a barrier, every member reports
+its state once the barrier aligned on the connections inside the region, and the last report
+commits the checkpoint to the region's store. When a member fails (an exception that no
+error port takes), a checkpoint takes longer than ``drain_timeout``, or a reset does not
+finish within ``reset_timeout``, the region resets in place (SPL's consistent-region reset):
+every member's task is cancelled, what is in flight inside the region is dropped (inboxes,
+outputs not handed over, held items), every member is restored from the last committed
+checkpoint (or its initial state), and the members run again: sources replay from their
+checkpointed positions, so transactional sinks end with exactly the output of a run that
+never failed. ``max_consecutive_reset_attempts`` resets without a checkpoint committed in
+between fail the job, naming the operator, the tuple and the attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..core import OperatorError, RegionMetrics, RestoreRefused
+from ..graph import CheckpointBarrier, ConsistentRegion
+
+if TYPE_CHECKING:
+    from ._job import Job
+    from ._runner import OperatorRunner
+
+__all__ = ["CheckpointSink", "Region", "RegionFailed", "RegionState"]
+
+
+class StoredCheckpoint(Protocol):
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def job(self) -> str: ...
+
+    @property
+    def states(self) -> Mapping[str, Any]: ...
+
+
+class CheckpointSink(Protocol):
+    """Where a region's checkpoints go (`riverbed.checkpoint` stores satisfy this)."""
+
+    def save(self, checkpoint_id: int, states: Mapping[str, Any], *, job: str, time_ns: int) -> None: ...
+
+    def latest_good(self) -> StoredCheckpoint | None: ...
+
+
+class RegionState(enum.Enum):
+    PROCESSING = "processing"
+    DRAINING = "draining"  # a checkpoint is under way
+    RESETTING = "resetting"
+    FAILED = "failed"
+
+
+class RegionFailed(Exception):
+    """A region failed ``max_consecutive_reset_attempts`` times in a row without a checkpoint."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    id: int
+    states: dict[str, Any]
+    started: int  # the job clock's ns when it started, for its drain duration and timeout
+    waiters: list[asyncio.Future[bool]]
+
+
+class Region:
+    """One consistent region of a running job (``spec`` None: the one over the whole job that
+    ``--checkpoint-dir`` makes when the graph declares none)."""
+
+    def __init__(self, job: Job, name: str, spec: ConsistentRegion | None,
+                 members: list[OperatorRunner], store: CheckpointSink) -> None:
+        self.job = job
+        self.name = name
+        self.spec = spec
+        self.members = members
+        self.member_names = frozenset(r.name for r in members)
+        self.store = store
+        self.period: float | None = spec.period if spec is not None else None
+        self.drain_timeout = spec.drain_timeout if spec is not None else 180.0
+        self.reset_timeout = spec.reset_timeout if spec is not None else 180.0
+        self.max_attempts = spec.max_consecutive_reset_attempts if spec is not None else 5
+        self.operator_driven = spec is not None and spec.trigger == "operator_driven"
+        self.heals = spec is not None  # the job's implicit region heals if its sources replay
+        self.state = RegionState.PROCESSING
+        self.pending: _Pending | None = None
+        self.last_committed: int | None = None
+        self.next_id = 1
+        self.restored_from: int | None = None
+        self.suspend_at: int | None = None
+        self.committed_ids: deque[int] = deque()
+        self.initial: dict[str, Any] = {}  # each member's own snapshot when the job started
+        self.metrics = RegionMetrics(name, members=len(members))
+        self._resetting: asyncio.Task[None] | None = None
+        self._consecutive = 0
+        self._last_failure: BaseException | None = None
+        self._failed_at: int | None = None
+        for r in members:
+            barrier_conns = [i for i, c in enumerate(r.core.connections) if c.operator in self.member_names]
+            r.core.join_region(name, barrier_conns)
+            r.region = self
+
+    # ------------------------------------------------------------ restore on start
+
+    def restore_latest(self) -> None:
+        """At start: continue from the newest good checkpoint of this region's store."""
+        newest = getattr(self.store, "newest_id", None)
+        self.next_id = ((newest() if callable(newest) else None) or 0) + 1  # ids keep increasing
+        for r in self.members:
+            self.initial[r.name] = r.core.guard(r.op.snapshot)
+        if not self.job.restore_enabled:
+            return
+        latest = self.store.latest_good()
+        if latest is None:
+            return
+        missing = [r.name for r in self.members if r.name not in latest.states]
+        if missing:
+            raise OperatorError(missing[0], None, None, ValueError(
+                f"checkpoint {latest.id} has no state for operator(s) {', '.join(missing)}: "
+                "it was taken from a different graph"))
+        if latest.job != self.job.name:
+            raise RestoreRefused(
+                f"checkpoint {latest.id} was taken by job {latest.job!r}, and this job is "
+                f"{self.job.name!r}: restoring it would continue another job's state; give this "
+                "job a checkpoint directory of its own (or the name it had)")
+        for r in self.members:
+            r.restore_on_start(latest.states[r.name])
+        self.restored_from = self.last_committed = latest.id
+        self.metrics.last_committed = latest.id
+        self.next_id = max(self.next_id, latest.id + 1)
+
+    # ---------------------------------------------------------------- checkpoints
+
+    @property
+    def finished(self) -> bool:
+        return all(r.core.finished for r in self.members)
+
+    def start_checkpoint(self) -> int | None:
+        """Start a checkpoint now (None: one is under way, the region resets, or it ended)."""
+        if self.pending is not None or self.state is not RegionState.PROCESSING or self.finished:
+            return None
+        checkpoint_id = self.next_id
+        self.next_id += 1
+        self.pending = _Pending(checkpoint_id, {}, self.job.clock.now(), [])
+        self.state = RegionState.DRAINING
+        for r in self.members:
+            core = r.core
+            if core.finished:
+                self.report(checkpoint_id, r.name, core.final_state)
+            elif r.odef.kind == "source":
+                core.start_checkpoint(checkpoint_id)
+            elif core.inputs_ended or not any(c.operator in self.member_names
+                                              for c in core.connections):
+                # No barrier can reach it (its inputs ended but it still holds items, like
+                # Delay): it starts the checkpoint itself, in order in its task.
+                r.put_control(CheckpointBarrier(checkpoint_id, self.name))
+        return checkpoint_id
+
+    def report(self, checkpoint_id: int, operator: str, state: Any) -> None:
+        pending = self.pending
+        if pending is None or pending.id != checkpoint_id:
+            return
+        pending.states[operator] = state
+        if len(pending.states) == len(self.members):
+            self._commit(pending)
+
+    def operator_finished(self, runner: OperatorRunner) -> None:
+        pending = self.pending
+        if pending is not None and runner.name not in pending.states:
+            self.report(pending.id, runner.name, runner.core.final_state)
+
+    def _commit(self, pending: _Pending) -> None:
+        started = time.monotonic()
+        now = self.job.clock.now()
+        self.store.save(pending.id, pending.states, job=self.job.name, time_ns=now)
+        m = self.metrics
+        m.checkpoint_ms = (time.monotonic() - started) * 1000
+        m.drain_ms = (now - pending.started) / 1e6
+        m.checkpoints += 1
+        m.last_committed = self.last_committed = pending.id
+        self.pending = None
+        self.state = RegionState.PROCESSING
+        self._consecutive = 0
+        self._retire(pending.id)
+        for r in self.members:
+            r.core.guard(r.op.on_checkpoint_committed, None, pending.id)
+            if r.odef.kind != "source" and any(o.has_output for o in r.core.outputs):
+                r.wake()  # what the operator submitted in the callback goes out
+        for waiter in pending.waiters:
+            if not waiter.done():
+                waiter.set_result(True)
+        if pending.id == self.suspend_at:
+            self.job.region_suspended(self)
+
+    def _retire(self, checkpoint_id: int) -> None:
+        """The store keeps ``keep_last`` checkpoints: tell the members which one it dropped."""
+        self.committed_ids.append(checkpoint_id)
+        keep = getattr(self.store, "keep_last", None)
+        while isinstance(keep, int) and len(self.committed_ids) > keep:
+            old = self.committed_ids.popleft()
+            for r in self.members:
+                r.core.guard(r.op.retire_checkpoint, None, old)
+
+    def request_consistent(self) -> asyncio.Future[bool]:
+        """Checkpoint the region now (SPL's ``makeConsistent``): a future that is True once the
+        checkpoint committed, False if the region was reset first (or cannot checkpoint)."""
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self.pending is None:
+            self.start_checkpoint()
+        pending = self.pending
+        if pending is None:
+            waiter.set_result(False)
+        else:
+            pending.waiters.append(waiter)
+        return waiter
+
+    async def periodic(self) -> None:
+        """Checkpoints every ``period``; a checkpoint over ``drain_timeout`` resets the region."""
+        period_ns = int(self.period * 1e9) if self.period is not None else None
+        clock = self.job.clock
+        due = clock.now() + period_ns if period_ns is not None else None
+        check_ns = int(min(self.drain_timeout, self.period or self.drain_timeout) * 1e9 / 2)
+        while not self.finished:
+            wake = clock.now() + check_ns if due is None else min(due, clock.now() + check_ns)
+            await clock.sleep_until(max(wake, clock.now() + 1))
+            if self.job.stopping:
+                return  # the stop took its own checkpoint; later ones would hold ended operators
+            pending = self.pending
+            if pending is not None and clock.now() - pending.started > self.drain_timeout * 1e9:
+                self.fail(None, TimeoutError(f"checkpoint {pending.id} of region {self.name!r} "
+                                             f"took over drain_timeout={self.drain_timeout:g} s"))
+                continue
+            if due is not None and clock.now() >= due:
+                due = max(due + period_ns, clock.now())  # type: ignore[operator]
+                self.start_checkpoint()
+
+    # ---------------------------------------------------------------------- resets
+
+    def fail(self, runner: OperatorRunner | None, exc: BaseException) -> None:
+        """A member failed (or a checkpoint timed out): reset the region, unless a reset is
+        already under way; too many in a row fail the job."""
+        self._last_failure = exc
+        if self._resetting is not None and not self._resetting.done():
+            return
+        if not self.heals or self.job.stopping or self.job.suspended:
+            self.job.fail_job(exc)
+            return
+        self._consecutive += 1
+        self.metrics.consecutive_resets = self._consecutive
+        if self._consecutive > self.max_attempts:
+            self.state = RegionState.FAILED
+            self.metrics.state = self.state.value
+            self.job.fail_job(RegionFailed(
+                f"consistent region {self.name!r} failed {self._consecutive} times in a row "
+                f"(max_consecutive_reset_attempts={self.max_attempts}) without a checkpoint in "
+                f"between; the last failure: {exc}"))
+            return
+        self._failed_at = self.job.clock.now()
+        self.job.log_region("region reset", region=self.name, attempt=self._consecutive,
+                            reason=str(exc), to_checkpoint=self.last_committed)
+        self._resetting = self.job.spawn(self._reset(), f"{self.job.name}/{self.name}/reset")
+
+    async def _reset(self) -> None:
+        self.state = RegionState.RESETTING
+        self.metrics.state = self.state.value
+        pending = self.pending
+        self.pending = None
+        if pending is not None:
+            for waiter in pending.waiters:
+                if not waiter.done():
+                    waiter.set_result(False)
+        try:
+            await asyncio.wait_for(self._reset_members(), self.reset_timeout)
+        except Exception as exc:  # a restore that raised or took too long: one more attempt
+            self._resetting = None
+            self.state = RegionState.PROCESSING
+            self.fail(None, exc if not isinstance(exc, TimeoutError) else TimeoutError(
+                f"reset of region {self.name!r} took over reset_timeout={self.reset_timeout:g} s"))
+            return
+        self.state = RegionState.PROCESSING
+        self.metrics.resets += 1
+        self.metrics.state = self.state.value
+        if self._failed_at is not None:
+            self.metrics.last_recovery_ms = (self.job.clock.now() - self._failed_at) / 1e6
+        self._resetting = None
+        for r in self.members:
+            r.start(resume=True)
+
+    async def _reset_members(self) -> None:
+        for r in self.members:
+            r.cancel()
+        await asyncio.gather(*(r.stopped() for r in self.members))
+        checkpoint = None
+        if self.last_committed is not None:
+            load = getattr(self.store, "load", None)
+            checkpoint = load(self.last_committed) if callable(load) else self.store.latest_good()
+        for r in self.members:
+            r.purge()
+        for r in self.members:
+            state = checkpoint.states[r.name] if checkpoint is not None else None
+            r.core.reset(state, initial_operator_state=self.initial.get(r.name))
+            r.wake()  # the operator's restore may already have submitted (held items due)

@@ -1,0 +1,317 @@
+"""Consistent regions (issue 19): declared in the graph, checkpointed on their own, and reset in
+place when something inside them fails, with nothing lost and nothing repeated."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from riverbed.checkpoint import MemoryStore
+from riverbed.graph import Graph, GraphValidationError, Operator, Schema, Source
+from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
+from riverbed.testing import run_until_crash
+from riverbed.windows import EventType, StreamWindowEvent
+
+S = 1_000_000_000
+
+
+class Readings(Source):
+    """A replayable source: ten readings every 0.1 s; its state is the offset."""
+
+    replayable = True
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.offset = 0
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        while self.offset < self.n:
+            i = self.offset
+            await ctx.sleep_until((i // 10 + 1) * S // 10)
+            self.submit({"sensor": i % 4, "value": i % 13, "seq": i})
+            self.offset += 1
+
+    def snapshot(self) -> Any:
+        return self.offset
+
+    def restore(self, state: Any) -> None:
+        self.offset = state
+
+
+class WindowSum(Operator):
+    """Per sensor, the sum of each 5 readings; raises on the readings named in ``fail_on``
+    (once each: a transient failure)."""
+
+    window_events = frozenset({EventType.EVICTION})
+
+    def __init__(self, fail_on: set[int] | None = None, always: bool = False) -> None:
+        self.fail_on = set(fail_on or ())
+        self.always = always
+
+    def on_window_event(self, event: StreamWindowEvent[Any], port: int) -> None:
+        if event.tuples:
+            for t in event.tuples:
+                if t["seq"] in self.fail_on:
+                    if not self.always:
+                        self.fail_on.discard(t["seq"])
+                    raise ZeroDivisionError(f"injected at reading {t['seq']}")
+            self.submit({"sensor": event.partition, "sum": sum(t["value"] for t in event.tuples),
+                         "last": event.tuples[-1]["seq"]})
+
+
+class Output(Operator):
+    """A transactional-like sink: its output is its state, so a reset takes back what followed
+    the checkpoint."""
+
+    transactional = True
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.retired: list[int] = []
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.rows.append(tup)
+
+    def snapshot(self) -> Any:
+        return list(self.rows)
+
+    def restore(self, state: Any) -> None:
+        self.rows = list(state)
+
+    def reset_to_initial_state(self) -> None:
+        self.rows = []
+
+    def retire_checkpoint(self, checkpoint_id: int) -> None:
+        self.retired.append(checkpoint_id)
+
+
+SCHEMA = Schema(sensor="int64", value="int64", seq="int64")
+
+
+def build(n: int, out: Output, op: WindowSum, **region: Any) -> Graph:
+    g = Graph("regions")
+    src = g.source("readings", Readings(n), schema=SCHEMA)
+    sums = g.operator("sums", op, [src.window("tumbling, count(5), partitioned", partition_by="sensor")])
+    g.sink("out", out, [sums])
+    g.consistent_region(src, name="r", **({"period": 0.35} | region))
+    return g
+
+
+def reference(n: int) -> list[Any]:
+    out = Output()
+    assert run_until_crash(Job(build(n, out, WindowSum()), clock=VirtualClock(),
+                               checkpoints=MemoryStore()), None)
+    return out.rows
+
+
+# ------------------------------------------------------------------------ the graph
+
+
+def test_a_region_holds_what_its_sources_reach_except_autonomous_operators() -> None:
+    g = Graph("members")
+    a = g.source("a", Readings(1))
+    b = g.source("b", Readings(1))
+    f = g.operator("f", WindowSum(), [a.window("tumbling, count(1)")])
+    m = g.operator("merge", Output(), [[f, b]])
+    side = g.operator("side", Output(), [f])
+    g.sink("tail", Output(), [side])
+    g.sink("out", Output(), [m])
+    g.autonomous(side)
+    region = g.consistent_region(a, name="ra", period=1.0)
+    frozen = g.freeze()
+    (resolved,) = frozen.regions
+    assert region.members == () and resolved.members == ("a", "f", "merge", "out")
+    assert frozen.region_of("f") is resolved and frozen.region_of("side") is None
+    assert frozen.region_of("b") is None and frozen.region_of("tail") is None
+
+
+def test_region_parameters_take_spl_names_and_are_checked() -> None:
+    g = Graph("params")
+    s = g.source("s", Readings(1))
+    g.sink("out", Output(), [s])
+    r = g.consistent_region("s", trigger="periodic", period=2, drainTimeout=10,
+                            resetTimeout=5, maxConsecutiveResetAttempts=3)
+    assert (r.period, r.drain_timeout, r.reset_timeout, r.max_consecutive_reset_attempts) == (2, 10, 5, 3)
+    for params, message in [({}, "a periodic region needs period=SECONDS"),
+                            ({"period": 0.001}, "period=0.001: expected a finite number of seconds >= 0.01"),
+                            ({"trigger": "sometimes", "period": 1}, "trigger='sometimes'"),
+                            ({"trigger": "operator_driven", "period": 1}, "takes no period"),
+                            ({"period": 1, "maxConsecutiveResetAttempts": 0}, "expected an int >= 1"),
+                            ({"period": 1, "drain_timeout": -1}, "drain_timeout=-1"),
+                            ({"period": 1, "colour": 1}, "unknown parameter 'colour'")]:
+        with pytest.raises(Exception, match=message):
+            g.consistent_region("s", **params)
+
+
+def test_regions_start_at_replayable_sources_and_do_not_overlap() -> None:
+    class Plain(Source):
+        def generate(self) -> Any:
+            return iter([])
+
+    g = Graph("bad")
+    a = g.source("a", Readings(1))
+    b = g.source("b", Plain())
+    f = g.operator("f", Output(), [[a, b]])
+    g.consistent_region(a, name="ra", period=1)
+    g.consistent_region(b, name="rb", period=1)
+    g.consistent_region(f, name="rf", period=1)
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    text = str(info.value)
+    assert "region 'rf' starts at 'f': a operator, not a source" in text
+    assert "operator 'f' is reachable from regions 'ra' and 'rb'" in text
+    assert "region 'rb' starts at 'b', which cannot replay" in text
+
+
+# ------------------------------------------------------------------------ healing
+
+
+@pytest.mark.parametrize("failures", [{37}, {37, 210}, {3, 95, 96, 400, 598}])
+def test_an_exception_resets_the_region_and_the_output_is_the_uninterrupted_runs(failures: set[int]) -> None:
+    n = 600
+    expected = reference(n)
+    out, op = Output(), WindowSum(failures)
+    job = Job(build(n, out, op), clock=VirtualClock(), checkpoints=MemoryStore(keep_last=2))
+    assert run_until_crash(job, None)
+    assert out.rows == expected
+    region = job.metrics.regions["r"]
+    assert region.resets == len(failures) and region.state == "processing"
+    assert region.checkpoints > 5 and out.retired  # the store keeps 2: older ones were retired
+
+
+def test_a_failure_before_any_checkpoint_resets_to_the_initial_state() -> None:
+    expected = reference(100)
+    out = Output()
+    job = Job(build(100, out, WindowSum({2}), period=100.0), clock=VirtualClock(),
+              checkpoints=MemoryStore())
+    assert run_until_crash(job, None)
+    assert out.rows == expected and job.metrics.regions["r"].resets == 1
+
+
+def test_too_many_consecutive_resets_fail_the_job_naming_operator_tuple_and_attempts() -> None:
+    out = Output()
+    job = Job(build(200, out, WindowSum({37}, always=True), maxConsecutiveResetAttempts=3),
+              clock=VirtualClock(), checkpoints=MemoryStore())
+    with pytest.raises(JobError) as info:
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    text = str(info.value)
+    assert "consistent region 'r' failed 4 times in a row (max_consecutive_reset_attempts=3)" in text
+    assert "operator 'sums', input port 0: ZeroDivisionError: injected at reading 37" in text
+    assert job.metrics.regions["r"].resets == 3
+
+
+def test_two_regions_checkpoint_on_their_own_and_a_failure_resets_only_its_region() -> None:
+    def graph(out_a: Output, out_b: Output, fail_b: set[int]) -> Graph:
+        g = Graph("two")
+        a = g.source("a", Readings(300), schema=SCHEMA)
+        b = g.source("b", Readings(300), schema=SCHEMA)
+        sa = g.operator("sa", WindowSum(), [a.window("tumbling, count(5), partitioned",
+                                                     partition_by="sensor")])
+        sb = g.operator("sb", WindowSum(fail_b), [b.window("tumbling, count(5), partitioned",
+                                                             partition_by="sensor")])
+        g.sink("oa", out_a, [sa])
+        g.sink("ob", out_b, [sb])
+        g.consistent_region(a, name="ra", period=0.25)
+        g.consistent_region(b, name="rb", period=0.4)
+        return g
+
+    ref_a, ref_b = Output(), Output()
+    assert run_until_crash(Job(graph(ref_a, ref_b, set()), clock=VirtualClock(), region_checkpoints={
+        "ra": MemoryStore(), "rb": MemoryStore()}), None)
+    out_a, out_b = Output(), Output()
+    stores = {"ra": MemoryStore(keep_last=100), "rb": MemoryStore(keep_last=100)}
+    job = Job(graph(out_a, out_b, {44, 170}), clock=VirtualClock(), region_checkpoints=stores)
+    assert run_until_crash(job, None)
+    assert (out_a.rows, out_b.rows) == (ref_a.rows, ref_b.rows)
+    ra, rb = job.metrics.regions["ra"], job.metrics.regions["rb"]
+    assert (ra.resets, rb.resets) == (0, 2)
+    assert ra.checkpoints >= 10 and rb.checkpoints >= 6 and ra.checkpoints > rb.checkpoints
+    assert set(stores["ra"].load(stores["ra"].list()[-1].id).states) == {"a", "sa", "oa"}
+    assert set(stores["rb"].load(stores["rb"].list()[-1].id).states) == {"b", "sb", "ob"}
+
+
+def test_a_failing_source_resets_its_region() -> None:
+    class Flaky(Readings):
+        failed = False
+
+        async def run(self) -> None:
+            ctx: Any = self.context
+            while self.offset < self.n:
+                i = self.offset
+                await ctx.sleep_until((i // 10 + 1) * S // 10)
+                if i == 150 and not Flaky.failed:
+                    Flaky.failed = True
+                    raise ConnectionError("the feed went away")
+                self.submit({"sensor": i % 4, "value": i % 13, "seq": i})
+                self.offset += 1
+
+    g = Graph("regions")
+    src = g.source("readings", Flaky(300), schema=SCHEMA)
+    sums = g.operator("sums", WindowSum(), [src.window("tumbling, count(5), partitioned",
+                                                       partition_by="sensor")])
+    out = Output()
+    g.sink("out", out, [sums])
+    g.consistent_region(src, name="r", period=0.35)
+    job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore())
+    assert run_until_crash(job, None)
+    assert out.rows == reference(300) and job.metrics.regions["r"].resets == 1
+
+
+def test_a_checkpoint_that_takes_longer_than_drain_timeout_resets_the_region() -> None:
+    class Stalls(Readings):
+        """Once, at reading 120, it waits on something that never comes (with a barrier asked
+        of it): the checkpoint cannot finish until the region resets it."""
+
+        stalled = False
+
+        async def run(self) -> None:
+            ctx: Any = self.context
+            while self.offset < self.n:
+                i = self.offset
+                await ctx.sleep_until((i // 10 + 1) * S // 10)
+                if i == 120 and not Stalls.stalled:
+                    Stalls.stalled = True
+                    await asyncio.sleep(3600)
+                self.submit({"sensor": i % 4, "value": i % 13, "seq": i})
+                self.offset += 1
+
+    g = Graph("regions")
+    src = g.source("readings", Stalls(400), schema=SCHEMA)
+    sums = g.operator("sums", WindowSum(), [src.window("tumbling, count(5), partitioned",
+                                                       partition_by="sensor")])
+    out = Output()
+    g.sink("out", out, [sums])
+    g.consistent_region(src, name="r", period=0.35, drain_timeout=1.0)
+    job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore())
+    assert run_until_crash(job, None)
+    assert out.rows == reference(400) and job.metrics.regions["r"].resets == 1
+    assert job.clock.now() < 100 * S  # reset after about a second, not after the hour
+
+
+def test_an_operator_driven_region_checkpoints_when_its_source_makes_it_consistent() -> None:
+    seen: list[bool] = []
+
+    class Batches(Readings):
+        async def run(self) -> None:
+            ctx: Any = self.context
+            while self.offset < self.n:
+                for _ in range(50):
+                    self.submit({"sensor": self.offset % 4, "value": self.offset % 13, "seq": self.offset})
+                    self.offset += 1
+                seen.append(await ctx.make_consistent())
+
+    g = Graph("driven")
+    src = g.source("readings", Batches(200), schema=SCHEMA)
+    sums = g.operator("sums", WindowSum(), [src.window("tumbling, count(5), partitioned",
+                                                       partition_by="sensor")])
+    out = Output()
+    g.sink("out", out, [sums])
+    g.consistent_region(src, name="r", trigger="operator_driven")
+    store = MemoryStore(keep_last=10)
+    job = Job(g, clock=VirtualClock(), checkpoints=store)
+    assert run_until_crash(job, None)
+    assert seen == [True] * 4
+    assert [store.load(i.id).states["readings"]["operator"] for i in store.list()] == [50, 100, 150, 200]
