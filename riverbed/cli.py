@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 __all__ = ["main"]
@@ -41,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                           "checkpoint on start")
     run.add_argument("--checkpoint-period", metavar="PERIOD",
                      help="take a checkpoint every PERIOD (5s, 500ms, 2m); needs --checkpoint-dir")
+    run.add_argument("--restarts", type=int, default=0, metavar="N",
+                     help="run the job in a process of its own and start it again, up to N times, "
+                          "when it dies (kill -9, out of memory, a failure); with --checkpoint-dir "
+                          "it resumes from the newest good checkpoint")
     spark = sub.add_parser("spark", help="deploy a graph script onto Spark Structured Streaming")
     spark.add_argument("action", choices=("run", "explain"),
                        help="run: deploy and wait for the query; explain: how each operator translates")
@@ -74,7 +79,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    if args.command == "run" and args.restarts:
+        if args.restarts < 0:
+            print(f"riverbed run: --restarts {args.restarts}: expected a number >= 0", file=sys.stderr)
+            return 2
+        from .runtime import configure_logging, get_logger
+        from .supervise import child_arguments, supervise
+
+        configure_logging(args.log_format, args.log_level)
+        return supervise(child_arguments(argv), args.restarts, get_logger("riverbed-supervisor"))
     if args.command == "trace":
         from .trace import main as trace_main
 

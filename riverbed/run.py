@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import runpy
 import signal
 import sys
@@ -39,6 +40,7 @@ from .runtime import (
     run_virtual,
     serve_metrics,
 )
+from .supervise import RESTARTS_ENV
 
 __all__ = ["EXIT_ABORTED", "EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "load_graph", "load_script",
            "parse_params", "run"]
@@ -175,6 +177,13 @@ class _LoggedStore:
     def newest_id(self) -> int | None:
         return self.store.newest_id()  # type: ignore[no-any-return]
 
+    def load(self, checkpoint_id: int) -> Any:
+        return self.store.load(checkpoint_id)
+
+    @property
+    def keep_last(self) -> int:
+        return self.store.keep_last  # type: ignore[no-any-return]
+
     def latest_good(self) -> Any:
         def skipped(checkpoint_id: int, error: Exception) -> None:
             self.log.warning("checkpoint skipped", checkpoint=checkpoint_id, reason=str(error),
@@ -239,7 +248,14 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
         return EXIT_INVALID
     clock = VirtualClock() if virtual_clock else RealClock()
     log = get_logger(graph.name)
-    store = None
+    if graph.regions and checkpoint_dir is None:
+        err(f"riverbed run: the graph declares consistent region(s) "
+            f"{', '.join(repr(r.name) for r in graph.regions)}: give them --checkpoint-dir DIR")
+        return EXIT_INVALID
+    if graph.regions and checkpoint_period is not None:
+        err("riverbed run: --checkpoint-period: the graph's consistent regions set their own period")
+        return EXIT_INVALID
+    stores: dict[str, Any] = {}
     if checkpoint_dir is not None:
         from .checkpoint import CheckpointError, RocksDBStore
 
@@ -247,17 +263,27 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             log.warning("checkpoint store", kind=warning.kind, reason=warning.message,
                         checkpoints=list(warning.checkpoint_ids) or None)
 
-        try:
-            store = RocksDBStore(checkpoint_dir, on_warning=store_warning)
-        except CheckpointError as exc:
-            err(f"riverbed run: checkpoint directory {checkpoint_dir}: {exc}")
-            return EXIT_INVALID
-    job = Job(graph, clock=clock, checkpoints=_LoggedStore(store, log) if store else None,
-              checkpoint_period=period if store else None)
-    if store is not None:
+        # The job's own region uses DIR; each declared region a directory of its own in it.
+        places = {r.name: Path(checkpoint_dir) / r.name for r in graph.regions} or {"": Path(checkpoint_dir)}
+        for name, place in places.items():
+            try:
+                stores[name] = RocksDBStore(place, on_warning=store_warning)
+            except CheckpointError as exc:
+                for opened in stores.values():
+                    _close_store(opened, log)
+                err(f"riverbed run: checkpoint directory {place}: {exc}")
+                return EXIT_INVALID
+    logged = {name: _LoggedStore(store, log) for name, store in stores.items()}
+    job = Job(graph, clock=clock, checkpoints=logged.get(""),
+              checkpoint_period=period if "" in logged else None,
+              region_checkpoints={k: v for k, v in logged.items() if k} or None, logger=log)
+    job.metrics.restarts = int(os.environ.get(RESTARTS_ENV, "0") or 0)
+    for running in job.regions:
         guarantee, why = graph.guarantee()
-        log.info("checkpoints", directory=checkpoint_dir, guarantee=guarantee, because=why or None,
-                 period_s=period, period_default=period_default or None)
+        log.info("checkpoints", directory=str(places[running.name]), region=running.name or None,
+                 guarantee=guarantee, because=why or None, period_s=running.period,
+                 period_default=(period_default and running.spec is None) or None,
+                 heals=running.heals, operators=len(running.members))
     server = None
     if metrics_port is not None:
         try:
@@ -324,7 +350,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
     finally:
         if server is not None:
             server.close()
-        if store is not None:
+        for store in stores.values():
             _close_store(store, log)
     if aborted:
         err(f"riverbed run: job {job.name!r} aborted")

@@ -607,3 +607,35 @@ def test_gate_holds_watermarks_with_its_waiting_tuples() -> None:
     g.sink("probe", Probe(), [gated])
     run_graph(g, clock=VirtualClock())
     assert Probe.seen == 300 and marks and marks[-1][1] > 0
+
+
+def test_throttle_holds_its_input_back_while_its_buffer_is_full() -> None:
+    """A burst into a Throttle: at most about ``buffer_size`` items wait inside it (plus the
+    batch being handled), the rest wait upstream (backpressure); the output is unchanged."""
+
+    class Burst(Source):
+        def generate(self) -> Any:
+            return iter({"v": i} for i in range(3000))
+
+    def run_once(buffer_size: int) -> tuple[list[Any], int]:
+        g = Graph("burst")
+        s = g.source("s", Burst())
+        throttle = Throttle(1000.0, buffer_size=buffer_size)
+        t = g.operator("t", throttle, [s])
+        sink = ListSink()
+        g.sink("k", sink, [t])
+        most = 0
+
+        def watch(job: Job) -> None:
+            nonlocal most
+            most = max(most, len(throttle.held))
+            job.clock.call_at(job.clock.now() + S // 100, lambda: watch(job))
+
+        job = Job(g, clock=VirtualClock(), batch_size=50)
+        assert run_until_crash(job, None, [(0.0, watch)])
+        return [sink.items, sink.times], most
+
+    bounded, most = run_once(100)
+    unbounded, everything = run_once(100_000)
+    assert bounded == unbounded
+    assert most <= 150 < everything

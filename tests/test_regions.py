@@ -315,3 +315,34 @@ def test_an_operator_driven_region_checkpoints_when_its_source_makes_it_consiste
     assert run_until_crash(job, None)
     assert seen == [True] * 4
     assert [store.load(i.id).states["readings"]["operator"] for i in store.list()] == [50, 100, 150, 200]
+
+
+def test_a_reset_after_the_input_ended_keeps_what_a_throttle_still_held() -> None:
+    """A region reset while Throttle still paces out what it holds (its input, and the source,
+    ended): the restored Throttle takes its hold on final again, so nothing it held is lost."""
+    from riverbed.operators import Throttle
+
+    class Burst(Readings):
+        async def run(self) -> None:
+            while self.offset < self.n:
+                i = self.offset
+                self.submit({"sensor": i % 4, "value": i % 13, "seq": i})
+                self.offset += 1
+
+    def graph(out: Output, op: WindowSum) -> Graph:
+        g = Graph("held")
+        src = g.source("readings", Burst(300), schema=SCHEMA)
+        paced = g.operator("pace", Throttle(100.0), [src])
+        sums = g.operator("sums", op, [paced.window("tumbling, count(5), partitioned",
+                                                    partition_by="sensor")])
+        g.sink("out", out, [sums])
+        g.consistent_region(src, name="r", period=0.35)
+        return g
+
+    ref = Output()
+    assert run_until_crash(Job(graph(ref, WindowSum()), clock=VirtualClock(),
+                               checkpoints=MemoryStore()), None)
+    out = Output()
+    job = Job(graph(out, WindowSum({250})), clock=VirtualClock(), checkpoints=MemoryStore())
+    assert run_until_crash(job, None)
+    assert len(ref.rows) == 60 and out.rows == ref.rows and job.metrics.regions["r"].resets == 1

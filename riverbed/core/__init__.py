@@ -6,7 +6,7 @@ alignment, error ports, schema checks) and nothing else: the asyncio runtime
 and any future host (a worker process). A host implements `CoreHost`.
 """
 
-from ._core import CoreHost, OperatorCore, TimerHandle
+from ._core import CoreHost, FinalHold, OperatorCore, TimerHandle
 from ._errors import JobError, OperatorError, RestoreRefused, SchemaViolation
 from ._metrics import (
     Counter,
@@ -22,6 +22,7 @@ from ._sync import StampClock, SyncGraph
 __all__ = [
     "CoreHost",
     "Counter",
+    "FinalHold",
     "InputPortMetrics",
     "JobError",
     "JobMetrics",

@@ -60,7 +60,7 @@ from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetr
 from ._output import MarkedBatch, OutputPort
 from ._windows import Window, build_window
 
-__all__ = ["CoreHost", "OperatorCore", "TimerHandle"]
+__all__ = ["CoreHost", "FinalHold", "OperatorCore", "TimerHandle"]
 
 
 
@@ -107,6 +107,27 @@ class CoreHost(Protocol):
     async def make_consistent(self, core: OperatorCore) -> bool:
         """A source of an operator-driven region asks for a checkpoint and waits for it."""
         ...
+
+
+class FinalHold:
+    """A deferred final (`OperatorCore.defer_final`): call it once to release it."""
+
+    __slots__ = ("_core", "epoch", "released")
+
+    def __init__(self, core: OperatorCore, epoch: int) -> None:
+        self._core = core
+        self.epoch = epoch
+        self.released = False
+
+    @property
+    def active(self) -> bool:
+        """Still holding final back: not released, and taken since the core's last reset."""
+        return not self.released and self.epoch == self._core._epoch
+
+    def __call__(self) -> None:
+        if not self.released:
+            self.released = True
+            self._core._release_hold(self)
 
 
 class TimerHandle:
@@ -175,6 +196,8 @@ class OperatorCore:
         self._barrier_conns: frozenset[int] = frozenset()
         self._wm_initial = list(self._wm_in)
         self._holds = 0  # deferred finals not yet released
+        self._epoch = 0  # resets so far: holds taken before the last one are void
+        self.input_paused = False  # the operator asked its host to stop taking input (full)
         self.final_state: Any = None  # the state it ended with, for checkpoints taken after
         self.submit: Callable[..., None] = self._make_submit()
 
@@ -319,20 +342,24 @@ class OperatorCore:
             found = counters[name] = Counter()
         return found
 
-    def defer_final(self) -> Callable[[], None]:
-        """Keep running after every input ended, until the returned function is called;
-        final punctuation is forwarded only then (operators that still hold items: Delay)."""
+    def defer_final(self) -> FinalHold:
+        """Keep running after every input ended, until the returned hold is called (released);
+        final punctuation is forwarded only then (operators that still hold items: Delay). A
+        reset of the core drops its holds: those taken before are no longer ``active``."""
         self._holds += 1
-        released = False
+        return FinalHold(self, self._epoch)
 
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self._holds -= 1
-                self.host.wake(self)
+    def _release_hold(self, hold: FinalHold) -> None:
+        if hold.epoch == self._epoch:
+            self._holds -= 1
+            self.host.wake(self)
 
-        return release
+    def pause_input(self, paused: bool = True) -> None:
+        """Stop (or resume) taking input: an operator whose buffer is full (SPL's blocked port:
+        Delay's ``bufferSize``, Throttle) holds its upstream back, which backpressure then
+        carries to the sources. The operator's own timers keep firing while input waits. A
+        host that cannot hold input back (Spark's micro-batches) ignores it."""
+        self.input_paused = paused
 
     @property
     def input_ports(self) -> int:
@@ -632,6 +659,8 @@ class OperatorCore:
         self._replay.clear()
         self._barrier_request = None
         self._holds = 0
+        self._epoch += 1
+        self.input_paused = False
         self.finished = self.metrics.finished = False
         self.final_state = None
         for out in self.outputs:

@@ -89,7 +89,6 @@ class RegionMetrics:
     resets: int = 0
     consecutive_resets: int = 0
     last_recovery_ms: float = 0.0  # the last reset: failure to processing again
-    restarts: int = 0  # job processes restarted by `riverbed run --restarts`
 
     def as_dict(self) -> dict[str, Any]:
         return vars_of(self)
@@ -100,7 +99,8 @@ class JobMetrics:
     job: str
     operators: dict[str, OperatorMetrics] = field(default_factory=dict)
     regions: dict[str, RegionMetrics] = field(default_factory=dict)
+    restarts: int = 0  # job processes restarted by `riverbed run --restarts` before this one
 
     def as_dict(self) -> dict[str, Any]:
         return {"job": self.job, "operators": [m.as_dict() for m in self.operators.values()],
-                "regions": [r.as_dict() for r in self.regions.values()]}
+                "regions": [r.as_dict() for r in self.regions.values()], "restarts": self.restarts}

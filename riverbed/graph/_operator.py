@@ -68,6 +68,10 @@ class OperatorContext(Protocol):
 
     def request_checkpoint(self) -> int | None: ...
 
+    def pause_input(self, paused: bool = True) -> None:
+        """Stop (or resume) taking input while the operator's buffer is full (backpressure)."""
+        ...
+
     def submit_watermark(self, value: int) -> None:
         """Send a watermark on every data output port (only for ``holds_watermarks`` operators)."""
         ...

@@ -343,8 +343,8 @@ class OperatorTimer:
 
     def hold_final(self) -> None:
         """Keep the operator running after its last input ended (call from on_punct(FINAL))."""
-        if self._release is None:
-            self._release = self._op.context.defer_final()
+        if self._release is None or not getattr(self._release, "active", True):
+            self._release = self._op.context.defer_final()  # (again, after a reset of the host)
 
     def release_final(self) -> None:
         """Let final punctuation go (after the operator emitted everything it held)."""

@@ -212,6 +212,9 @@ class _Holding(Operator):
     def __init__(self) -> None:
         self._timer: OperatorTimer | None = None
         self._final_seen = False
+        self._paused = False
+        self.buffer_size = 1000
+        self.held: deque[Any] = deque()
 
     def setup(self) -> None:
         port_shape(self, inputs=(1, 1), outputs=(1, 1))
@@ -256,6 +259,13 @@ class _Holding(Operator):
         raise NotImplementedError
 
     def _pump(self, now: int) -> None:
+        self._pump_items(now)
+        self._flow()
+
+    def _flow(self) -> None:
+        """After each pump: hold the input back while the buffer is full (Throttle)."""
+
+    def _pump_items(self, now: int) -> None:
         raise NotImplementedError
 
     def _on_final(self, now: int) -> None:
@@ -274,6 +284,7 @@ class _Holding(Operator):
                 self._hold(True)
             # Nothing is sent from inside restore: the host may still be restoring its own
             # state. A wake-up due now runs the pump as the first item after the restore.
+            self._paused = False  # the host takes input again after a restore
             self._timer.set(None)
             self._timer.set(ctx.now())
 
@@ -295,9 +306,9 @@ class Delay(_Holding):
     ``delay`` (seconds, required, >= 0). The gaps between items are kept
     exactly: an item that arrived at t leaves at t + delay, in arrival
     order. ``buffer_size`` (``bufferSize``, default 1000): IBM blocks the
-    input while that many items wait; a riverbed handler cannot block, so
-    the buffer is not bounded (the output times are the same: IBM computes
-    an item's departure when it arrives).
+    input while that many items wait; riverbed does not bound the buffer:
+    an item's departure is computed when it arrives, and holding the input
+    back would make that depend on where batches were cut.
 
     One input port without window, one output port. Punctuation: window
     marks are delayed like tuples (preserved, in order); final, when the
@@ -320,7 +331,7 @@ class Delay(_Holding):
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise OperatorParameterError(f"Delay: buffer_size={size!r}: expected an int >= 0")
         self.buffer_size = max(1, size)
-        self.held: deque[tuple[int, Any]] = deque()  # (departure ns, tuple or Punct.WINDOW)
+        self.held = deque()  # (departure ns, tuple, Punct.WINDOW or a Watermark)
         self._final_at: int | None = None
 
     def _arrive(self, item: Any) -> None:
@@ -334,7 +345,7 @@ class Delay(_Holding):
             self._hold(True)
         self._pump(now)
 
-    def _pump(self, now: int) -> None:
+    def _pump_items(self, now: int) -> None:
         held = self.held
         while held and held[0][0] <= now:
             self._emit(held.popleft()[1])
@@ -382,7 +393,10 @@ class Throttle(_Holding):
     Watermarks are never paced and never counted, but wait behind the
     tuples that arrived before them.
     ``precise`` (busy waiting in IBM) is accepted; the clock's own timers
-    are used either way.
+    are used either way. ``buffer_size`` (riverbed's, default 1000): IBM's
+    Throttle blocks its input while a tuple waits; riverbed holds up to about
+    that many items, then holds its input back until half have left, so
+    backpressure reaches the sources and a checkpoint stays small.
 
     One input port without window, one output port. Punctuation: window
     marks as above; final is not paced: it is forwarded as soon as the last
@@ -394,10 +408,13 @@ class Throttle(_Holding):
 
     def __init__(self, rate: float | None = None, *, period: float | None = None,
                  include_punctuations: bool | None = None, precise: bool | None = None,
-                 **spl: Any) -> None:
+                 buffer_size: int = 1000, **spl: Any) -> None:
         super().__init__()
         p = params("Throttle", {"rate": rate, "period": period,
                                 "include_punctuations": include_punctuations, "precise": precise}, spl)
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+            raise OperatorParameterError(f"Throttle: buffer_size={buffer_size!r}: expected an int >= 1")
+        self.buffer_size = buffer_size
         r = p["rate"]
         if r is None:
             raise OperatorParameterError("Throttle: rate (tuples per second) is required")
@@ -416,7 +433,6 @@ class Throttle(_Holding):
                 raise OperatorParameterError(f"Throttle: {flag}={p[flag]!r}: expected True or False")
         self.include_punctuations: bool = p["include_punctuations"] is True
         self.precise: bool = p["precise"] is True
-        self.held: deque[Any] = deque()
         self._release_at: int | None = None  # the head item is accounted and leaves then
         # IBM's sync points: (time relative to the start, count) of the two latest.
         self._started = False
@@ -428,6 +444,20 @@ class Throttle(_Holding):
     def _arrive(self, item: Any) -> None:
         self.held.append(item)
         self._pump(self.context.now())
+
+    def _flow(self) -> None:
+        """Hold the input back while ``buffer_size`` items wait, until half have left (IBM's
+        Throttle blocks its input): backpressure reaches the sources, a checkpoint holds a
+        bounded backlog, and the output times do not change (the pacing runs on the held
+        items either way)."""
+        held = len(self.held)
+        if self._paused:
+            if held <= self.buffer_size // 2:
+                self._paused = False
+                self.context.pause_input(False)
+        elif held >= self.buffer_size:
+            self._paused = True
+            self.context.pause_input(True)
 
     def _on_final(self, now: int) -> None:
         if self.held:
@@ -456,7 +486,7 @@ class Throttle(_Holding):
             return 0
         return max(0, round((count / self.rate - interval) * _NS))
 
-    def _pump(self, now: int) -> None:
+    def _pump_items(self, now: int) -> None:
         held = self.held
         while held:
             if self._release_at is not None:

@@ -67,6 +67,21 @@ class Inbox:
         self._items.append((connection, item))
         self._wake_getter()
 
+    async def get_host(self, connection: int) -> tuple[int, Any]:
+        """The first entry of ``connection`` (the runner's own: timer ticks), skipping the
+        others, which stay queued in order (an operator holding its input back)."""
+        while True:
+            for i, entry in enumerate(self._items):
+                if entry[0] == connection:
+                    del self._items[i]
+                    return entry
+            fut = asyncio.get_running_loop().create_future()
+            self._getter = fut
+            try:
+                await fut
+            finally:
+                self._getter = None
+
     def clear(self) -> None:
         """Drop every entry (a consistent region resets); producers waiting for room go on."""
         self._items.clear()

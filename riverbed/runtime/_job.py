@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
@@ -146,8 +147,12 @@ class Job:
                 r.core.setup()
             for r in runners:
                 r.core.ports_ready()
+            started = time.monotonic()
             for region in self.regions:
                 region.restore_latest()
+            if self.restored_from is not None and self._log is not None:
+                self._log.info("restored", checkpoint=self.restored_from,
+                               restore_ms=round((time.monotonic() - started) * 1000, 1))
         except (OperatorError, RestoreRefused) as exc:
             raise JobError(self.name, [exc]) from exc
         self._started = True
@@ -191,9 +196,9 @@ class Job:
         for task in self._tasks:
             task.cancel()
 
-    def log_region(self, event: str, **fields: Any) -> None:
+    def log_region(self, event: str, *, level: str = "warning", **fields: Any) -> None:
         if self._log is not None:
-            self._log.warning(event, **fields)
+            getattr(self._log, level)(event, **fields)
 
     # ---------------------------------------------------------- checkpoints
 

@@ -95,6 +95,41 @@ class JobCollector:
                 watermark.add_metric(labels, op.watermark)
         yield from inputs
         yield from (submitted, waits, size, capacity, high_water, watermark, own)
+        yield from _region_metrics(metrics)
+
+
+def _region_metrics(metrics: Any) -> Iterator[Metric]:
+    """Consistent regions: state (one gauge per state, 1 for the current one), last committed
+    checkpoint, the last drain and save durations, checkpoints and resets; process restarts."""
+    labels = ["job", "region"]
+    state = GaugeMetricFamily("riverbed_region_state", "1 for the region's current state.",
+                              labels=[*labels, "state"])
+    last = GaugeMetricFamily("riverbed_region_last_checkpoint", "The last committed checkpoint id.",
+                             labels=labels)
+    drain = GaugeMetricFamily("riverbed_region_drain_seconds", "The last checkpoint's drain time.",
+                              labels=labels)
+    save = GaugeMetricFamily("riverbed_region_checkpoint_seconds", "The last checkpoint's save time.",
+                             labels=labels)
+    recovery = GaugeMetricFamily("riverbed_region_recovery_seconds",
+                                 "The last reset: from the failure to processing again.", labels=labels)
+    checkpoints = CounterMetricFamily("riverbed_region_checkpoints", "Checkpoints committed.",
+                                      labels=labels)
+    resets = CounterMetricFamily("riverbed_region_resets", "Resets after a failure.", labels=labels)
+    for name, rm in metrics.regions.items():
+        key = [metrics.job, name or "job"]
+        for value in ("processing", "draining", "resetting", "failed"):
+            state.add_metric([*key, value], 1.0 if rm.state == value else 0.0)
+        if rm.last_committed is not None:
+            last.add_metric(key, rm.last_committed)
+        drain.add_metric(key, rm.drain_ms / 1000)
+        save.add_metric(key, rm.checkpoint_ms / 1000)
+        recovery.add_metric(key, rm.last_recovery_ms / 1000)
+        checkpoints.add_metric(key, rm.checkpoints)
+        resets.add_metric(key, rm.resets)
+    restarts = CounterMetricFamily("riverbed_job_restarts", "Job processes restarted (--restarts).",
+                                   labels=["job"])
+    restarts.add_metric([metrics.job], metrics.restarts)
+    yield from (state, last, drain, save, recovery, checkpoints, resets, restarts)
 
 
 class MetricsServer:

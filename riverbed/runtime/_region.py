@@ -290,6 +290,9 @@ class Region:
         if self._failed_at is not None:
             self.metrics.last_recovery_ms = (self.job.clock.now() - self._failed_at) / 1e6
         self._resetting = None
+        self.job.log_region("region recovered", level="info", region=self.name,
+                            checkpoint=self.last_committed, resets=self.metrics.resets,
+                            recovery_ms=round(self.metrics.last_recovery_ms, 1))
         for r in self.members:
             r.start(resume=True)
 

@@ -169,7 +169,10 @@ class OperatorRunner:
                 await self.flush()
                 inbox = self.inbox
                 while core.running:
-                    conn, payload = await inbox.get()
+                    if core.input_paused:  # the operator is full: only its own timers run
+                        conn, payload = await inbox.get_host(_HOST)
+                    else:
+                        conn, payload = await inbox.get()
                     if payload is _TICK:
                         self._timer = self._timer_at = None
                         core.on_time(self.clock.now())

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..core import JobMetrics, OperatorMetrics
+from ..core import JobMetrics, OperatorMetrics, RegionMetrics
 from ..windows import EVENT_TIME_MAX
 
 __all__ = ["MetricsSource", "StatusView", "copy_metrics", "format_watermark", "render_plain"]
@@ -47,7 +47,7 @@ def copy_metrics(metrics: JobMetrics) -> JobMetrics:
     return JobMetrics(metrics.job, {
         name: replace(op, inputs=[replace(p) for p in op.inputs], outputs=[replace(p) for p in op.outputs])
         for name, op in metrics.operators.items()
-    })
+    }, {name: replace(rm) for name, rm in metrics.regions.items()}, metrics.restarts)
 
 
 def format_watermark(value: int | None, resolution: str = "ns") -> str:
@@ -125,7 +125,19 @@ def render_plain(metrics: JobMetrics, previous: JobMetrics | None, elapsed: floa
         if own:
             line += " " + " ".join(f"{name}={c.value}" for name, c in sorted(own.items()))
         lines.append(line)
+    lines.extend(f"{metrics.job}/region {name or 'job'}: {_region_cells(rm)}"
+                 for name, rm in metrics.regions.items())
+    if metrics.restarts:
+        lines.append(f"{metrics.job}: process restarts={metrics.restarts}")
     return lines
+
+
+def _region_cells(rm: RegionMetrics) -> str:
+    """A consistent region in one line: state, last checkpoint, durations, resets."""
+    last = "-" if rm.last_committed is None else str(rm.last_committed)
+    return (f"{rm.state} checkpoint={last} checkpoints={rm.checkpoints} "
+            f"drain={rm.drain_ms:.0f}ms save={rm.checkpoint_ms:.0f}ms resets={rm.resets} "
+            f"recovery={rm.last_recovery_ms:.0f}ms")
 
 
 def render_table(metrics: JobMetrics, previous: JobMetrics | None, elapsed: float, *,
@@ -137,6 +149,12 @@ def render_table(metrics: JobMetrics, previous: JobMetrics | None, elapsed: floa
     for r in _rows(metrics, previous, elapsed, resolution):
         table.add_row(r.operator, r.tuples_in, r.rate_in, r.tuples_out, r.rate_out, r.queue,
                       r.watermark, r.late, r.errors)
+    notes = [f"region {name or 'job'}: {_region_cells(rm)}" for name, rm in metrics.regions.items()]
+    if metrics.restarts:
+        notes.append(f"process restarts: {metrics.restarts}")
+    if notes:
+        table.caption = "\n".join(notes)
+        table.caption_justify = "left"
     return table
 
 
