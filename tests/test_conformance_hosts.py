@@ -1,0 +1,62 @@
+"""The conformance cases on the other hosts: a one-operator job in the asyncio runtime, and the
+Spark bridge's keyed stage hosted without Spark (`replay_locally`: the rows cut into
+micro-batches, each key group's state through the state store's encoding). The hosts must not
+only pass the cases but agree with the window library on every event, step and clock time
+(the Spark stage per key: it has no order across key groups). Spark itself runs the cases in
+tests/spark."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from riverbed.conformance import Case, Event, WindowHost, replay, trace_records
+from riverbed.runtime import replay_in_runtime
+from riverbed.spark_bridge._trace import replay_locally
+from tests.test_conformance import CASES_DIR, selected
+from tests.trace_compare import mismatch
+
+FLAVORS = ["java", "cpp"]
+
+
+def _cases(folder: Any, flavor: str) -> list[Case]:
+    return [p.values[0] for p in selected(folder, flavor)]
+
+
+def _failures(cases: list[Case], results: list[list[Event]], **override: Any) -> dict[str, str]:
+    return {c.name: why for c, events in zip(cases, results, strict=True)
+            if (why := mismatch({**c.raw, **override}, trace_records(c, events))) is not None}
+
+
+def _by_key(events: list[Event]) -> dict[tuple[str, str], list[Event]]:
+    keys: dict[tuple[str, str], list[Event]] = defaultdict(list)
+    for e in events:
+        keys[repr(e.pane), repr(e.partition)].append(e)
+    return dict(keys)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_every_public_case_in_the_runtime(flavor: str) -> None:
+    cases = _cases(CASES_DIR, flavor)
+    assert len(cases) == {"java": 100, "cpp": 74}[flavor]
+    failures = _failures(cases, [replay_in_runtime(c, flavor) for c in cases])
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_the_runtime_raises_what_the_window_library_raises_at_the_same_steps_and_times(
+        flavor: str) -> None:
+    for case in _cases(CASES_DIR, flavor):
+        assert replay_in_runtime(case, flavor) == replay(case, WindowHost(case, flavor)), case.name
+
+
+@pytest.mark.parametrize("rows_per_batch", [1, 7])
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_the_spark_stage_raises_per_key_what_the_window_library_raises(
+        flavor: str, rows_per_batch: int) -> None:
+    cases = _cases(CASES_DIR, flavor)
+    results = replay_locally([(c, flavor) for c in cases], rows_per_batch=rows_per_batch)
+    for case, events in zip(cases, results, strict=True):
+        assert _by_key(events) == _by_key(replay(case, WindowHost(case, flavor))), case.name
