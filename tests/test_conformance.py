@@ -15,6 +15,7 @@ from riverbed.conformance import Case, WindowHost, load_cases, parse_case, repla
 from tests.trace_compare import mismatch
 
 CASES_DIR = Path(__file__).parent / "conformance" / "cases"
+EXTRA_DIR = Path(__file__).parent / "conformance" / "extra"
 
 
 def cases_of(folder: Path) -> list[Case]:
@@ -51,6 +52,15 @@ def test_java_flavor(case: Case) -> None:
 def test_cpp_flavor(case: Case) -> None:
     why = mismatch(case.raw, windows_records(case, "cpp"))
     assert why is None, why
+
+
+@pytest.mark.parametrize("flavor", ["java", "cpp"])
+def test_the_extra_cases_hold_on_the_window_library(flavor: str) -> None:
+    """Cases written from the spec for bugs one host had (tests/conformance/extra)."""
+    cases = [p.values[0] for p in selected(EXTRA_DIR, flavor)]
+    assert cases
+    failures = {c.name: why for c in cases if (why := mismatch(c.raw, windows_records(c, flavor)))}
+    assert not failures, failures
 
 
 def test_the_checker_rejects_a_wrong_trace() -> None:

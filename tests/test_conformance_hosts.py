@@ -14,8 +14,9 @@ import pytest
 
 from riverbed.conformance import Case, Event, WindowHost, replay, trace_records
 from riverbed.runtime import replay_in_runtime
+from riverbed.spark_bridge import plan
 from riverbed.spark_bridge._trace import replay_locally
-from tests.test_conformance import CASES_DIR, selected
+from tests.test_conformance import CASES_DIR, EXTRA_DIR, selected
 from tests.trace_compare import mismatch
 
 FLAVORS = ["java", "cpp"]
@@ -45,18 +46,56 @@ def test_every_public_case_in_the_runtime(flavor: str) -> None:
     assert not failures, failures
 
 
+@pytest.mark.parametrize("folder", [CASES_DIR, EXTRA_DIR], ids=["public", "extra"])
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_the_runtime_raises_what_the_window_library_raises_at_the_same_steps_and_times(
-        flavor: str) -> None:
-    for case in _cases(CASES_DIR, flavor):
+        folder: Any, flavor: str) -> None:
+    for case in _cases(folder, flavor):
         assert replay_in_runtime(case, flavor) == replay(case, WindowHost(case, flavor)), case.name
 
 
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_the_extra_cases_in_the_runtime(flavor: str) -> None:
+    cases = _cases(EXTRA_DIR, flavor)
+    failures = _failures(cases, [replay_in_runtime(c, flavor) for c in cases])
+    assert not failures, failures
+
+
 @pytest.mark.parametrize("rows_per_batch", [1, 7])
+@pytest.mark.parametrize("folder", [CASES_DIR, EXTRA_DIR], ids=["public", "extra"])
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_the_spark_stage_raises_per_key_what_the_window_library_raises(
-        flavor: str, rows_per_batch: int) -> None:
-    cases = _cases(CASES_DIR, flavor)
+        folder: Any, flavor: str, rows_per_batch: int) -> None:
+    cases = _cases(folder, flavor)
     results = replay_locally([(c, flavor) for c in cases], rows_per_batch=rows_per_batch)
     for case, events in zip(cases, results, strict=True):
         assert _by_key(events) == _by_key(replay(case, WindowHost(case, flavor))), case.name
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_the_extra_cases_in_the_spark_stage(flavor: str) -> None:
+    """X-evict-partition-stops-timer: the PARTITION_EVICTION was raised at the evicted
+    partition's last tuple's time; X-ckpt-reset-to-initial-rearms-at-reset: the window restarted
+    its timer from that time too (a command acted on a window whose clock lagged its key
+    group's); X-tumbling-punct-partitioned-cpp: each key group without tuples raised its own
+    EMPTY_WINDOW_PUNCT."""
+    cases = _cases(EXTRA_DIR, flavor)
+    failures = _failures(cases, replay_locally([(c, flavor) for c in cases], rows_per_batch=3),
+                         order="by_key")
+    assert not failures, failures
+
+
+@pytest.mark.parametrize(("flavor", "groups"), [("cpp", 1), ("java", 2)])
+def test_a_cpp_punct_window_runs_in_one_key_group(flavor: str, groups: int) -> None:
+    from riverbed.graph import Graph
+    from riverbed.operators import Aggregate, Count
+    from riverbed.testing import ListSink, ListSource
+
+    g = Graph("g")
+    s = g.source("src", ListSource([]))
+    agg = g.operator("agg", Aggregate({"n": Count()}), [
+        s.window("tumbling, punct(), partitioned", partition_by="k", flavor=flavor)])
+    g.sink("sink", ListSink(), [agg])
+    p = plan(g.freeze(), "keyed", groups=2)
+    assert p.groups == groups
+    assert ("empty-window event: one key group" in p.notes["agg"]) is (groups == 1)

@@ -101,6 +101,8 @@ def _execute(core: _Core, command: list[Any]) -> None:
         core.replace_window(0, fresh)
         return
     window = core.windows[0]
+    # The window's clock moves with the items and timers of its own group; a command acts now.
+    window.advance_time(now)
     if action == "evict":
         window.evict_partition(command[1])
     elif action == "checkpoint":
