@@ -48,10 +48,6 @@ class WindowHost:
     def _report(self, event: StreamWindowEvent[Any]) -> None:
         self.log.record(event, event.window.now)
 
-    def _stream_window(self) -> StreamWindow[dict[str, Any]]:
-        assert isinstance(self.window, StreamWindow)  # the case's steps were checked for its kind
-        return self.window
-
     def start(self, log: EventLog) -> None:
         self.log = log
         self.window.activate(0)
@@ -69,11 +65,12 @@ class WindowHost:
         self.window.punctuate(kind)
 
     def watermark(self, value: int) -> None:
-        assert isinstance(self.window, TimeIntervalWindow)
+        assert isinstance(self.window, TimeIntervalWindow)  # parse_case checked the step's kind
         self.window.watermark(value)
 
     def evict_partition(self, partition: Hashable) -> None:
-        self._stream_window().evict_partition(partition)
+        assert isinstance(self.window, StreamWindow)
+        self.window.evict_partition(partition)
 
     def checkpoint(self) -> object:
         # A JSON round trip proves the snapshot is plain data, as a store would hold it.
@@ -88,4 +85,5 @@ class WindowHost:
         self.window.activate(now)
 
     def reset(self, state: object | None) -> None:
-        self.window.reset(state)  # type: ignore[arg-type]
+        assert state is None or isinstance(state, dict)  # what `checkpoint` returned
+        self.window.reset(state)

@@ -75,6 +75,7 @@ class RuntimeHost:
 
     def run(self, replay: Replay) -> None:
         """Run the job; its source applies ``replay``'s steps. Errors name the case (and step)."""
+        self.log = replay.log  # the port becomes ready as the job starts, before the first step
         self.source.steps = replay.run()
         try:
             run_virtual(self.job.run(), self.job.clock)  # type: ignore[arg-type]
@@ -109,7 +110,7 @@ class RuntimeHost:
     # -- Host --------------------------------------------------------------------------------
 
     def start(self, log: EventLog) -> None:
-        self.log = log  # the job's start made the port ready; settle() lets its events in
+        pass  # the job's start made the port ready (`run`); the first settle() lets its events in
 
     def insert(self, step: TupleStep) -> None:
         tup = step.tuple()
@@ -151,6 +152,5 @@ def replay_in_runtime(case: Case, flavor: str = "java") -> list[Event]:
     """Replay ``case`` through a job on the virtual clock; its events."""
     host = RuntimeHost(case, flavor)
     replay = Replay(case, host)
-    host.log = replay.log  # the port becomes ready when the job starts, before the first step
     host.run(replay)
     return replay.events
