@@ -164,3 +164,11 @@ def test_cli_reports_a_tuple_the_window_refuses_naming_its_step(tmp_path: Path) 
     assert result.returncode == 1
     assert "case nokey, step 0:" in result.stderr and "'k'" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("host", ["windows", "runtime"])
+def test_cli_reports_a_window_the_flavor_cannot_build(host: str) -> None:
+    result = _trace_cli("--host", host, "--flavor", "java", str(CASES_DIR / "A-sliding-count0-cpp.json"))
+    assert result.returncode == 1
+    assert "case sliding-count0-cpp: sliding, count(0): IBM's Java window fails" in result.stderr
+    assert "Traceback" not in result.stderr

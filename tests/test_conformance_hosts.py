@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from riverbed.conformance import Case, Event, WindowHost, replay, trace_records
+from riverbed.conformance import Case, CaseError, Event, WindowHost, replay, trace_records
 from riverbed.runtime import replay_in_runtime
 from riverbed.spark_bridge import plan
 from riverbed.spark_bridge._trace import replay_locally
@@ -99,3 +99,9 @@ def test_a_cpp_punct_window_runs_in_one_key_group(flavor: str, groups: int) -> N
     p = plan(g.freeze(), "keyed", groups=2)
     assert p.groups == groups
     assert ("empty-window event: one key group" in p.notes["agg"]) is (groups == 1)
+
+
+def test_the_spark_stage_reports_a_window_the_flavor_cannot_build_before_any_query() -> None:
+    case = next(c for c in _cases(CASES_DIR, "cpp") if c.name == "sliding-count0-cpp")
+    with pytest.raises(CaseError, match=r"^case sliding-count0-cpp: sliding, count\(0\): IBM's Java"):
+        replay_locally([(case, "java")])

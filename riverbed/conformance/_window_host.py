@@ -11,10 +11,17 @@ import json
 from collections.abc import Hashable
 from typing import Any, Literal
 
-from ..windows import EventType, StreamWindow, StreamWindowEvent, TimeIntervalSpec, TimeIntervalWindow
+from ..windows import (
+    EventType,
+    StreamWindow,
+    StreamWindowEvent,
+    TimeIntervalSpec,
+    TimeIntervalWindow,
+    WindowError,
+)
 from ._cases import Case
 from ._events import EventLog
-from ._steps import TupleStep
+from ._steps import CaseError, TupleStep
 
 __all__ = ["WindowHost"]
 
@@ -28,10 +35,15 @@ class WindowHost:
     """Replays a case on a `StreamWindow` or `TimeIntervalWindow` of the given flavor."""
 
     def __init__(self, case: Case, flavor: str = "java") -> None:
+        """Raises `CaseError` if the flavor cannot build the case's window (the Java one has no
+        sliding count(0) window, say): other hosts build it to learn that before they start."""
         self.case = case
         self.flavor = flavor
         self.log = EventLog()
-        self.window: AnyWindow = self._make()
+        try:
+            self.window: AnyWindow = self._make()
+        except WindowError as exc:
+            raise CaseError(f"case {case.name}: {exc}") from None
 
     def _make(self) -> AnyWindow:
         case, spec = self.case, self.case.spec

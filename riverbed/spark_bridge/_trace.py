@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from ..conformance import Case, Event, EventLog, Replay, TupleStep, parse_case, trace_records
+from ..conformance import Case, Event, EventLog, Replay, TupleStep, WindowHost, parse_case, trace_records
 from ..graph import Graph, Operator
 from ..testing import ListSink, ListSource
 from ..windows import StreamWindowEvent
@@ -191,6 +191,7 @@ class _CaseRows:
 
 
 def _case_graph(case: Case, flavor: str) -> tuple[Any, int]:
+    WindowHost(case, flavor)  # a window the flavor cannot build fails here, not in a Spark worker
     g = Graph("trace")
     stream = g.source("steps", ListSource([]), event_time=_EVENT_TIME if case.time_interval else None,
                       minimum_gap=0.0, manual_watermarks=True)
