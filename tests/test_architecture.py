@@ -65,11 +65,6 @@ def violations() -> list[str]:
     return found
 
 
-# The trace replays still share private helpers; the conformance harness (issue 17.3) replaces
-# them with a public package and then this list goes.
-_PENDING = ("riverbed/trace.py", "riverbed/runtime/_trace_host.py", "riverbed/spark_bridge/_trace.py")
-
-
 def test_no_module_imports_another_packages_private_names() -> None:
-    found = [v for v in violations() if not v.startswith(_PENDING)]
+    found = violations()
     assert not found, "private names used across packages:\n  " + "\n  ".join(found)

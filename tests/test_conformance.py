@@ -1,4 +1,5 @@
-"""Every public trace case, replayed on the window library in each flavor it applies to."""
+"""Every public trace case, replayed on the window library in each flavor it applies to, and the
+`riverbed trace` command line that prints them (FORMAT.md's contract)."""
 
 from __future__ import annotations
 
@@ -10,55 +11,93 @@ from typing import Any
 
 import pytest
 
-from riverbed.trace import load_cases, run_case
+from riverbed.conformance import Case, WindowHost, load_cases, parse_case, replay, trace_records
 from tests.trace_compare import mismatch
 
 CASES_DIR = Path(__file__).parent / "conformance" / "cases"
+EXTRA_DIR = Path(__file__).parent / "conformance" / "extra"
 
 
-def _cases() -> list[tuple[str, dict[str, Any]]]:
-    return [(f.stem, case) for f in sorted(CASES_DIR.glob("*.json")) for case in load_cases(f)]
+def cases_of(folder: Path) -> list[Case]:
+    return [parse_case(raw) for f in sorted(folder.glob("*.json")) for raw in load_cases(f)]
 
 
-def _is_time_interval(case: dict[str, Any]) -> bool:
-    return str(case.get("window", "")).strip().startswith("timeInterval")
+def selected(folder: Path, flavor: str) -> list[Any]:
+    """The cases of a flavor: its own, the ``any`` ones and every timeInterval case (IBM has
+    those in C++ only, and both of our flavors behave as C++ there)."""
+    return [pytest.param(case, id=case.name) for case in cases_of(folder) if case.applies_to(flavor)]
 
 
-def _selected(flavor: str) -> list[Any]:
-    """The cases of a flavor; timeInterval windows exist in IBM's C++ runtime only and
-    behave the same in both of our flavors, so their cases apply to both."""
-    return [pytest.param(case, id=stem) for stem, case in _cases()
-            if _is_time_interval(case) or case.get("runtime", "any") in ("any", flavor)]
+def windows_records(case: Case, flavor: str) -> list[dict[str, Any]]:
+    return trace_records(case, replay(case, WindowHost(case, flavor)))
 
 
 def test_the_public_cases_are_all_here() -> None:
-    assert len(_cases()) == 113
+    assert len(cases_of(CASES_DIR)) == 113
+    assert [len(selected(CASES_DIR, f)) for f in ("java", "cpp")] == [100, 74]
 
 
-@pytest.mark.parametrize("case", _selected("java"))
-def test_java_flavor(case: dict[str, Any]) -> None:
-    why = mismatch(case, run_case(case, "java"))
+@pytest.mark.parametrize("flavor", ["java", "cpp"])
+def test_every_flavor_runs_the_time_interval_cases(flavor: str) -> None:
+    assert sum(p.values[0].time_interval for p in selected(CASES_DIR, flavor)) == 24
+
+
+@pytest.mark.parametrize("case", selected(CASES_DIR, "java"))
+def test_java_flavor(case: Case) -> None:
+    why = mismatch(case.raw, windows_records(case, "java"))
     assert why is None, why
 
 
-@pytest.mark.parametrize("case", _selected("cpp"))
-def test_cpp_flavor(case: dict[str, Any]) -> None:
-    why = mismatch(case, run_case(case, "cpp"))
+@pytest.mark.parametrize("case", selected(CASES_DIR, "cpp"))
+def test_cpp_flavor(case: Case) -> None:
+    why = mismatch(case.raw, windows_records(case, "cpp"))
     assert why is None, why
 
 
-def test_every_flavor_runs_the_time_interval_cases() -> None:
-    assert sum(_is_time_interval(p.values[0]) for p in _selected("java")) == 24
-    assert sum(_is_time_interval(p.values[0]) for p in _selected("cpp")) == 24
+@pytest.mark.parametrize("flavor", ["java", "cpp"])
+def test_the_extra_cases_hold_on_the_window_library(flavor: str) -> None:
+    """Cases written from the spec for bugs one host had (tests/conformance/extra)."""
+    cases = [p.values[0] for p in selected(EXTRA_DIR, flavor)]
+    assert cases
+    failures = {c.name: why for c in cases if (why := mismatch(c.raw, windows_records(c, flavor)))}
+    assert not failures, failures
 
 
 def test_the_checker_rejects_a_wrong_trace() -> None:
-    case = next(c for stem, c in _cases() if stem == "A-tumbling-count4-seed-walkthrough")
-    events = run_case(case, "java")
-    assert mismatch(case, events) is None
-    assert mismatch(case, events[:-1]) is not None
-    swapped = [events[1], events[0], *events[2:]]
-    assert mismatch(case, swapped) is not None
+    case = next(c for c in cases_of(CASES_DIR) if c.name == "tumbling-count4-seed-walkthrough")
+    events = windows_records(case, "java")
+    assert mismatch(case.raw, events) is None
+    assert mismatch(case.raw, events[:-1]) is not None
+    assert mismatch(case.raw, [events[1], events[0], *events[2:]]) is not None
+
+
+@pytest.mark.parametrize("flavor", ["java", "cpp"])
+def test_every_event_carries_its_step_and_clock_time(flavor: str) -> None:
+    """FORMAT.md: ``step`` and ``at`` on every printed event, whatever the case's own
+    conventions (A cases name no steps; B cases give ``at`` on some events only). The one
+    exception: EVICTIONs of sliding windows in cases that name no step (see `trace_records`)."""
+    for param in selected(CASES_DIR, flavor):
+        case: Case = param.values[0]
+        for record in windows_records(case, flavor):
+            assert isinstance(record["at"], float), (case.name, record)
+            bare = case.sliding and not case.names_steps and record["event"] == "EVICTION"
+            assert ("step" in record) is not bare, (case.name, record)
+
+
+def test_an_activation_event_prints_step_minus_one_and_its_time() -> None:
+    case = next(c for c in cases_of(CASES_DIR) if c.name == "sliding-time2-time1")
+    assert not case.names_steps and case.raw["runtime"] == "any"
+    first = windows_records(case, "java")[0]
+    assert first == {"event": "INITIAL_FULL", "partition": None, "tuples": [], "step": -1, "at": 0.0}
+
+
+def test_a_timer_event_prints_the_step_that_let_time_pass_and_its_own_time() -> None:
+    case = next(c for c in cases_of(CASES_DIR) if c.name == "tumbling-time5-seed")
+    evictions = [r for r in windows_records(case, "java") if r["event"] == "EVICTION"]
+    steps = case.raw["steps"]
+    for r in evictions:
+        assert "at" in steps[r["step"]]  # an {"at": t} step fired it
+        assert r["at"] <= steps[r["step"]]["at"] and r["at"] % 5.0 == 0.0  # at its due time
 
 
 def _trace_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -67,12 +106,13 @@ def _trace_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_prints_one_json_event_per_line() -> None:
-    path = CASES_DIR / "A-sliding-count3-seed-walkthrough.json"
+    path = CASES_DIR / "A-tumbling-count3-partitioned-seed.json"
     result = _trace_cli("--flavor", "java", str(path))
     assert result.returncode == 0, result.stderr
     events = [json.loads(line) for line in result.stdout.splitlines()]
     case = json.loads(path.read_text())
     assert mismatch(case, events) is None
+    assert all(set(e) == {"event", "partition", "tuples", "step", "at"} for e in events)
 
 
 def test_cli_out_dir_writes_one_file_per_case(tmp_path: Path) -> None:
@@ -85,20 +125,25 @@ def test_cli_out_dir_writes_one_file_per_case(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("step", "message"), [
-    ({"flood": 1}, "unknown step"),
-    ({"watermark": 3.0}, "watermarks drive timeInterval windows only"),
-    ({"tuple": {"id": "a"}, "event_time": 1.0}, "event_time need a timeInterval window"),
-    ({"punct": "weird"}, "punct must be 'window' or 'final'"),
-    ({"reset": "nope"}, "no checkpoint named 'nope'"),
+    ({"flood": 1}, "step 0: unknown step"),
+    ({"tuple": {"id": "a"}, "at": 1.0}, "step 0: unknown step"),
+    ({"watermark": 3.0}, "step 0: watermarks drive timeInterval windows only"),
+    ({"tuple": {"id": "a"}, "event_time": 1.0}, "step 0: tuples with event_time need a timeInterval window"),
+    ({"punct": "weird"}, "step 0: punct must be 'window' or 'final'"),
+    ({"reset": "nope"}, "step 0: no checkpoint named 'nope' was taken before"),
+    ({"evict_partition": "x"}, "step 0: evict_partition needs a partitioned window"),
+    ({"at": "soon"}, "step 0: at: expected seconds as a number"),
 ])
 def test_cli_reports_bad_steps_without_a_traceback(tmp_path: Path, step: dict[str, Any],
                                                     message: str) -> None:
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"window": "tumbling, count(2)", "steps": [step], "expect": []}))
+    path.write_text(json.dumps({"name": "bad", "window": "tumbling, count(2)", "steps": [step],
+                                "expect": []}))
     result = _trace_cli(str(path))
     assert result.returncode == 1
-    assert message in result.stderr
+    assert f"case bad, {message}" in result.stderr
     assert "Traceback" not in result.stderr
+    assert result.stdout == ""
 
 
 def test_cli_reports_a_bad_clause_pointing_at_it(tmp_path: Path) -> None:
@@ -108,4 +153,22 @@ def test_cli_reports_a_bad_clause_pointing_at_it(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "cnt(3)" in result.stderr
     assert "^^^" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_reports_a_tuple_the_window_refuses_naming_its_step(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"name": "nokey", "window": "tumbling, count(2), partitioned",
+                                "partition_by": "k", "steps": [{"tuple": {"id": "a"}}], "expect": []}))
+    result = _trace_cli(str(path))
+    assert result.returncode == 1
+    assert "case nokey, step 0:" in result.stderr and "'k'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("host", ["windows", "runtime"])
+def test_cli_reports_a_window_the_flavor_cannot_build(host: str) -> None:
+    result = _trace_cli("--host", host, "--flavor", "java", str(CASES_DIR / "A-sliding-count0-cpp.json"))
+    assert result.returncode == 1
+    assert "case sliding-count0-cpp: sliding, count(0): IBM's Java window fails" in result.stderr
     assert "Traceback" not in result.stderr

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._logging import configure_logging, get_logger
     from ._prometheus import MetricsServer, serve_metrics
     from ._status import StatusView, render_plain
+    from ._trace_host import replay_in_runtime
 
 # Logging, the status view and the Prometheus exporter pull in structlog, rich and
 # prometheus_client (about 80 ms). Processes that only run graphs, such as the Spark
@@ -36,6 +37,7 @@ _LAZY = {
     "configure_logging": "._logging", "get_logger": "._logging",
     "MetricsServer": "._prometheus", "serve_metrics": "._prometheus",
     "StatusView": "._status", "render_plain": "._status",
+    "replay_in_runtime": "._trace_host",  # `riverbed trace --host runtime`
 }
 
 
@@ -67,6 +69,7 @@ __all__ = [
     "configure_logging",
     "get_logger",
     "render_plain",
+    "replay_in_runtime",
     "run_graph",
     "run_virtual",
     "serve_metrics",

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._outputs import SparkOutput, spark_ddl
     from ._plan import Plan, plan
     from ._session import check_java, spark_session
+    from ._trace import replay_on_spark
 
 # Every query start runs each graph source in a fresh Python process (`_feeder`), and Spark
 # starts fresh worker processes for the keyed stage; they import this package to unpickle
@@ -34,6 +35,7 @@ _LAZY = {
     "Plan": "._plan", "plan": "._plan",
     "check_java": "._session", "spark_session": "._session",
     "spark_command": "._cli",
+    "replay_on_spark": "._trace",  # `riverbed trace --host spark`
 }
 
 
@@ -60,6 +62,7 @@ __all__ = [
     "mqtt_input",
     "plan",
     "rate_input",
+    "replay_on_spark",
     "spark_command",
     "spark_ddl",
     "spark_session",

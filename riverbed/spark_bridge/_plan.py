@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..graph import FrozenGraph, InputPort, Operator, OperatorDef, Source
+from ..windows import Punct as PunctPolicy
 from ..windows import TimeIntervalSpec, WindowSpec
 from ._errors import TranslationError
 from ._outputs import SparkWriter
@@ -225,6 +226,9 @@ def _spans(inp: InputPort) -> str | None:
         return "partition eviction counts across all partitions: one key group"
     if inp.flavor == "cpp" and spec.uses_system_time:
         return "cpp time window: its timers flush a default partition window-wide: one key group"
+    if inp.flavor == "cpp" and isinstance(spec.eviction, PunctPolicy):
+        return ("cpp punct window: a mark finding no tuple in any partition raises one empty-window "
+                "event: one key group")
     return None
 
 
