@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-rate", type=float, default=0.0002)
     ap.add_argument("--window", default="sliding, count(1000), count(500), partitioned")
     ap.add_argument("--rate", type=float, default=40_000)
-    ap.add_argument("--period", default="1s")
+    ap.add_argument("--period", default="10s")
     ap.add_argument("--seed", type=int, default=20261125)
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(0.2)  # the reader thread's last lines
     drain()
     faults = [e for _, e in events if e["event"] == "region reset"]
+    recovered = [e for _, e in events if e["event"] == "region recovered"]
+    slowest = max(recovered, key=lambda e: float(e["recovery_ms"]), default=None)  # type: ignore[arg-type]
     fault_recovery = [float(e["recovery_ms"]) for _, e in events  # type: ignore[arg-type]
                       if e["event"] == "region recovered"]
     restored = [at for at, e in events if e["event"] == "restored"]
@@ -153,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"recovery after a {name}: p50 {statistics.median(values):.0f} ms, "
                   f"p99 {_percentile(values, 99):.0f} ms, max {max(values):.0f} ms "
                   f"({len(values)} recoveries)")
+    if slowest is not None:
+        print("the slowest reset, by phase: " + ", ".join(
+            f"{k} {slowest[k]} ms" for k in ("stop_ms", "load_ms", "restore_ms") if k in slowest))
     return 0 if code == 0 and lost == 0 and duplicated == 0 else 1
 
 

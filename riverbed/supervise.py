@@ -5,7 +5,7 @@ The command becomes a supervisor: it starts ``riverbed run`` (the same arguments
 kernel's out-of-memory killer, a segmentation fault) or ending with exit code 1 (an operator
 failed, or a consistent region ran out of reset attempts) is started again, up to N times,
 after a backoff that doubles from 0.2 s to 30 s (and starts over after a child that ran
-10 s); with ``--checkpoint-dir`` each new process
+3 s); with ``--checkpoint-dir`` each new process
 resumes from the newest good checkpoint, so nothing is lost. A child that drained (0), was
 refused (2) or aborted (3), and any child once the supervisor itself was asked to stop, ends
 the supervisor with the child's code. The first SIGINT/SIGTERM is passed on to the child,
@@ -31,7 +31,7 @@ __all__ = ["RESTARTS_ENV", "child_arguments", "supervise"]
 
 RESTARTS_ENV = "RIVERBED_RESTARTS"
 _FIRST_BACKOFF, _MAX_BACKOFF = 0.2, 30.0
-_STABLE = 10.0  # a child that ran this long was no crash loop: the backoff starts over
+_STABLE = 3.0  # a child that ran this long was no crash loop: the backoff starts over
 _EXIT_FAILED, _EXIT_INVALID, _EXIT_ABORTED = 1, 2, 3
 
 

@@ -150,7 +150,7 @@ class Job:
             started = time.monotonic()
             for region in self.regions:
                 region.restore_latest()
-            if self.restored_from is not None and self._log is not None:
+            if self.regions and self._log is not None:
                 self._log.info("restored", checkpoint=self.restored_from,
                                restore_ms=round((time.monotonic() - started) * 1000, 1))
         except (OperatorError, RestoreRefused) as exc:

@@ -102,6 +102,7 @@ class Region:
         self._consecutive = 0
         self._last_failure: BaseException | None = None
         self._failed_at: int | None = None
+        self._phases: dict[str, float] = {}  # the last reset's phases: stop, load, restore (ms)
         for r in members:
             barrier_conns = [i for i, c in enumerate(r.core.connections) if c.operator in self.member_names]
             r.core.join_region(name, barrier_conns)
@@ -165,8 +166,8 @@ class Region:
 
     def report(self, checkpoint_id: int, operator: str, state: Any) -> None:
         pending = self.pending
-        if pending is None or pending.id != checkpoint_id:
-            return
+        if pending is None or pending.id != checkpoint_id or self.state is RegionState.RESETTING:
+            return  # (a reset is coming: the checkpoint under way will not commit)
         pending.states[operator] = state
         if len(pending.states) == len(self.members):
             self._commit(pending)
@@ -263,6 +264,7 @@ class Region:
                 f"between; the last failure: {exc}"))
             return
         self._failed_at = self.job.clock.now()
+        self.state = RegionState.RESETTING
         self.job.log_region("region reset", region=self.name, attempt=self._consecutive,
                             reason=str(exc), to_checkpoint=self.last_committed)
         self._resetting = self.job.spawn(self._reset(), f"{self.job.name}/{self.name}/reset")
@@ -292,21 +294,27 @@ class Region:
         self._resetting = None
         self.job.log_region("region recovered", level="info", region=self.name,
                             checkpoint=self.last_committed, resets=self.metrics.resets,
-                            recovery_ms=round(self.metrics.last_recovery_ms, 1))
+                            recovery_ms=round(self.metrics.last_recovery_ms, 1),
+                            **{k: round(v, 1) for k, v in self._phases.items()})
         for r in self.members:
             r.start(resume=True)
 
     async def _reset_members(self) -> None:
+        phases = self._phases = {}
+        started = time.monotonic()
         for r in self.members:
             r.cancel()
         await asyncio.gather(*(r.stopped() for r in self.members))
+        phases["stop_ms"] = (time.monotonic() - started) * 1000
         checkpoint = None
         if self.last_committed is not None:
             load = getattr(self.store, "load", None)
             checkpoint = load(self.last_committed) if callable(load) else self.store.latest_good()
+        phases["load_ms"] = (time.monotonic() - started) * 1000 - phases["stop_ms"]
         for r in self.members:
             r.purge()
         for r in self.members:
             state = checkpoint.states[r.name] if checkpoint is not None else None
             r.core.reset(state, initial_operator_state=self.initial.get(r.name))
             r.wake()  # the operator's restore may already have submitted (held items due)
+        phases["restore_ms"] = (time.monotonic() - started) * 1000 - phases["stop_ms"] - phases["load_ms"]
