@@ -18,6 +18,7 @@ from ._errors import (
 from ._events import EventType, PaneEvent, PaneTiming, StreamWindowEvent, StreamWindowListener
 from ._factory import make_window
 from ._flavor import Flavor
+from ._keys import decode_partition_key, encode_partition_key
 from ._policy import (
     EVENT_TIME_MAX,
     Count,
@@ -62,6 +63,8 @@ __all__ = [
     "WindowStateError",
     "WindowTupleError",
     "WindowType",
+    "decode_partition_key",
+    "encode_partition_key",
     "make_window",
     "parse_window_clause",
     "seconds_to_ns",

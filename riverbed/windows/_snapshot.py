@@ -24,10 +24,10 @@ leave at once through an EVICTION event.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from ._errors import SnapshotError
+from ._keys import decode_partition_key, encode_partition_key
 from ._partition import Partition
 from ._partition_eviction import AgeMarker, PartitionAgeJava
 
@@ -39,20 +39,9 @@ __all__ = ["FORMAT", "partition_state", "restore_partition_state", "restore_wind
 FORMAT = "riverbed.window/1"
 
 
-def _key_out(key: Hashable | None) -> Any:
-    return list(key) if isinstance(key, tuple) else key
-
-
-def _key_in(key: Any) -> Hashable:
-    """msgpack returns tuples as lists; partition keys must be hashable again."""
-    if isinstance(key, list):
-        return tuple(_key_in(k) for k in key)
-    return key  # type: ignore[no-any-return]
-
-
 def partition_state(part: Partition) -> dict[str, Any]:
     return {
-        "key": _key_out(part.key),
+        "key": encode_partition_key(part.key),
         "tuples": list(part.tuples),
         "values": list(part.values),
         "arrivals": list(part.arrivals),
@@ -68,7 +57,7 @@ def window_state(w: StreamWindow[Any]) -> dict[str, Any]:
     evictor = w._evictor
     lru: list[Any] = []
     for k, v in w._lru.items():
-        lru.append(["m", k.age] if isinstance(k, AgeMarker) else ["p", _key_out(k), v])
+        lru.append(["m", k.age] if isinstance(k, AgeMarker) else ["p", encode_partition_key(k), v])
     return {
         "format": FORMAT,
         "clause": w.spec.clause(),
@@ -83,7 +72,7 @@ def window_state(w: StreamWindow[Any]) -> dict[str, Any]:
         "in_order": w._in_order,
         "window_last_tick": w._window_last_tick,
         "age_last_tick": evictor.last_tick if isinstance(evictor, PartitionAgeJava) else None,
-        "memory": [[_key_out(k), *v] for k, v in w._memory.items()],
+        "memory": [[encode_partition_key(k), *v] for k, v in w._memory.items()],
     }
 
 
@@ -109,7 +98,7 @@ def _build_partition(w: StreamWindow[Any], data: Any, where: str) -> Partition:
         raise SnapshotError(f"{where}: {len(arrivals)} arrival times for {len(tuples)} tuples")
     if any(isinstance(a, bool) or not isinstance(a, int) for a in arrivals):
         raise SnapshotError(f"{where}: arrival times must be integer nanoseconds")
-    key = _key_in(data.get("key"))
+    key = decode_partition_key(data.get("key"))
     part = Partition(key if w.spec.partitioned else None, w._sliding)
     part.tuples = deque(tuples) if w._sliding else list(tuples)
     part.values = deque(values)
@@ -169,13 +158,13 @@ def restore_window(w: StreamWindow[Any], data: Any) -> None:
         if entry[0] == "m":
             w._lru[AgeMarker(entry[1])] = 0
         else:
-            w._lru[_key_in(entry[1])] = entry[2]
+            w._lru[decode_partition_key(entry[1])] = entry[2]
     w._total = total
     w._shared_has_ref, w._shared_ref = bool(shared[0]), shared[1]
     w._in_order = bool(_field(data, "in_order", bool, where))
     w._window_last_tick = _field(data, "window_last_tick", int, where)
     for entry in memory:
-        w._memory[_key_in(entry[0])] = (bool(entry[1]), int(entry[2]), entry[3], bool(entry[4]))
+        w._memory[decode_partition_key(entry[0])] = (bool(entry[1]), int(entry[2]), entry[3], bool(entry[4]))
     w._install_insert()
     if w._final:
         return

@@ -36,8 +36,8 @@ from typing import Any, Generic, TypeVar
 from ._errors import SnapshotError, WatermarkError, WindowClauseError, WindowStateError, WindowTupleError
 from ._events import EventType, Listener, PaneEvent, PaneTiming, StreamWindowEvent
 from ._flavor import Flavor, rules_for
+from ._keys import decode_partition_key, encode_partition_key
 from ._policy import EVENT_TIME_MAX, EVENT_TIME_MIN, TimeIntervalSpec
-from ._snapshot import _key_in, _key_out
 
 __all__ = ["FORMAT", "TimeIntervalWindow"]
 
@@ -474,14 +474,14 @@ class TimeIntervalWindow(Generic[T]):
                         i = index_of[id(tup)] = len(table)
                         table.append(tup)
                     refs.append(i)
-                parts.append([_key_out(key), refs])
+                parts.append([encode_partition_key(key), refs])
             panes.append({
                 "start": pane.start,
                 "complete": pane.state == _COMPLETE,
                 "index": pane.index,
                 "timing": pane.timing.value,
                 "parts": parts,
-                "updated": [_key_out(k) for k in pane.updated],
+                "updated": [encode_partition_key(k) for k in pane.updated],
             })
         return {
             "format": FORMAT,
@@ -558,9 +558,9 @@ def _decode(w: TimeIntervalWindow[Any], state: Mapping[str, Any]
             pane.index = int(raw["index"])
             pane.timing = PaneTiming(raw["timing"])
             for key, refs in raw["parts"]:
-                pane.parts[_key_in(key)] = [table[i] for i in refs]
+                pane.parts[decode_partition_key(key)] = [table[i] for i in refs]
             for key in raw["updated"]:
-                k = _key_in(key)
+                k = decode_partition_key(key)
                 if k not in pane.parts:
                     raise SnapshotError(f"{where}: updated partition {key!r} holds no tuples")
                 pane.updated[k] = None
