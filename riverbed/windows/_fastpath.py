@@ -171,7 +171,7 @@ def _handlers(w: StreamWindow[Any], *types: EventType) -> tuple[list[Callable[..
 
 def _locator(w: StreamWindow[Any]) -> tuple[Any, Any, Any]:
     single = w._single
-    key_of = w._key_of
+    key_of = w._partitioner.key_of
     parts = w._parts
     return single, key_of, parts
 

@@ -33,10 +33,11 @@ import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ._errors import SnapshotError, WatermarkError, WindowClauseError, WindowStateError, WindowTupleError
+from ._errors import SnapshotError, WatermarkError, WindowClauseError, WindowTupleError
 from ._events import EventType, Listener, PaneEvent, PaneTiming, StreamWindowEvent
 from ._flavor import Flavor, rules_for
 from ._keys import decode_partition_key, encode_partition_key
+from ._listeners import ListenerRegistry, Partitioner
 from ._policy import EVENT_TIME_MAX, EVENT_TIME_MIN, TimeIntervalSpec
 
 __all__ = ["FORMAT", "TimeIntervalWindow"]
@@ -129,14 +130,13 @@ class TimeIntervalWindow(Generic[T]):
         else:
             raise WindowClauseError(
                 f"event_time={event_time!r}: expected an attribute name or a function of the tuple")
-        self._key_of: Callable[[T], Hashable] | None = None
-        self._key_name: str | None = None
+        self._partitioner: Partitioner[T] = Partitioner(spec.clause(), spec.partitioned, getter)
         self._now = 0
         self._reset_state()
         if partition_by is not None:
             self.register_partitioner(partition_by)
-        self._listeners: dict[EventType, list[Callable[[StreamWindowEvent[T]], None]]] = {
-            t: [] for t in _ALL_TYPES}
+        self._events = ListenerRegistry("timeInterval", _ALL_TYPES)
+        self._listeners = self._events.handlers
         self._on_insert = self._listeners[EventType.INSERTION]  # read per tuple: no enum hashing
         for listener in listeners:
             self.register_listener(listener)
@@ -166,34 +166,20 @@ class TimeIntervalWindow(Generic[T]):
 
     def register_listener(self, listener: Listener[T],
                           types: Iterable[EventType] | None = None) -> None:
-        """Add a listener (a callable or an object with ``handle_event``) for some or all events."""
-        handle = getattr(listener, "handle_event", listener)
-        if not callable(handle):
-            raise TypeError(f"{listener!r} is not a window listener: expected a callable or an "
-                            "object with handle_event(event)")
-        wanted = _ALL_TYPES if types is None else tuple(types)
-        for t in wanted:
-            if t not in self._listeners:
-                raise WindowStateError(f"a timeInterval window raises no {t.name} events; "
-                                       f"expected some of {[x.name for x in _ALL_TYPES]}")
-            self._listeners[t].append(handle)
+        """Add a listener (a callable or an object with ``handle_event``) for some or all events.
+
+        Misuse raises what `StreamWindow.register_listener` raises (see
+        `riverbed.windows._listeners`); asking only for events a timeInterval
+        window never raises (EVICTION, ...) is a `WindowStateError`.
+        """
+        self._events.register(listener, types)
 
     def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
-        """Set how a tuple's partition key is computed: an attribute name or a function."""
-        if not self.spec.partitioned:
-            raise WindowStateError(f"{self.spec.clause()}: the window is not partitioned; "
-                                   "add 'partitioned' to the clause to partition it")
-        if self._panes:
-            raise WindowStateError("the partitioner cannot change once the window holds tuples")
-        if isinstance(partition_by, str):
-            self._key_name = partition_by
-            self._key_of = self._getter(partition_by)
-        elif callable(partition_by):
-            self._key_name = None
-            self._key_of = partition_by
-        else:
-            raise WindowStateError(f"partition_by={partition_by!r}: expected an attribute name "
-                                   "or a function of the tuple")
+        """Set how a tuple's partition key is computed: an attribute name or a function.
+
+        Only before the window holds tuples: `WindowStateError` afterwards.
+        """
+        self._partitioner.set(partition_by, has_partitions=bool(self._panes))
 
     # ------------------------------------------------------------------ tuples
 
@@ -211,7 +197,7 @@ class TimeIntervalWindow(Generic[T]):
         if t < self._drop:
             self.dropped += 1
             return False
-        key = self._partition_of(tup) if self.spec.partitioned else None
+        key = self._partitioner.key(tup) if self.spec.partitioned else None
         period = self._period
         start = t - (t - self._offset) % period
         low = t - self._duration
@@ -243,7 +229,7 @@ class TimeIntervalWindow(Generic[T]):
         """
         read = self._event_time_of
         partitioned = self.spec.partitioned
-        key_of = self._key_of
+        key_of = self._partitioner.key_of
         if (event_times is not None or read is None or (partitioned and key_of is None)
                 or self._on_insert):
             return self._insert_each(tuples, event_times)
@@ -322,19 +308,6 @@ class TimeIntervalWindow(Generic[T]):
         if t < 0 or t > EVENT_TIME_MAX:
             raise WindowTupleError(f"event time {t} is outside 0..2**63-1 {self.resolution} ticks")
         return int(t)
-
-    def _partition_of(self, tup: T) -> Hashable:
-        key_of = self._key_of
-        if key_of is None:
-            raise WindowStateError("a partitioned window needs a partitioner: pass partition_by= "
-                                   "or call register_partitioner before inserting")
-        try:
-            key = key_of(tup)
-            hash(key)
-        except (KeyError, IndexError, AttributeError, TypeError):
-            what = repr(self._key_name) if self._key_name else "key"
-            raise WindowTupleError(f"tuple has no valid partition {what}: {tup!r}") from None
-        return key
 
     # -------------------------------------------------------------- punctuation
 

@@ -25,10 +25,11 @@ from heapq import heappop
 from typing import Any, Generic, TypeVar
 
 from ._delta import DeltaReader, bound_for, delta_kind_for_type, make_delta_reader
-from ._errors import WindowClauseError, WindowStateError, WindowTupleError
+from ._errors import WindowClauseError, WindowStateError
 from ._events import EventType, Listener, StreamWindowEvent
 from ._fastpath import compile_batch, compile_hosted, compile_insert
 from ._flavor import Flavor, FlavorRules, rules_for
+from ._listeners import ListenerRegistry, Partitioner
 from ._partition import Partition
 from ._partition_eviction import PartitionEvictor, make_partition_evictor
 from ._policy import Count, Delta, Punct, Time, WindowSpec, WindowType
@@ -48,6 +49,7 @@ PARTITION_EVICTION = EventType.PARTITION_EVICTION
 EMPTY_WINDOW_PUNCT = EventType.EMPTY_WINDOW_PUNCT
 
 _NO_TUPLES: tuple[Any, ...] = ()
+_RAISED = frozenset(EventType) - {EventType.CLOSE}  # CLOSE is a timeInterval pane's
 
 # Policy kinds, resolved once so the insert path compares small ints.
 _NONE, _COUNT, _TIME, _DELTA, _PUNCT = range(5)
@@ -133,16 +135,13 @@ class StreamWindow(Generic[T]):
         self._evict_after = self._ev_ns + rules.time_eviction_lag_ns  # arrival -> eviction timer
         self._tick_ns = self._tr_ns if self._sliding else self._ev_ns  # period of a periodic policy
         self._default_partition = default_partition
-        self._key_of: Callable[[T], Hashable] | None = None
-        self._key_name: str | None = None
-        if partition_by is not None:
-            self.register_partitioner(partition_by)
-        # Who receives each event type, in registration order. The lists live as long as the
-        # window (registering appends in place), so compiled insert paths can hold them.
-        self._handlers: dict[EventType, list[Callable[[StreamWindowEvent[T]], None]]] = {
-            t: [] for t in EventType}
+        self._partitioner: Partitioner[T] = Partitioner(spec.clause(), spec.partitioned, getter)
+        # Who receives each event type (see `ListenerRegistry`); the lists live as long as the
+        # window, so compiled insert paths hold them.
+        self._events = ListenerRegistry("tumbling or sliding", _RAISED)
+        self._handlers = self._events.handlers
         # Every listener of some type other than INSERTION: the gate for building those events.
-        self._listeners: list[Callable[[StreamWindowEvent[T]], None]] = []
+        self._listeners = self._events.gate
         # Listeners for INSERTION events, raised by their own code paths (one per tuple).
         self._insertion_listeners = self._handlers[INSERTION]
         for listener in listeners:
@@ -157,6 +156,8 @@ class StreamWindow(Generic[T]):
         self._evictor: PartitionEvictor | None = make_partition_evictor(
             spec.partition_eviction, self._java)
         self._reset_state()
+        if partition_by is not None:
+            self.register_partitioner(partition_by)
 
     # ------------------------------------------------------------------ setup
 
@@ -224,41 +225,19 @@ class StreamWindow(Generic[T]):
         ``types`` restricts it to some event types. A window raises one
         INSERTION per tuple; a listener that does not ask for them costs
         nothing per insertion, which is most of a window's event traffic.
-        Each event type has its own list of listeners, so an event no listener
-        asked for is never built, and a restricted listener is called directly,
-        not through a filter.
+        Misuse raises what `TimeIntervalWindow.register_listener` raises (see
+        `riverbed.windows._listeners`).
         """
-        handle = getattr(listener, "handle_event", None)
-        if handle is None:
-            if not callable(listener):
-                raise TypeError(f"a window listener needs handle_event(event) or must be callable, "
-                                f"got {listener!r}")
-            handle = listener
-        wanted = tuple(EventType) if types is None else tuple(dict.fromkeys(types))
-        for etype in wanted:
-            if not isinstance(etype, EventType):
-                raise TypeError(f"listener event types must be EventType members, got {etype!r}")
-        for etype in wanted:
-            self._handlers[etype].append(handle)
-        if any(etype is not INSERTION for etype in wanted):
-            self._listeners.append(handle)
+        self._events.register(listener, types)
 
     def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
-        """Set how a tuple's partition key is computed: an attribute name or a function."""
-        if not self.spec.partitioned:
-            raise WindowStateError(
-                f"window '{self.spec.clause()}' is not partitioned; add 'partitioned' to the "
-                "clause to give it a partitioner")
-        if isinstance(partition_by, str):
-            self._key_name = partition_by
-            self._key_of = self._getter(partition_by)
-        elif callable(partition_by):
-            self._key_name = getattr(partition_by, "__name__", "partitioner")
-            self._key_of = partition_by
-        else:
-            raise TypeError(f"partition_by must be an attribute name or a function, got {partition_by!r}")
-        if hasattr(self, "_parts"):
-            self._install_insert()
+        """Set how a tuple's partition key is computed: an attribute name or a function.
+
+        Only before the window has partitions (at construction, before the
+        first tuple, or after a reset): `WindowStateError` afterwards.
+        """
+        self._partitioner.set(partition_by, has_partitions=self.spec.partitioned and bool(self._parts))
+        self._install_insert()
 
     def partitions(self) -> list[Hashable]:
         """Partition keys; least recently inserted first when partition eviction is configured."""
@@ -555,7 +534,7 @@ class StreamWindow(Generic[T]):
         # Everything that can reject the tuple comes first: a refused tuple changes nothing.
         ev_val = self._ev_read(t) if self._ev_read is not None else None
         tr_val = self._tr_read(t) if self._tr_read is not None else None
-        key = self._partition_key(t) if self._single is None else None
+        key = self._partitioner.key(t) if self._single is None else None
         if self._suspended:  # C14: the first tuple after a drain or reset resumes time
             self._suspended = False
             self._install_insert()
@@ -588,24 +567,6 @@ class StreamWindow(Generic[T]):
             self._insert_tumbling(part, t, ev_val)
         if evictor is not None and not rules.partition_eviction_after_insertion:
             evictor.after_insert(self, needed)
-
-    def _partition_key(self, t: T) -> Hashable:
-        key_of = self._key_of
-        if key_of is None:
-            raise WindowStateError(
-                f"window '{self.spec.clause()}' is partitioned but has no partitioner; pass "
-                "partition_by= or call register_partitioner()")
-        try:
-            key = key_of(t)
-        except (KeyError, AttributeError, IndexError, TypeError) as exc:
-            raise WindowTupleError(
-                f"cannot compute the partition key ({self._key_name}) of tuple {t!r}: "
-                f"{type(exc).__name__}: {exc}") from None
-        try:
-            hash(key)
-        except TypeError:
-            raise WindowTupleError(f"partition key {key!r} of tuple {t!r} is not hashable") from None
-        return key
 
     def insert_batch(self, tuples: Iterable[T]) -> None:
         """Insert many tuples; same events as inserting them one by one."""
