@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.windows import (
+    SnapshotError,
     StreamWindow,
     TimeIntervalWindow,
     decode_partition_key,
@@ -131,3 +132,25 @@ def test_windows_snapshots_store_composite_keys_through_the_codec() -> None:
     assert data["panes"][0]["parts"][0][0] == encode_partition_key(("a", (1, "x")))
     panes.restore(msgpack.unpackb(msgpack.packb(data)))
     assert panes.partitions() == [("a", (1, "x"))]
+
+
+@pytest.mark.parametrize(("clause", "corrupt", "message"), [
+    ("sliding, count(3)", lambda d: d["partitions"].append(d["partitions"][0]), "has one partition"),
+    ("sliding, count(3), partitioned, partitionCount(2)", lambda d: d["lru"].append(["x"]), "bad LRU entry"),
+    ("sliding, count(3), partitioned", lambda d: d["memory"].append([1]), "bad entry"),
+    ("sliding, count(3), partitioned", lambda d: d["partitions"][0].update(key={"a": 1}), "not hashable"),
+])
+def test_a_corrupt_snapshot_leaves_the_window_as_it_was(clause: str, corrupt: Callable[[Any], Any],
+                                                        message: str) -> None:
+    window: StreamWindow[dict[str, Any]] = StreamWindow(
+        clause, partition_by="k" if "partitioned" in clause else None)
+    window.insert({"k": "a", "id": 1})
+    window.insert({"k": "b", "id": 2})
+    data = json.loads(json.dumps(window.snapshot()))
+    corrupt(data)
+    before = window.snapshot()
+    with pytest.raises(SnapshotError, match=message):
+        window.restore(data)
+    assert window.snapshot() == before
+    window.insert({"k": "a", "id": 3})
+    assert [t["id"] for t in window.contents("a" if window.is_partitioned else None)][-1] == 3
