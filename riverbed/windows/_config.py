@@ -62,7 +62,10 @@ class WindowConfig:
     its bound D in the attribute's arithmetic and the flavor's comparison
     (``ev_out(new, old, D)``: true when ``new`` is out of delta of ``old``).
     ``evict_after`` is when an arrival's time eviction is due (T plus the
-    flavor's re-check lag); ``tick_ns`` the period of a periodic policy.
+    flavor's re-check lag); ``tick_ns`` the period of a periodic policy (a
+    Java partition's own timer, C++'s window-wide one; 0: none);
+    ``periodic_window_tick`` whether a C++ window has its window-wide timer
+    (it tumbles a time eviction or fires a time trigger).
     ``fast_paths`` False makes the window use its generic insert path only,
     the reference the compiled ones are tested against.
     """
@@ -87,6 +90,7 @@ class WindowConfig:
     tr_out: Callable[[Any, Any, Any], bool]
     evict_after: int
     tick_ns: int
+    periodic_window_tick: bool
     default_partition: Hashable
     getter: Getter
     evictor: PartitionEvictor | None
@@ -123,19 +127,10 @@ class WindowConfig:
             tr_bound=tr_bound, tr_out=tr_out,
             evict_after=ev_ns + rules.time_eviction_lag_ns,
             tick_ns=tr_ns if sliding else ev_ns,
+            periodic_window_tick=(isinstance(ev, Time) and not sliding) or isinstance(tr, Time),
             default_partition=default_partition, getter=getter,
             evictor=make_partition_evictor(spec.partition_eviction, java),
             fast_paths=fast_paths)
-
-    @property
-    def periodic_window_tick(self) -> bool:
-        """C++: one window-wide timer tumbles (time eviction) or triggers (time trigger)."""
-        return (self.ev == TIME and not self.sliding) or self.tr == TIME
-
-    @property
-    def partition_period(self) -> int:
-        """Java: the period of a partition's own timer (0 when it has none)."""
-        return self.tr_ns if self.sliding else (self.ev_ns if self.ev == TIME else 0)
 
 
 def _window_spec(spec: WindowSpec | str) -> WindowSpec:

@@ -460,7 +460,7 @@ class WindowEngine(Generic[T]):
             part.seen_full = True
             if self._listeners:
                 self._emit(INITIAL_FULL, part.key, NO_TUPLES)
-        period = config.partition_period
+        period = config.tick_ns
         if period:
             part.last_tick = state.now
             self._arm_tick(part, state.now + period)
@@ -633,7 +633,7 @@ class WindowEngine(Generic[T]):
                 self._arm_evict(part)
         if not config.java:
             return
-        period = config.partition_period
+        period = config.tick_ns
         if period and part.key in state.parts:
             due = part.last_tick + period
             if due <= state.now:

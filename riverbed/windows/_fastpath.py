@@ -231,7 +231,7 @@ def _sliding_delta(s: Shape) -> str:
 _STEPS = {
     "tumbling_count": _Step(_tumbling_count),
     "tumbling_append": _Step(_tumbling_append, events_when="inserted",
-                             bulk_single="single.tuples.extend(rest)"),
+                             bulk_single="single.tuples.extend(batch)"),
     "tumbling_delta": _Step(_tumbling_delta, reads_value=True),
     "sliding_count": _Step(_sliding_count),
     "sliding_time": _Step(_sliding_time),
@@ -328,6 +328,8 @@ def _expand(source: str, *, events: bool, miss: str, now: str, compare: str) -> 
     for line in _lines(source):
         text = line.lstrip()
         indent = line[: len(line) - len(text)]
+        if not text:
+            continue
         if text.startswith("@"):
             rule, *args = text.split()
             if rule == "@miss":

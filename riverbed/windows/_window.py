@@ -194,7 +194,7 @@ class StreamWindow(WindowEngine[T]):
         the current one, so a host may keep it for the window's life. To keep
         the fastest path a host asks again after those calls (or before each
         batch: asking returns the same function until the path changes, and
-        costs an attribute read).
+        costs a method call).
         """
         return self._insert_tuples
 
