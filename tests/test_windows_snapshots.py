@@ -137,6 +137,10 @@ def test_windows_snapshots_store_composite_keys_through_the_codec() -> None:
 @pytest.mark.parametrize(("clause", "corrupt", "message"), [
     ("sliding, count(3)", lambda d: d["partitions"].append(d["partitions"][0]), "has one partition"),
     ("sliding, count(3), partitioned, partitionCount(2)", lambda d: d["lru"].append(["x"]), "bad LRU entry"),
+    ("sliding, count(3), partitioned, partitionCount(2)", lambda d: d["lru"].append(["p", "c"]),
+     "bad LRU entry"),
+    ("sliding, count(3), partitioned, partitionCount(2)", lambda d: d["lru"].append([["p"], 1]),
+     "bad LRU entry"),
     ("sliding, count(3), partitioned", lambda d: d["memory"].append([1]), "bad entry"),
     ("sliding, count(3), partitioned", lambda d: d["partitions"][0].update(key={"a": 1}), "not hashable"),
 ])

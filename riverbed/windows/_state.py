@@ -220,8 +220,10 @@ def decode(config: WindowConfig, data: Any, *, now: int, active: bool) -> Window
         window_last_tick=_field(data, "window_last_tick", int, where),
         age_last_tick=now if age_last_tick is None else age_last_tick)
     for entry in lru_raw:
-        if not isinstance(entry, list) or not entry or entry[0] not in ("m", "p"):
-            raise SnapshotError(f"{where}: bad LRU entry {entry!r}")
+        kind = entry[0] if isinstance(entry, list) and entry else None
+        if not ((kind == "m" and len(entry) == 2) or (kind == "p" and len(entry) == 3)):
+            raise SnapshotError(f"{where}: bad LRU entry {entry!r} (expected ['m', age] or "
+                                "['p', key, second])")
         if entry[0] == "m":
             state.lru[AgeMarker(entry[1])] = 0
         else:
