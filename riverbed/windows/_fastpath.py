@@ -103,7 +103,12 @@ class Shape:
 class _Step:
     body: Callable[[Shape], str]
     reads_value: bool = False  # a delta step: ``value`` is the tuple's validated delta value
-    events_when: str = "listeners or inserted"  # which listeners make the step raise events
+    # Which listeners make a batch run the step with its events (and check staleness per tuple:
+    # any listener the step may call, directly or through the engine, can change the path).
+    events_when: str = "listeners or inserted"
+    # The same for one tuple, which checks staleness once anyway: only the events the step
+    # raises inline count (a tumble raises its EVICTION through the engine).
+    tuple_events_when: str = "listeners or inserted"
     bulk_single: str | None = None  # the eventless batch of an unpartitioned window, in one call
 
 
@@ -229,10 +234,10 @@ def _sliding_delta(s: Shape) -> str:
 
 
 _STEPS = {
-    "tumbling_count": _Step(_tumbling_count),
-    "tumbling_append": _Step(_tumbling_append, events_when="inserted",
+    "tumbling_count": _Step(_tumbling_count, tuple_events_when="inserted"),
+    "tumbling_append": _Step(_tumbling_append, events_when="inserted", tuple_events_when="inserted",
                              bulk_single="single.tuples.extend(batch)"),
-    "tumbling_delta": _Step(_tumbling_delta, reads_value=True),
+    "tumbling_delta": _Step(_tumbling_delta, reads_value=True, tuple_events_when="inserted"),
     "sliding_count": _Step(_sliding_count),
     "sliding_time": _Step(_sliding_time),
     "sliding_delta": _Step(_sliding_delta, reads_value=True),
@@ -381,7 +386,7 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
         "    def insert(t):",
         "        if not live[0]:  # compiled before the window's insert path changed",
         "            return window.insert(t)",
-        f"        if {step.events_when}:",
+        f"        if {step.tuple_events_when}:",
         *_indent(insertion(True, one_miss, "state.now"), 3),
         "        else:",
         *_indent(insertion(False, one_miss, "state.now"), 3),
