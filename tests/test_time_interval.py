@@ -343,16 +343,16 @@ def test_a_bad_event_time_is_rejected_and_leaves_the_window_unchanged(tup: Any, 
 
 def test_a_bad_partition_key_is_rejected() -> None:
     w, _ = _window("timeInterval, intervalDuration(10), partitioned", "k")
-    with pytest.raises(WindowTupleError, match="no valid partition 'k'"):
+    with pytest.raises(WindowTupleError, match=r"cannot compute the partition key \(k\) of tuple"):
         w.insert({"id": "a", "ts": 5 * S})
-    with pytest.raises(WindowTupleError, match="no valid partition"):
+    with pytest.raises(WindowTupleError, match=r"partition key \['unhashable'\] .* is not hashable"):
         w.insert({"id": "a", "ts": 5 * S, "k": ["unhashable"]})
     assert w.panes() == []
 
 
 def test_a_partitioned_window_needs_a_partitioner_and_an_unpartitioned_one_refuses_it() -> None:
     w = TimeIntervalWindow("timeInterval, intervalDuration(10), partitioned", event_time="ts")
-    with pytest.raises(WindowStateError, match="needs a partitioner"):
+    with pytest.raises(WindowStateError, match="partitioned but has no partitioner"):
         w.insert({"ts": 1})
     with pytest.raises(WindowStateError, match="not partitioned"):
         TimeIntervalWindow("timeInterval, intervalDuration(10)", partition_by="k")
@@ -447,7 +447,7 @@ def test_insert_batch_equals_one_by_one_insertion(d: int, p: int, a: int, partit
 
 def test_insert_batch_stops_at_a_bad_tuple_after_storing_the_ones_before() -> None:
     w, _ = _window("timeInterval, intervalDuration(10), partitioned", "k")
-    with pytest.raises(WindowTupleError, match="tuple 2 of the batch: tuple has no valid partition"):
+    with pytest.raises(WindowTupleError, match=r"tuple 2 of the batch: partition key \{\} .* not hashable"):
         w.insert_batch([{"id": "a", "ts": 1, "k": 1}, {"id": "b", "ts": 2, "k": 2},
                         {"id": "c", "ts": 3, "k": {}}, {"id": "d", "ts": 4, "k": 1}])
     assert [t["id"] for t in w.contents(0, 1)] == ["a"]

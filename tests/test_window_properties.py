@@ -22,8 +22,9 @@ from riverbed.windows._timers import Timer, TimerQueue
 from tests.window_fuzz import Recorder, apply, clauses, ops
 
 
-def _build(clause: str, flavor: str) -> StreamWindow[dict[str, Any]]:
-    return StreamWindow(clause, flavor=flavor, partition_by="k" if "partitioned" in clause else None)
+def _build(clause: str, flavor: str, fast: bool = True) -> StreamWindow[dict[str, Any]]:
+    return StreamWindow(clause, flavor=flavor, partition_by="k" if "partitioned" in clause else None,
+                        fast_paths=fast)
 
 
 def _run(window: StreamWindow[dict[str, Any]], script: list[tuple[Any, ...]], start: int = 0) -> None:
@@ -46,8 +47,8 @@ def test_random_windows_never_crash_and_keep_their_invariants(flavor_clause: tup
     window.activate(0)
     _run(window, data.draw(ops(window.is_partitioned)))
     # The total that tupleCount relies on is exactly what the partitions hold.
-    if window._evictor is not None:
-        assert window._total == sum(len(p.tuples) for p in window._parts.values())
+    if window.config.evictor is not None:
+        assert window._state.total == sum(len(p.tuples) for p in window._state.parts.values())
     inserted = [e for e in rec.events if e[0] == "INSERTION"]
     assert all(len(e[2]) == 1 for e in inserted)
     # No tuple leaves a window twice.
@@ -91,14 +92,13 @@ def test_snapshot_restore_continue_equals_an_uninterrupted_run(flavor_clause: tu
 def test_fast_paths_raise_the_same_events_as_the_generic_engine(flavor_clause: tuple[str, str],
                                                                 data: st.DataObject) -> None:
     flavor, clause = flavor_clause
-    fast, slow = _build(clause, flavor), _build(clause, flavor)
-    slow._use_fast = False
+    fast, slow = _build(clause, flavor), _build(clause, flavor, fast=False)
     rec_fast, rec_slow = Recorder(fast), Recorder(slow)
     fast.register_listener(rec_fast)
     slow.register_listener(rec_slow)
     for w in (fast, slow):
         w.activate(0)
-    assert slow._insert == slow._insert_generic
+    assert slow.tuple_inserter() == slow._insert_generic
     script = data.draw(ops(fast.is_partitioned))
     _run(fast, script)
     _run(slow, script)
@@ -229,14 +229,15 @@ def _batch_ops(partitioned: bool) -> st.SearchStrategy[list[tuple[Any, ...]]]:
 def _apply_batch_op(window: StreamWindow[dict[str, Any]], op: tuple[Any, ...], seq: int) -> str:
     """Apply one op; return what it raised (type and message), '' when nothing."""
     try:
-        if op[0] == "batch":
-            window.insert_batch({"id": seq * 100 + i, "k": k, "v": v} for i, (k, v) in enumerate(op[1]))
+        if op[0] == "batch":  # a list: the window's compiled batch path, where it has one
+            window.insert_batch([{"id": seq * 100 + i, "k": k, "v": v} for i, (k, v) in enumerate(op[1])])
         elif op[0] == "t":
             window.insert({"id": seq * 100, "k": op[1][0], "v": op[1][1]})
         else:
             apply(window, op, seq)
     except (WindowStateError, WindowTupleError, OverflowError) as exc:
-        return f"{type(exc).__name__}: {exc}"
+        failed_at = f" at tuple {window.batch_failed_at}" if op[0] == "batch" else ""
+        return f"{type(exc).__name__}: {exc}{failed_at}"
     return ""
 
 
@@ -266,9 +267,9 @@ def test_fast_batches_and_inserts_leave_the_state_of_the_generic_engine(
     on the generic engine inserting one by one: same errors, state, timers (and events)."""
     flavor, clause = flavor_clause
     types = {"v": v_type} if v_type else None
-    fast, slow = (StreamWindow(clause, flavor=flavor, attribute_types=types,
-                               partition_by="k" if "partitioned" in clause else None) for _ in range(2))
-    slow._use_fast = False
+    fast, slow = (StreamWindow(clause, flavor=flavor, attribute_types=types, fast_paths=compiled,
+                               partition_by="k" if "partitioned" in clause else None)
+                  for compiled in (True, False))
     rec_fast, rec_slow = Recorder(fast), Recorder(slow)
     if listen:
         fast.register_listener(rec_fast)
@@ -381,11 +382,12 @@ def test_timer_queue_fires_in_due_then_arming_order(ops_: list[tuple[Any, ...]])
     "sliding, count(3), count(2)", "sliding, time(1), count(2)", "sliding, delta(v, 2), count(2)"])
 @pytest.mark.parametrize("partitioned", [False, True])
 def test_insert_functions_kept_by_a_host_follow_the_window(clause: str, partitioned: bool) -> None:
-    """``insert``/``insert_batch`` fetched once keep working after restore, reset and final."""
+    """``tuple_inserter()``/``inserter()`` asked for once keep working after restore, reset and
+    final: an old function hands over to the window's current one."""
     clause += ", partitioned" if partitioned else ""
     w: StreamWindow[dict[str, Any]] = StreamWindow(clause, partition_by="k" if partitioned else None)
     w.activate(0)
-    insert, insert_batch = w.insert, w.insert_batch
+    insert, insert_batch = w.tuple_inserter(), w.inserter()
     insert({"id": 0, "k": "a", "v": 1})
     snap = w.snapshot()
     insert_batch([{"id": 1, "k": "a", "v": 1}])
@@ -418,9 +420,7 @@ _TYPE_SETS = [{EventType.INSERTION}, {EventType.EVICTION}, {EventType.TRIGGER, E
 @given(flavor=st.sampled_from(["java", "cpp"]), fast=st.booleans(), data=st.data())
 def test_a_listener_restricted_to_some_types_sees_exactly_those_events(
         clause: str, types: set[EventType], flavor: str, fast: bool, data: st.DataObject) -> None:
-    everything, some = _build(clause, flavor), _build(clause, flavor)
-    for w in (everything, some):
-        w._use_fast = fast
+    everything, some = _build(clause, flavor, fast), _build(clause, flavor, fast)
     rec_all, rec_some = Recorder(everything), Recorder(some)
     everything.register_listener(rec_all)
     some.register_listener(rec_some, types)
@@ -442,8 +442,7 @@ def test_listeners_restricted_to_different_types_are_called_in_registration_orde
         data: st.DataObject) -> None:
     # Each event type keeps its own list of listeners; whatever mix of restrictions they have,
     # every event goes to the listeners that asked for its type, in the order they registered.
-    w = _build(clause, flavor)
-    w._use_fast = fast
+    w = _build(clause, flavor, fast)
     calls: list[tuple[int, EventType, Any, list[Any]]] = []
     for index, types in enumerate(chosen):
         def listener(event: Any, index: int = index) -> None:
@@ -473,8 +472,7 @@ def test_a_listener_that_reenters_the_window_does_not_change_what_later_listener
     # that inserts into the window while handling one must not change the event that the
     # listeners after it then receive. The generic path builds every event afresh.
     def run(fast: bool) -> list[Any]:
-        w = _build(clause, flavor)
-        w._use_fast = fast
+        w = _build(clause, flavor, fast)
         seen: list[Any] = []
         nested: list[int] = []
 
@@ -598,8 +596,8 @@ def test_a_failing_listener_never_leaves_the_window_unable_to_go_on(
             assert op[0] == "t", "only inserting after final may be refused"
         except (RuntimeError, WindowTupleError) as exc:
             assert isinstance(exc, WindowTupleError) or "listener failed" in str(exc), exc
-    if window._evictor is not None:
-        assert window._total == sum(len(p.tuples) for p in window._parts.values())
+    if window.config.evictor is not None:
+        assert window._state.total == sum(len(p.tuples) for p in window._state.parts.values())
 
 
 @pytest.mark.parametrize(("clause", "flavor", "values", "fail_on"), [
@@ -620,5 +618,5 @@ def test_a_window_goes_on_after_a_listener_failed_mid_eviction(clause: str, flav
             assert "listener failed" in str(exc)
             failures += 1
     assert failures == 1
-    part = window._parts.get(None, window._single)
+    part = window._state.parts[None]
     assert len(part.tuples) == len(part.values)

@@ -38,7 +38,16 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..graph import Operator, Punct, Schema
-from ..windows import EventType, PaneEvent, StreamWindow, StreamWindowEvent, TimeIntervalWindow, WindowType
+from ..windows import (
+    EventType,
+    PaneEvent,
+    StreamWindow,
+    StreamWindowEvent,
+    TimeIntervalWindow,
+    WindowType,
+    decode_partition_key,
+    encode_partition_key,
+)
 from ._aggregate_functions import Accumulator, AggregateFunction, Last, Scope
 from ._aggregate_math import freeze
 from ._params import OperatorParameterError, spl_aliases
@@ -169,15 +178,6 @@ def _group_key(key_of: Callable[[Any], Hashable], t: Any) -> Hashable:
     except TypeError:
         return freeze(k)
     return k
-
-
-def _key_out(key: Hashable) -> Any:
-    """Partition keys as plain data: tuples become lists (msgpack has no tuples)."""
-    return [_key_out(k) for k in key] if isinstance(key, tuple) else key
-
-
-def _key_in(key: Any) -> Hashable:
-    return tuple(_key_in(k) for k in key) if isinstance(key, list) else key
 
 
 class Aggregate(Operator):
@@ -474,14 +474,15 @@ class Aggregate(Operator):
 
     def snapshot(self) -> Any:
         """Which partitions have been full, and the window's tuple count, as plain data."""
-        return {"format": _FORMAT, "full": [_key_out(k) for k in self._full], "total": self._total}
+        return {"format": _FORMAT, "full": [encode_partition_key(k) for k in self._full],
+                "total": self._total}
 
     def restore(self, state: Any) -> None:
         """Take back a `snapshot`. Accumulators are rebuilt from the window as it is restored."""
         try:
             if state["format"] != _FORMAT:
                 raise ValueError(f"format {state['format']!r}, expected {_FORMAT!r}")
-            full = {_key_in(k) for k in state["full"]}
+            full = {decode_partition_key(k) for k in state["full"]}
             total = state["total"]
             if isinstance(total, bool) or not isinstance(total, int) or total < 0:
                 raise ValueError(f"total {total!r} is not a tuple count")

@@ -62,7 +62,17 @@ from operator import itemgetter
 from typing import Any, ClassVar
 
 from ..graph import Operator, Punct, WindowPunctuationMode
-from ..windows import Count, Delta, EventType, StreamWindow, StreamWindowEvent, Time, WindowType
+from ..windows import (
+    Count,
+    Delta,
+    EventType,
+    StreamWindow,
+    StreamWindowEvent,
+    Time,
+    WindowType,
+    decode_partition_key,
+    encode_partition_key,
+)
 from ._params import OperatorParameterError, spl_aliases
 
 __all__ = ["Join", "JoinStateError"]
@@ -830,12 +840,6 @@ def _output_function(output: Any) -> Callable[[Any, Any], Any]:
                                  "assignments or a function (lhs, rhs) -> tuple")
 
 
-def _key_out(key: Hashable | None) -> Any:
-    return [_key_out(k) for k in key] if isinstance(key, tuple) else key
-
-
-def _key_in(key: Any) -> Hashable:
-    """Checkpoint codecs return tuples as lists; partition keys must be hashable again."""
-    if isinstance(key, list):
-        return tuple(_key_in(k) for k in key)
-    return key  # type: ignore[no-any-return]
+# The windows' partition-key codec (`_sort` imports these names from here).
+_key_out = encode_partition_key
+_key_in = decode_partition_key

@@ -3,10 +3,19 @@
 Pure and synchronous: no asyncio, no I/O, no clock. A host drives a
 `StreamWindow` (insert, punctuation, time advance) or a `TimeIntervalWindow`
 (insert, watermark) and it raises `StreamWindowEvent`s to its listeners in
-the order IBM's runtime does. `make_window` builds either from a clause.
+the order IBM's runtime does. `make_window` builds either from a clause. A
+host inserting batches into a `StreamWindow` calls the function that
+`StreamWindow.inserter` returns (see its contract).
+
+Each window keeps its configuration (a frozen `WindowConfig` or
+`TimeIntervalConfig`, its ``config``) apart from its state, which is exactly
+what its ``snapshot()`` stores; partition keys in every snapshot of keyed
+state go through `encode_partition_key` and come back through
+`decode_partition_key`.
 """
 
 from ._clause import parse_window_clause
+from ._config import WindowConfig
 from ._errors import (
     SnapshotError,
     WatermarkError,
@@ -18,8 +27,10 @@ from ._errors import (
 from ._events import EventType, PaneEvent, PaneTiming, StreamWindowEvent, StreamWindowListener
 from ._factory import make_window
 from ._flavor import Flavor
+from ._keys import decode_partition_key, encode_partition_key
 from ._policy import (
     EVENT_TIME_MAX,
+    NS_PER_SECOND,
     Count,
     Delta,
     PartitionAge,
@@ -34,10 +45,12 @@ from ._policy import (
     seconds_to_ticks,
 )
 from ._time_interval import TimeIntervalWindow
+from ._time_interval_state import TimeIntervalConfig
 from ._window import StreamWindow
 
 __all__ = [
     "EVENT_TIME_MAX",
+    "NS_PER_SECOND",
     "Count",
     "Delta",
     "EventType",
@@ -52,16 +65,20 @@ __all__ = [
     "StreamWindowEvent",
     "StreamWindowListener",
     "Time",
+    "TimeIntervalConfig",
     "TimeIntervalSpec",
     "TimeIntervalWindow",
     "TupleCount",
     "WatermarkError",
     "WindowClauseError",
+    "WindowConfig",
     "WindowError",
     "WindowSpec",
     "WindowStateError",
     "WindowTupleError",
     "WindowType",
+    "decode_partition_key",
+    "encode_partition_key",
     "make_window",
     "parse_window_clause",
     "seconds_to_ns",

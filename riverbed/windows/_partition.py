@@ -4,6 +4,11 @@ One object per partition holds the tuples and every piece of policy state a
 partition can need; the engine uses the fields its policies call for. Keeping
 it in one slotted object (rather than one object per policy) keeps the insert
 path to a few attribute reads.
+
+Its fields are of two kinds. The checkpointed ones (`STORED`) are part of
+the window's `WindowState` and are exactly what a snapshot stores of the
+partition; the others (its timers and a cached TRIGGER event) are derived
+from them and rebuilt when a snapshot is restored.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from typing import Any
 
 from ._timers import Timer
 
-__all__ = ["Partition"]
+__all__ = ["STORED", "Partition"]
+
+STORED = ("key", "tuples", "values", "arrivals", "trigger_count", "seen_full", "delta_ref",
+          "has_delta_ref", "last_tick")
 
 
 class Partition:
@@ -35,19 +43,20 @@ class Partition:
     )
 
     def __init__(self, key: Hashable | None, sliding: bool) -> None:
+        # Stored in snapshots.
         self.key = key
         # Sliding windows pop from the front; tumbling windows only append and flush.
         self.tuples: Any = deque() if sliding else []
         self.values: deque[Any] = deque()  # delta-eviction attribute values, parallel to tuples
         self.arrivals: deque[int] = deque()  # time-eviction arrival times (ns), parallel to tuples
         self.trigger_count = 0  # count trigger: arrivals since the last trigger
-        # The sliding fast paths' TRIGGER event, built once: its fields (the window, the type,
-        # the key, the live tuples) are the same at every trigger of this partition.
-        self.trigger_event: Any = None
         self.seen_full = False  # sliding: INITIAL_FULL already raised
         self.delta_ref: Any = None  # delta trigger reference (per-partition flavors)
         self.has_delta_ref = False
         self.last_tick = 0  # periodic policy: time of the last tumble/trigger (or of the start)
+        # Derived, never stored. The sliding fast paths' TRIGGER event, built once: its fields
+        # (the window, the type, the key, the live tuples) are the same at every trigger.
+        self.trigger_event: Any = None
         self.tick_timer: Timer | None = None
         self.evict_timer: Timer | None = None
         self.idle_evict_timer: Timer | None = None  # a fired eviction timer, kept to be armed again

@@ -15,20 +15,27 @@ The policies differ between the flavors (spec R41-R45):
   to the LRU order; C++ keeps whole-second insertion times and checks only
   before an insertion, a timer tick or a punctuation.
 
-Each policy is a small object the window calls at fixed points; it reads and
-changes the window's partition bookkeeping through `EvictionHost`.
+Each policy is a small stateless strategy (it lives in the window's frozen
+configuration) that the window calls at fixed points with its `WindowState`
+(the LRU order, the tuple total, the time) and a function evicting one
+partition by key; the only state a policy keeps, the time of Java's last
+age check, is the state's ``age_last_tick``.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Hashable
-from typing import Any, Protocol
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
 
 from ._policy import NS_PER_SECOND, PartitionAge, PartitionCount, TupleCount
 from ._timers import TimerQueue
 
-__all__ = ["AgeMarker", "EvictionHost", "PartitionEvictor", "make_partition_evictor"]
+if TYPE_CHECKING:
+    from ._state import WindowState
+
+__all__ = ["AgeMarker", "Evict", "PartitionEvictor", "make_partition_evictor"]
+
+Evict = Callable[[Hashable], None]  # evicts one partition, raising its PARTITION_EVICTION
 
 
 class AgeMarker:
@@ -43,19 +50,6 @@ class AgeMarker:
         return f"AgeMarker({self.age})"
 
 
-class EvictionHost(Protocol):
-    """What a partition evictor needs from its window."""
-
-    _lru: OrderedDict[Any, int]
-    _total: int
-    _now: int
-    _parts: dict[Any, Any]
-
-    _timers: TimerQueue
-
-    def _evict_partition(self, key: Hashable) -> None: ...
-
-
 class PartitionEvictor:
     """No partition eviction. Subclasses override the hooks they need."""
 
@@ -65,83 +59,83 @@ class PartitionEvictor:
     def __init__(self, limit: int) -> None:
         self.limit = limit
 
-    def start(self, w: EvictionHost, last_tick: int | None = None) -> None:
-        """The window is activated (or restored, with the time of the last periodic check)."""
+    def start(self, state: WindowState, timers: TimerQueue, evict: Evict) -> None:
+        """The window is activated or restored (at ``state.now``)."""
 
-    def before_insert(self, w: EvictionHost) -> bool:
+    def before_insert(self, state: WindowState) -> bool:
         """Called before the tuple counts; returns whether eviction is then needed."""
         return False
 
-    def check(self, w: EvictionHost) -> None:
+    def check(self, state: WindowState, evict: Evict) -> None:
         """C++ partitionAge: the check before an insertion, a tick or a punctuation."""
 
-    def after_insert(self, w: EvictionHost, needed: bool) -> None:
+    def after_insert(self, state: WindowState, evict: Evict, needed: bool) -> None:
         """Called at the flavor's partition-eviction point of an insertion."""
 
-    def needs_eviction(self, w: EvictionHost) -> bool:
+    def needs_eviction(self, state: WindowState) -> bool:
         return False
 
 
-def _evict_leading_empty(w: EvictionHost) -> None:
-    lru, parts = w._lru, w._parts
+def _evict_leading_empty(state: WindowState, evict: Evict) -> None:
+    lru, parts = state.lru, state.parts
     while lru:
         key = next(iter(lru))
         part = parts.get(key)
         if part is None or part.tuples:
             return
-        w._evict_partition(key)
+        evict(key)
 
 
-def _evict_oldest(w: EvictionHost) -> bool:
-    lru = w._lru
+def _evict_oldest(state: WindowState, evict: Evict) -> bool:
+    lru = state.lru
     if not lru:
         return False
-    w._evict_partition(next(iter(lru)))
+    evict(next(iter(lru)))
     return True
 
 
 class PartitionCountJava(PartitionEvictor):
-    def needs_eviction(self, w: EvictionHost) -> bool:
-        return len(w._lru) > self.limit
+    def needs_eviction(self, state: WindowState) -> bool:
+        return len(state.lru) > self.limit
 
-    def after_insert(self, w: EvictionHost, needed: bool) -> None:
-        if len(w._lru) > self.limit:
-            _evict_leading_empty(w)
-            while len(w._lru) > self.limit and _evict_oldest(w):
+    def after_insert(self, state: WindowState, evict: Evict, needed: bool) -> None:
+        if len(state.lru) > self.limit:
+            _evict_leading_empty(state, evict)
+            while len(state.lru) > self.limit and _evict_oldest(state, evict):
                 pass
 
 
 class PartitionCountCpp(PartitionCountJava):
-    def after_insert(self, w: EvictionHost, needed: bool) -> None:
-        while len(w._lru) > self.limit and _evict_oldest(w):
+    def after_insert(self, state: WindowState, evict: Evict, needed: bool) -> None:
+        while len(state.lru) > self.limit and _evict_oldest(state, evict):
             pass
 
 
 class TupleCountJava(PartitionEvictor):
     needs_before_insert = True
 
-    def needs_eviction(self, w: EvictionHost) -> bool:
-        return w._total > self.limit
+    def needs_eviction(self, state: WindowState) -> bool:
+        return state.total > self.limit
 
-    def before_insert(self, w: EvictionHost) -> bool:
-        return w._total + 1 > self.limit
+    def before_insert(self, state: WindowState) -> bool:
+        return state.total + 1 > self.limit
 
-    def after_insert(self, w: EvictionHost, needed: bool) -> None:
+    def after_insert(self, state: WindowState, evict: Evict, needed: bool) -> None:
         if needed:
-            _evict_leading_empty(w)
-            while w._total > self.limit and _evict_oldest(w):
+            _evict_leading_empty(state, evict)
+            while state.total > self.limit and _evict_oldest(state, evict):
                 pass
 
 
 class TupleCountCpp(TupleCountJava):
     needs_before_insert = False
 
-    def after_insert(self, w: EvictionHost, needed: bool) -> None:
+    def after_insert(self, state: WindowState, evict: Evict, needed: bool) -> None:
         for _ in range(2):
-            if w._total <= self.limit:
+            if state.total <= self.limit:
                 return
-            _evict_leading_empty(w)
-            _evict_oldest(w)
+            _evict_leading_empty(state, evict)
+            _evict_oldest(state, evict)
 
 
 class PartitionAgeJava(PartitionEvictor):
@@ -158,40 +152,40 @@ class PartitionAgeJava(PartitionEvictor):
         else:
             period_ms = 10_000
         self.period = period_ms * 1_000_000
-        self.last_tick = 0
 
-    def start(self, w: EvictionHost, last_tick: int | None = None) -> None:
-        self.last_tick = w._now if last_tick is None else last_tick
-        due = self.last_tick + self.period
-        while due < w._now:  # restored after a pause: keep the phase, skip missed checks
+    def start(self, state: WindowState, timers: TimerQueue, evict: Evict) -> None:
+        """From ``state.age_last_tick``: a restored window keeps the phase, skipping missed checks
+        (activation sets it to the time of activation first)."""
+        due = state.age_last_tick + self.period
+        while due < state.now:
             due += self.period
-        self._arm(w, due)
+        self._arm(state, timers, evict, due)
 
-    def _arm(self, w: EvictionHost, due: int) -> None:
+    def _arm(self, state: WindowState, timers: TimerQueue, evict: Evict, due: int) -> None:
         def fire() -> None:
-            self.last_tick = w._now
-            self._arm(w, w._now + self.period)
-            self.tick(w)
-        w._timers.arm(due, fire)
+            state.age_last_tick = state.now
+            self._arm(state, timers, evict, state.now + self.period)
+            self.tick(state, evict)
+        timers.arm(due, fire)
 
-    def tick(self, w: EvictionHost) -> None:
-        lru = w._lru
+    def tick(self, state: WindowState, evict: Evict) -> None:
+        lru = state.lru
         while lru and isinstance(next(iter(lru)), AgeMarker):
             lru.popitem(last=False)
         marker = next((k for k in lru if isinstance(k, AgeMarker)), None)
-        if marker is not None and marker.age < w._now - self.limit:
+        if marker is not None and marker.age < state.now - self.limit:
             while lru:
                 oldest = next(iter(lru))
                 if isinstance(oldest, AgeMarker):
                     lru.popitem(last=False)
                     break
-                w._evict_partition(oldest)
+                evict(oldest)
         if lru:
             last = next(reversed(lru))
             if isinstance(last, AgeMarker):
                 del lru[last]
         if lru:
-            lru[AgeMarker(w._now)] = 0
+            lru[AgeMarker(state.now)] = 0
 
 
 class PartitionAgeCpp(PartitionEvictor):
@@ -199,16 +193,16 @@ class PartitionAgeCpp(PartitionEvictor):
 
     checks_before_events = True
 
-    def check(self, w: EvictionHost) -> None:
-        lru = w._lru
+    def check(self, state: WindowState, evict: Evict) -> None:
+        lru = state.lru
         if not lru:
             return
-        now_s = w._now // NS_PER_SECOND
+        now_s = state.now // NS_PER_SECOND
         age_s = self.limit // NS_PER_SECOND
         if now_s - lru[next(iter(lru))] <= age_s:
             return
         for key in [k for k, t in lru.items() if now_s - t >= age_s]:
-            w._evict_partition(key)
+            evict(key)
 
 
 def make_partition_evictor(policy: PartitionAge | PartitionCount | TupleCount | None,

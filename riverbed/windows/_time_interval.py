@@ -21,6 +21,12 @@ Where we differ from IBM's code, on purpose:
   `reset`) resume exactly where the window was, and the runtime can put an
   operator with a timeInterval window into a consistent region.
 
+The window keeps its configuration (a frozen `TimeIntervalConfig`: the
+clause, the pane grid in ticks, the event-time reader) apart from its state
+(a `TimeIntervalState`: the panes, the watermark, the counts), which is
+exactly what `snapshot` stores (``_time_interval_state.py``); listeners and
+the partitioner are wired as for `StreamWindow` (``_listeners.py``).
+
 Tuples that arrive with an event time before the drop point (watermark minus
 discardAge) are dropped as SPL drops them, and counted in `dropped`; tuples
 that fall in no pane (a period longer than the duration) are counted in
@@ -33,39 +39,30 @@ import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ._errors import SnapshotError, WatermarkError, WindowClauseError, WindowStateError, WindowTupleError
+from ._errors import WatermarkError, WindowTupleError
 from ._events import EventType, Listener, PaneEvent, PaneTiming, StreamWindowEvent
-from ._flavor import Flavor, rules_for
+from ._flavor import Flavor
+from ._listeners import ListenerRegistry, Partitioner
 from ._policy import EVENT_TIME_MAX, EVENT_TIME_MIN, TimeIntervalSpec
-from ._snapshot import _key_in, _key_out
+from ._time_interval_state import (
+    CLOSED,
+    COMPLETE,
+    FORMAT,
+    INCOMPLETE,
+    NO_WATERMARK,
+    Pane,
+    TimeIntervalConfig,
+    TimeIntervalState,
+    decode,
+    encode,
+)
 
 __all__ = ["FORMAT", "TimeIntervalWindow"]
 
 T = TypeVar("T")
 
-FORMAT = "riverbed.timeinterval/1"
-
-_INCOMPLETE, _COMPLETE, _CLOSED = 0, 1, 2
 _EARLY, _ON_COMPLETE, _LATE = PaneTiming.EARLY, PaneTiming.ON_COMPLETE, PaneTiming.LATE
-_NO_WATERMARK = EVENT_TIME_MIN - 1  # below every event time: nothing is late or dropped yet
 _ALL_TYPES = (EventType.INSERTION, EventType.INITIAL_FULL, EventType.TRIGGER, EventType.CLOSE)
-
-
-class _Pane:
-    """One pane: its partitions' tuples in arrival order and its trigger state."""
-
-    __slots__ = ("end", "index", "parts", "start", "state", "timing", "updated")
-
-    def __init__(self, start: int, end: int) -> None:
-        self.start = start
-        self.end = end
-        self.state = _INCOMPLETE
-        self.index = 0  # trigger rounds so far (SPL paneIndex)
-        self.timing = _EARLY
-        self.parts: dict[Hashable, list[Any]] = {}
-        # Partitions that received tuples since the pane last triggered, in
-        # order of their first such tuple (a dict used as an ordered set).
-        self.updated: dict[Hashable, None] = {}
 
 
 class TimeIntervalWindow(Generic[T]):
@@ -103,97 +100,88 @@ class TimeIntervalWindow(Generic[T]):
         flavor: Flavor | str = Flavor.JAVA,
         listeners: Iterable[Listener[T]] = (),
     ) -> None:
-        if isinstance(spec, str):
-            from ._clause import parse_window_clause
-
-            parsed = parse_window_clause(spec)
-            if not isinstance(parsed, TimeIntervalSpec):
-                raise WindowClauseError(
-                    f"{spec}: not a timeInterval clause; tumbling and sliding windows are "
-                    "StreamWindow's")
-            spec = parsed
-        if not isinstance(spec, TimeIntervalSpec):
-            raise WindowClauseError(f"{spec!r}: expected a TimeIntervalSpec or clause text")
-        self.spec = spec
-        self.flavor = rules_for(flavor).flavor
-        self.resolution = resolution
-        self._duration, self._period, self._discard_age, self._offset = spec.ticks(resolution)
-        self._getter = getter
-        self._event_time_name = event_time if isinstance(event_time, str) else None
-        if event_time is None:
-            self._event_time_of: Callable[[T], Any] | None = None
-        elif isinstance(event_time, str):
-            self._event_time_of = getter(event_time)
-        elif callable(event_time):
-            self._event_time_of = event_time
-        else:
-            raise WindowClauseError(
-                f"event_time={event_time!r}: expected an attribute name or a function of the tuple")
-        self._key_of: Callable[[T], Hashable] | None = None
-        self._key_name: str | None = None
-        self._now = 0
+        getter_: Callable[[str], Callable[[Any], Any]] = getter
+        self._config = config = TimeIntervalConfig.build(spec, event_time=event_time, resolution=resolution,
+                                                         getter=getter_, flavor=flavor)
+        self._partitioner: Partitioner[T] = Partitioner(config.spec.clause(), config.spec.partitioned,
+                                                        getter)
+        self._now = 0  # the host's clock as last told; never stored, never affects the panes
         self._reset_state()
         if partition_by is not None:
             self.register_partitioner(partition_by)
-        self._listeners: dict[EventType, list[Callable[[StreamWindowEvent[T]], None]]] = {
-            t: [] for t in _ALL_TYPES}
+        self._events = ListenerRegistry("timeInterval", _ALL_TYPES)
+        self._listeners = self._events.handlers
         self._on_insert = self._listeners[EventType.INSERTION]  # read per tuple: no enum hashing
         for listener in listeners:
             self.register_listener(listener)
 
     def _reset_state(self) -> None:
-        self._panes: dict[int, _Pane] = {}
-        self._wm = _NO_WATERMARK
-        self._drop = _NO_WATERMARK
-        self.dropped = 0
-        self.unassigned = 0
+        self._set_state(TimeIntervalState())
+
+    def _set_state(self, state: TimeIntervalState) -> None:
+        self._state = state
+        self._drop = self._config.drop_point(state.watermark)  # derived from the watermark
 
     # ------------------------------------------------------------- configuration
 
     @property
+    def config(self) -> TimeIntervalConfig:
+        """The window's configuration: the clause and its pane grid in ticks."""
+        return self._config
+
+    @property
+    def spec(self) -> TimeIntervalSpec:
+        return self._config.spec
+
+    @property
+    def flavor(self) -> Flavor:
+        return self._config.flavor
+
+    @property
+    def resolution(self) -> str:
+        return self._config.resolution
+
+    @property
     def is_partitioned(self) -> bool:
-        return self.spec.partitioned
+        return self._config.spec.partitioned
+
+    @property
+    def dropped(self) -> int:
+        """How many tuples arrived with an event time before the drop point (and were dropped)."""
+        return self._state.dropped
+
+    @property
+    def unassigned(self) -> int:
+        """How many tuples fell in no pane (a creation period longer than the duration)."""
+        return self._state.unassigned
 
     @property
     def watermark_value(self) -> int | None:
         """The highest watermark seen, or None before the first one."""
-        return None if self._wm == _NO_WATERMARK else self._wm
+        wm = self._state.watermark
+        return None if wm == NO_WATERMARK else wm
 
     @property
     def drop_point(self) -> int | None:
         """Tuples with an event time below this are dropped; None before the first watermark."""
-        return None if self._drop == _NO_WATERMARK else self._drop
+        return None if self._drop == NO_WATERMARK else self._drop
 
     def register_listener(self, listener: Listener[T],
                           types: Iterable[EventType] | None = None) -> None:
-        """Add a listener (a callable or an object with ``handle_event``) for some or all events."""
-        handle = getattr(listener, "handle_event", listener)
-        if not callable(handle):
-            raise TypeError(f"{listener!r} is not a window listener: expected a callable or an "
-                            "object with handle_event(event)")
-        wanted = _ALL_TYPES if types is None else tuple(types)
-        for t in wanted:
-            if t not in self._listeners:
-                raise WindowStateError(f"a timeInterval window raises no {t.name} events; "
-                                       f"expected some of {[x.name for x in _ALL_TYPES]}")
-            self._listeners[t].append(handle)
+        """Add a listener (a callable or an object with ``handle_event``) for some or all events.
+
+        Misuse raises what `StreamWindow.register_listener` raises (see
+        `riverbed.windows._listeners`); asking only for events a timeInterval
+        window never raises (EVICTION, ...) is a `WindowStateError`.
+        """
+        self._events.register(listener, types)
 
     def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
-        """Set how a tuple's partition key is computed: an attribute name or a function."""
-        if not self.spec.partitioned:
-            raise WindowStateError(f"{self.spec.clause()}: the window is not partitioned; "
-                                   "add 'partitioned' to the clause to partition it")
-        if self._panes:
-            raise WindowStateError("the partitioner cannot change once the window holds tuples")
-        if isinstance(partition_by, str):
-            self._key_name = partition_by
-            self._key_of = self._getter(partition_by)
-        elif callable(partition_by):
-            self._key_name = None
-            self._key_of = partition_by
-        else:
-            raise WindowStateError(f"partition_by={partition_by!r}: expected an attribute name "
-                                   "or a function of the tuple")
+        """Set how a tuple's partition key is computed: an attribute name or a function.
+
+        Only before the window holds tuples: `WindowStateError` afterwards.
+        """
+        self._partitioner.set(partition_by, has_partitions=bool(self._state.panes))
 
     # ------------------------------------------------------------------ tuples
 
@@ -208,22 +196,24 @@ class TimeIntervalWindow(Generic[T]):
         t = self._time_of(tup) if event_time is None else event_time
         if type(t) is not int or t < 0 or t > EVENT_TIME_MAX:
             t = self._check_time(t)
+        state = self._state
         if t < self._drop:
-            self.dropped += 1
+            state.dropped += 1
             return False
-        key = self._partition_of(tup) if self.spec.partitioned else None
-        period = self._period
-        start = t - (t - self._offset) % period
-        low = t - self._duration
+        config = self._config
+        key = self._partitioner.key(tup) if config.spec.partitioned else None
+        period, duration = config.period, config.duration
+        start = t - (t - config.offset) % period
+        low = t - duration
         if start <= low:
-            self.unassigned += 1
+            state.unassigned += 1
             return False
-        panes = self._panes
+        panes = state.panes
         on_insert = self._on_insert
         while start > low:
             pane = panes.get(start)
             if pane is None:
-                pane = panes[start] = _Pane(start, start + self._duration)
+                pane = panes[start] = Pane(start, start + duration)
             part = pane.parts.get(key)
             if part is None:
                 pane.parts[key] = part = [tup]
@@ -241,16 +231,18 @@ class TimeIntervalWindow(Generic[T]):
         If a tuple is invalid, the tuples before it stay inserted and the
         `WindowTupleError` says which failed (message, and its ``index`` attribute).
         """
-        read = self._event_time_of
-        partitioned = self.spec.partitioned
-        key_of = self._key_of
+        config = self._config
+        read = config.event_time_of
+        partitioned = config.spec.partitioned
+        key_of = self._partitioner.key_of
         if (event_times is not None or read is None or (partitioned and key_of is None)
                 or self._on_insert):
             return self._insert_each(tuples, event_times)
         # `insert` inlined: the same steps, with the per-call overhead paid once per batch.
         # Any tuple that is not plainly valid goes through `insert`, which says what is wrong.
-        panes = self._panes
-        period, duration, offset, drop = self._period, self._duration, self._offset, self._drop
+        state = self._state
+        panes = state.panes
+        period, duration, offset, drop = config.period, config.duration, config.offset, self._drop
         stored = 0
         for i, tup in enumerate(tuples):
             try:
@@ -263,17 +255,17 @@ class TimeIntervalWindow(Generic[T]):
                 stored += self._insert_one(tup, None, i)
                 continue
             if t < drop:
-                self.dropped += 1
+                state.dropped += 1
                 continue
             start = t - (t - offset) % period
             low = t - duration
             if start <= low:
-                self.unassigned += 1
+                state.unassigned += 1
                 continue
             while start > low:
                 pane = panes.get(start)
                 if pane is None:
-                    pane = panes[start] = _Pane(start, start + duration)
+                    pane = panes[start] = Pane(start, start + duration)
                 part = pane.parts.get(key)
                 if part is None:
                     pane.parts[key] = [tup]
@@ -299,14 +291,14 @@ class TimeIntervalWindow(Generic[T]):
             raise error from None
 
     def _time_of(self, tup: T) -> Any:
-        reader = self._event_time_of
+        reader = self._config.event_time_of
         if reader is None:
             raise WindowTupleError("no event time: give the window event_time= (an attribute name "
                                    "or a function) or pass event_time to insert()")
         try:
             return reader(tup)
         except (KeyError, IndexError, AttributeError, TypeError):
-            name = self._event_time_name or "event time"
+            name = self._config.event_time_name or "event time"
             raise WindowTupleError(f"tuple has no event-time attribute {name!r}: {tup!r}") from None
         except Exception as exc:  # a user function failing is a bad tuple, not a broken window
             raise WindowTupleError(f"cannot compute the event time of {tup!r}: {exc!r}") from exc
@@ -323,19 +315,6 @@ class TimeIntervalWindow(Generic[T]):
             raise WindowTupleError(f"event time {t} is outside 0..2**63-1 {self.resolution} ticks")
         return int(t)
 
-    def _partition_of(self, tup: T) -> Hashable:
-        key_of = self._key_of
-        if key_of is None:
-            raise WindowStateError("a partitioned window needs a partitioner: pass partition_by= "
-                                   "or call register_partitioner before inserting")
-        try:
-            key = key_of(tup)
-            hash(key)
-        except (KeyError, IndexError, AttributeError, TypeError):
-            what = repr(self._key_name) if self._key_name else "key"
-            raise WindowTupleError(f"tuple has no valid partition {what}: {tup!r}") from None
-        return key
-
     # -------------------------------------------------------------- punctuation
 
     def watermark(self, value: int) -> bool:
@@ -347,12 +326,12 @@ class TimeIntervalWindow(Generic[T]):
         """
         if type(value) is not int or value < EVENT_TIME_MIN or value > EVENT_TIME_MAX:
             value = self._check_watermark(value)
-        if value <= self._wm:
+        state = self._state
+        if value <= state.watermark:
             return False
-        self._wm = value
-        age = self._discard_age
-        self._drop = value - age if value >= age else 0
-        panes = self._panes
+        state.watermark = value
+        self._drop = self._config.drop_point(value)
+        panes = state.panes
         if not panes:
             return True
         for start in sorted(panes):
@@ -360,7 +339,7 @@ class TimeIntervalWindow(Generic[T]):
             if pane.end > value:
                 break  # all panes have the same duration: later ones end later
             self._advance_pane(pane, value)
-            if pane.state == _CLOSED:
+            if pane.state == CLOSED:
                 del panes[start]
         return True
 
@@ -372,10 +351,10 @@ class TimeIntervalWindow(Generic[T]):
             raise WatermarkError(f"watermark {value} is outside the int64 range of ticks")
         return int(value)
 
-    def _advance_pane(self, pane: _Pane, wm: int) -> None:
+    def _advance_pane(self, pane: Pane, wm: int) -> None:
         listeners = self._listeners
-        if pane.state == _INCOMPLETE:
-            pane.state = _COMPLETE
+        if pane.state == INCOMPLETE:
+            pane.state = COMPLETE
             on_full = listeners[EventType.INITIAL_FULL]
             if on_full:
                 for key, part in list(pane.parts.items()):
@@ -391,14 +370,14 @@ class TimeIntervalWindow(Generic[T]):
                     self._emit(on_trigger, pane, EventType.TRIGGER, key, parts[key])
             pane.timing = _LATE
             pane.index += 1
-        if wm - pane.end >= self._discard_age:
+        if wm - pane.end >= self._config.discard_age:
             on_close = listeners[EventType.CLOSE]
             if on_close:
                 for key, part in list(pane.parts.items()):
                     self._emit(on_close, pane, EventType.CLOSE, key, part)
-            pane.state = _CLOSED
+            pane.state = CLOSED
 
-    def _emit(self, handlers: list[Callable[[StreamWindowEvent[T]], None]], pane: _Pane,
+    def _emit(self, handlers: list[Callable[[StreamWindowEvent[T]], None]], pane: Pane,
               type: EventType, key: Hashable, tuples: Sequence[T]) -> None:
         event = PaneEvent(self, type, key, tuples, interval_start=pane.start,
                           interval_end=pane.end, pane_index=pane.index, pane_timing=pane.timing)
@@ -437,18 +416,20 @@ class TimeIntervalWindow(Generic[T]):
 
     def panes(self) -> list[tuple[int, int]]:
         """The live panes as ``(start, end)`` tick intervals, ascending."""
-        return [(s, self._panes[s].end) for s in sorted(self._panes)]
+        panes = self._state.panes
+        return [(s, panes[s].end) for s in sorted(panes)]
 
     def partitions(self) -> list[Hashable]:
         """The partition keys present in at least one live pane."""
         seen: dict[Hashable, None] = {}
-        for s in sorted(self._panes):
-            seen.update(dict.fromkeys(self._panes[s].parts))
+        panes = self._state.panes
+        for s in sorted(panes):
+            seen.update(dict.fromkeys(panes[s].parts))
         return list(seen)
 
     def contents(self, pane_start: int, partition: Hashable | None = None) -> list[T]:
         """A copy of one pane partition's tuples, in arrival order (empty if none)."""
-        pane = self._panes.get(pane_start)
+        pane = self._state.panes.get(pane_start)
         if pane is None:
             return []
         return list(pane.parts.get(partition, ()))
@@ -458,46 +439,17 @@ class TimeIntervalWindow(Generic[T]):
     def snapshot(self) -> dict[str, Any]:
         """The window's state as plain data (msgpack/JSON-able when the tuples and keys are).
 
-        A tuple that belongs to several panes is stored once.
+        A tuple that belongs to several panes is stored once. It is the window's
+        `TimeIntervalState` as data (see `riverbed.windows._time_interval_state`).
         """
-        table: list[Any] = []
-        index_of: dict[int, int] = {}
-        panes: list[Any] = []
-        for s in sorted(self._panes):
-            pane = self._panes[s]
-            parts = []
-            for key, tuples in pane.parts.items():
-                refs = []
-                for tup in tuples:
-                    i = index_of.get(id(tup))
-                    if i is None:
-                        i = index_of[id(tup)] = len(table)
-                        table.append(tup)
-                    refs.append(i)
-                parts.append([_key_out(key), refs])
-            panes.append({
-                "start": pane.start,
-                "complete": pane.state == _COMPLETE,
-                "index": pane.index,
-                "timing": pane.timing.value,
-                "parts": parts,
-                "updated": [_key_out(k) for k in pane.updated],
-            })
-        return {
-            "format": FORMAT,
-            "clause": self.spec.clause(),
-            "resolution": self.resolution,
-            "watermark": self.watermark_value,
-            "dropped": self.dropped,
-            "unassigned": self.unassigned,
-            "tuples": table,
-            "panes": panes,
-        }
+        return encode(self._config, self._state)
 
     def restore(self, state: Mapping[str, Any]) -> None:
-        """Replace the window's state with a snapshot taken from a window with the same clause."""
-        new = _decode(self, state)
-        self._panes, self._wm, self._drop, self.dropped, self.unassigned = new
+        """Replace the window's state with a snapshot taken from a window with the same clause.
+
+        Raises `SnapshotError`, the window unchanged, for a corrupt or foreign snapshot.
+        """
+        self._set_state(decode(self._config, state))
 
     def drain(self) -> None:
         """Nothing is pending between calls: every event is raised before a call returns."""
@@ -518,57 +470,3 @@ class TimeIntervalWindow(Generic[T]):
         """Discard every pane and the watermark, without events: as if just created."""
         self._reset_state()
 
-
-def _decode(w: TimeIntervalWindow[Any], state: Mapping[str, Any]
-            ) -> tuple[dict[int, _Pane], int, int, int, int]:
-    """Validate a snapshot fully before anything of the window changes."""
-    if not isinstance(state, Mapping):
-        raise SnapshotError(f"a timeInterval snapshot is a mapping, got {type(state).__name__}")
-    if state.get("format") != FORMAT:
-        raise SnapshotError(f"not a timeInterval window snapshot: format {state.get('format')!r}, "
-                            f"expected {FORMAT!r}")
-    if state.get("clause") != w.spec.clause():
-        raise SnapshotError(f"snapshot of window {state.get('clause')!r} cannot restore window "
-                            f"{w.spec.clause()!r}")
-    if state.get("resolution") != w.resolution:
-        raise SnapshotError(f"snapshot at resolution {state.get('resolution')!r}, window at "
-                            f"{w.resolution!r}")
-    try:
-        wm = state["watermark"]
-        counts = int(state["dropped"]), int(state["unassigned"])
-        table = list(state["tuples"])
-        raw_panes = list(state["panes"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SnapshotError(f"timeInterval snapshot is missing or has a bad field: {exc!r}") from None
-    if wm is not None and (isinstance(wm, bool) or not isinstance(wm, int)):
-        raise SnapshotError(f"snapshot field 'watermark': expected an integer or null, got {wm!r}")
-    watermark = _NO_WATERMARK if wm is None else wm
-    age = w._discard_age
-    drop = _NO_WATERMARK if wm is None else (wm - age if wm >= age else 0)
-    panes: dict[int, _Pane] = {}
-    period, offset = w._period, w._offset
-    for n, raw in enumerate(raw_panes):
-        where = f"snapshot pane {n}"
-        try:
-            start = raw["start"]
-            if isinstance(start, bool) or not isinstance(start, int) or (start - offset) % period:
-                raise SnapshotError(f"{where}: start {start!r} is not on this window's pane grid")
-            pane = _Pane(start, start + w._duration)
-            pane.state = _COMPLETE if raw["complete"] else _INCOMPLETE
-            pane.index = int(raw["index"])
-            pane.timing = PaneTiming(raw["timing"])
-            for key, refs in raw["parts"]:
-                pane.parts[_key_in(key)] = [table[i] for i in refs]
-            for key in raw["updated"]:
-                k = _key_in(key)
-                if k not in pane.parts:
-                    raise SnapshotError(f"{where}: updated partition {key!r} holds no tuples")
-                pane.updated[k] = None
-        except SnapshotError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise SnapshotError(f"{where}: bad field: {exc!r}") from None
-        if start in panes:
-            raise SnapshotError(f"{where}: pane starting at {start} appears twice")
-        panes[start] = pane
-    return panes, watermark, drop, counts[0], counts[1]

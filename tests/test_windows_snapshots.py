@@ -1,0 +1,160 @@
+"""Window snapshots stored by earlier versions, and the one partition-key codec.
+
+``windows_snapshots_v1.json`` was written by riverbed before windows had a
+separate configuration and state (commit a9bf84f): for each window, a
+snapshot taken mid-run (format ``riverbed.window/1`` or
+``riverbed.timeinterval/1``, through JSON as a checkpoint store would give it
+back), the operations that followed, the events a restored window raised for
+them and its snapshot afterwards. A restore today must continue exactly so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from riverbed.windows import (
+    SnapshotError,
+    StreamWindow,
+    TimeIntervalWindow,
+    decode_partition_key,
+    encode_partition_key,
+)
+
+S = 1_000_000_000
+STORED = json.loads((Path(__file__).parent / "windows_snapshots_v1.json").read_text())
+
+
+def _pair(t: dict[str, Any]) -> Hashable:
+    return (t["k"], t["v"] % 2)
+
+
+PARTITIONERS: dict[str | None, str | Callable[[dict[str, Any]], Hashable] | None] = {
+    "pair": _pair, "k": "k", None: None}
+
+
+def _plain(key: Any) -> Any:
+    return list(key) if isinstance(key, tuple) else key
+
+
+def _replay(window: StreamWindow[dict[str, Any]], ops: list[list[Any]], start: int) -> None:
+    for seq, op in enumerate(ops, start):
+        if op[0] == "t":
+            window.insert({"id": seq, "k": op[1], "v": op[2]})
+        elif op[0] == "at":
+            window.advance_time(window.now + op[1] * 1_000_000)
+        else:
+            window.punctuate(op[1])
+
+
+@pytest.mark.parametrize("case", [c for c in STORED if "clause" in c], ids=lambda c: c["clause"])
+@pytest.mark.parametrize("through", ["json", "msgpack"])
+def test_a_stored_v1_window_snapshot_restores_and_continues_as_it_did(case: dict[str, Any],
+                                                                     through: str) -> None:
+    snapshot = case["snapshot"]
+    if through == "msgpack":
+        snapshot = msgpack.unpackb(msgpack.packb(snapshot))
+    window: StreamWindow[dict[str, Any]] = StreamWindow(
+        case["clause"], flavor=case["flavor"], partition_by=PARTITIONERS[case["partition_by"]])
+    events: list[list[Any]] = []
+    window.register_listener(lambda e: events.append(
+        [e.type.name, _plain(e.partition), [t["id"] for t in e.tuples], window.now]))
+    window.restore(snapshot)
+    _replay(window, case["then"], len(case["then"]))
+    assert events == case["events"]
+    assert json.loads(json.dumps(window.snapshot())) == case["snapshot_after"]
+
+
+def test_a_stored_v1_time_interval_snapshot_restores_and_continues_as_it_did() -> None:
+    (case,) = [c for c in STORED if c.get("timeinterval")]
+    window: TimeIntervalWindow[dict[str, Any]] = TimeIntervalWindow(
+        "timeInterval, intervalDuration(10), creationPeriod(5), discardAge(3), partitioned",
+        event_time="ts", partition_by=_pair)
+    events: list[list[Any]] = []
+    window.register_listener(lambda e: events.append(
+        [e.type.name, list(e.partition), [t["id"] for t in e.tuples], e.interval_start, e.pane_index,
+         e.pane_timing.value]))
+    window.restore(case["snapshot"])
+    window.insert({"id": 10, "ts": 13 * S, "k": "a", "v": 0})
+    window.watermark(16 * S)
+    window.watermark(30 * S)
+    assert events == case["events"]
+
+
+# ------------------------------------------------------------------ the key codec
+
+_KEYS = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=3)
+    | st.floats(allow_nan=False),
+    lambda inner: st.lists(inner, max_size=3).map(tuple), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_KEYS)
+def test_a_partition_key_survives_msgpack_and_json_through_the_codec(key: Hashable) -> None:
+    data = encode_partition_key(key)
+    assert decode_partition_key(msgpack.unpackb(msgpack.packb(data))) == key
+    assert decode_partition_key(json.loads(json.dumps(data))) == key
+    assert decode_partition_key(data) == key  # kept in memory, never encoded
+    hash(decode_partition_key(msgpack.unpackb(msgpack.packb(data))))
+
+
+def test_nested_tuple_keys_become_lists_at_every_depth() -> None:
+    assert encode_partition_key(("a", (1, (2.5, None)))) == ["a", [1, [2.5, None]]]
+    assert decode_partition_key(["a", [1, [2.5, None]]]) == ("a", (1, (2.5, None)))
+    assert encode_partition_key("a") == "a"
+    assert decode_partition_key(7) == 7
+
+
+def test_windows_snapshots_store_composite_keys_through_the_codec() -> None:
+    sliding: StreamWindow[dict[str, Any]] = StreamWindow(
+        "sliding, count(2), partitioned", partition_by=lambda t: (t["k"], (t["v"], "x")))
+    sliding.insert({"k": "a", "v": 1})
+    data = sliding.snapshot()
+    assert data["partitions"][0]["key"] == encode_partition_key(("a", (1, "x")))
+    again: StreamWindow[dict[str, Any]] = StreamWindow(
+        "sliding, count(2), partitioned", partition_by=lambda t: (t["k"], (t["v"], "x")))
+    again.restore(msgpack.unpackb(msgpack.packb(data)))
+    assert again.partitions() == [("a", (1, "x"))]
+
+    panes: TimeIntervalWindow[dict[str, Any]] = TimeIntervalWindow(
+        "timeInterval, intervalDuration(10), partitioned", event_time="ts",
+        partition_by=lambda t: (t["k"], (t["v"], "x")))
+    panes.insert({"k": "a", "v": 1, "ts": 1})
+    data = panes.snapshot()
+    assert data["panes"][0]["parts"][0][0] == encode_partition_key(("a", (1, "x")))
+    panes.restore(msgpack.unpackb(msgpack.packb(data)))
+    assert panes.partitions() == [("a", (1, "x"))]
+
+
+@pytest.mark.parametrize(("clause", "corrupt", "message"), [
+    ("sliding, count(3)", lambda d: d["partitions"].append(d["partitions"][0]), "has one partition"),
+    ("sliding, count(3), partitioned, partitionCount(2)", lambda d: d["lru"].append(["x"]), "bad LRU entry"),
+    ("sliding, count(3), partitioned, partitionCount(2)", lambda d: d["lru"].append(["p", "c"]),
+     "bad LRU entry"),
+    ("sliding, count(3), partitioned, partitionCount(2)", lambda d: d["lru"].append([["p"], 1]),
+     "bad LRU entry"),
+    ("sliding, count(3), partitioned", lambda d: d["memory"].append([1]), "bad entry"),
+    ("sliding, count(3), partitioned", lambda d: d["partitions"][0].update(key={"a": 1}), "not hashable"),
+])
+def test_a_corrupt_snapshot_leaves_the_window_as_it_was(clause: str, corrupt: Callable[[Any], Any],
+                                                        message: str) -> None:
+    window: StreamWindow[dict[str, Any]] = StreamWindow(
+        clause, partition_by="k" if "partitioned" in clause else None)
+    window.insert({"k": "a", "id": 1})
+    window.insert({"k": "b", "id": 2})
+    data = json.loads(json.dumps(window.snapshot()))
+    corrupt(data)
+    before = window.snapshot()
+    with pytest.raises(SnapshotError, match=message):
+        window.restore(data)
+    assert window.snapshot() == before
+    window.insert({"k": "a", "id": 3})
+    assert [t["id"] for t in window.contents("a" if window.is_partitioned else None)][-1] == 3
