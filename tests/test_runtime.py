@@ -452,3 +452,32 @@ def test_marks_travel_inside_batches_in_order_with_schema_checks_per_tuple() -> 
     port = metrics.operators["results"].outputs[0]
     assert (port.tuples_submitted, port.window_puncts_submitted) == (7, 4)
     assert metrics.operators["sink"].inputs[0].tuples_processed == 7
+
+
+def test_a_marked_batch_is_checked_as_one_and_counted_without_a_walk() -> None:
+    """Sealing a batch with marks in it keeps each mark in its place; an invalid tuple among
+    them is taken out (routed), and the delivered counts come from the batch's own tallies."""
+    from riverbed.core import MarkedBatch, OutputPort, OutputPortMetrics
+
+    routed: list[Any] = []
+    metrics = OutputPortMetrics()
+    out = OutputPort(Schema(n="int64"), metrics, lambda tup, why: routed.append(tup))
+    out.buf.append({"n": 1})
+    out.mark(Punct.WINDOW)
+    out.buf.append({"n": "bad"})
+    out.mark(Watermark(5))
+    out.buf.append({"n": 2})
+    out.mark(Punct.WINDOW)
+    [batch] = out.take()
+    assert type(batch) is MarkedBatch
+    assert list(batch) == [{"n": 1}, Punct.WINDOW, Watermark(5), {"n": 2}, Punct.WINDOW]
+    assert (batch.tuples, batch.window_marks) == (2, 2)
+    assert routed == [{"n": "bad"}]
+    out.count_delivered(batch)
+    assert (metrics.tuples_submitted, metrics.window_puncts_submitted,
+            metrics.watermarks_submitted) == (2, 2, 1)
+    out.buf.extend([{"n": 3}, {"n": 4}])  # all valid: the fast seal, the same shape
+    out.mark(Watermark(9))
+    [batch] = out.take()
+    assert list(batch) == [{"n": 3}, {"n": 4}, Watermark(9)]
+    assert (batch.tuples, batch.window_marks) == (2, 0)

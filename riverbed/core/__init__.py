@@ -16,7 +16,7 @@ from ._metrics import (
     OutputPortMetrics,
     RegionMetrics,
 )
-from ._output import OutputPort
+from ._output import MarkedBatch, OutputPort, split_marked
 from ._sync import StampClock, SyncGraph
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "InputPortMetrics",
     "JobError",
     "JobMetrics",
+    "MarkedBatch",
     "OperatorCore",
     "OperatorError",
     "OperatorMetrics",
@@ -37,4 +38,5 @@ __all__ = [
     "StampClock",
     "SyncGraph",
     "TimerHandle",
+    "split_marked",
 ]

@@ -30,11 +30,14 @@ class MarkedBatch(list[Any]):
     """A batch whose tuples are interleaved with window marks (`Punct.WINDOW`) and watermarks,
     in the order they were submitted; ``tuples`` counts the tuples among them."""
 
-    __slots__ = ("tuples",)
+    __slots__ = ("tuples", "window_marks")
 
-    def __init__(self, items: list[Any], tuples: int) -> None:
+    def __init__(self, items: list[Any], tuples: int, window_marks: int | None = None) -> None:
         super().__init__(items)
         self.tuples = tuples
+        # window marks among the items (the rest of the non-tuples are watermarks)
+        self.window_marks = (sum(1 for item in items if item is Punct.WINDOW)
+                             if window_marks is None else window_marks)
 
 
 def split_marked(batch: MarkedBatch) -> list[Any]:
@@ -58,12 +61,14 @@ class OutputPort:
     """``buf`` takes submitted tuples (hosts bind ``buf.append`` once: it lives as long as the
     port); ``pending`` holds sealed batches (lists) and control items, in order."""
 
-    __slots__ = ("buf", "first_invalid", "marks", "metrics", "on_invalid", "pending", "validate")
+    __slots__ = ("buf", "first_invalid", "marks", "metrics", "on_invalid", "pending", "validate",
+                 "window_marks")
 
     def __init__(self, schema: Schema | None, metrics: OutputPortMetrics,
                  on_invalid: Callable[[Any, str], None]) -> None:
         self.buf: list[Any] = []
         self.marks = 0  # window marks and watermarks in ``buf``
+        self.window_marks = 0  # of which window marks
         self.pending: list[Any] = []
         self.validate = schema.validator() if schema is not None else None
         self.first_invalid = schema.batch_checker() if schema is not None else None
@@ -85,8 +90,16 @@ class OutputPort:
         buf.clear()
 
     def _seal_marked(self) -> None:
-        """Seal a batch holding marks: each run of tuples is checked on its own."""
+        """Seal a batch holding marks: the tuples are checked together (one generated loop);
+        only when one is invalid is each run of tuples checked on its own."""
         buf = self.buf
+        check = self.first_invalid
+        if check is None or check([x for x in buf if x is not Punct.WINDOW
+                                   and type(x) is not Watermark]) < 0:
+            self.pending.append(MarkedBatch(buf.copy(), len(buf) - self.marks, self.window_marks))
+            buf.clear()
+            self.marks = self.window_marks = 0
+            return
         items: list[Any] = []
         tuples = 0
         for entry in split_marked(MarkedBatch(buf, 0)):
@@ -103,8 +116,8 @@ class OutputPort:
                 items.append(entry)
         buf.clear()
         self.buf = buf  # the same list: hosts hold its bound ``append``
-        self.marks = 0
-        self.pending.append(MarkedBatch(items, tuples))
+        self.pending.append(MarkedBatch(items, tuples, self.window_marks))
+        self.marks = self.window_marks = 0
 
     def _drop_invalid(self, first: int) -> None:
         buf, check, validate = self.buf, self.first_invalid, self.validate
@@ -131,6 +144,8 @@ class OutputPort:
         """A window mark or watermark, in line with the tuples around it (`MarkedBatch`)."""
         self.buf.append(item)
         self.marks += 1
+        if item is Punct.WINDOW:
+            self.window_marks += 1
 
     @property
     def has_output(self) -> bool:
@@ -151,11 +166,8 @@ class OutputPort:
             m.tuples_submitted += len(entry)
         elif type(entry) is MarkedBatch:
             m.tuples_submitted += entry.tuples
-            for item in entry:
-                if item is Punct.WINDOW:
-                    m.window_puncts_submitted += 1
-                elif type(item) is Watermark:
-                    m.watermarks_submitted += 1
+            m.window_puncts_submitted += entry.window_marks
+            m.watermarks_submitted += len(entry) - entry.tuples - entry.window_marks
         elif entry is Punct.WINDOW:
             m.window_puncts_submitted += 1
         elif entry is Punct.FINAL:
