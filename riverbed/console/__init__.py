@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._draw import FORMATS, draw, graph_command, load_view
 from ._layout import LayoutError, lay_out, to_dot, to_mermaid
+from ._sampler import MetricsSource, Sampler, format_watermark
 from ._svg import render_svg
 from ._view import EdgeView, GraphView, OperatorView, PortView, RegionView, view_of
 
@@ -41,10 +42,13 @@ __all__ = [
     "EdgeView",
     "GraphView",
     "LayoutError",
+    "MetricsSource",
     "OperatorView",
     "PortView",
     "RegionView",
+    "Sampler",
     "draw",
+    "format_watermark",
     "graph_command",
     "lay_out",
     "load_view",
