@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from importlib import resources
 from types import TracebackType
 from typing import Any
@@ -228,6 +229,17 @@ class ConsoleServer:
     def pages(self) -> int:
         """Pages open now (event streams being served)."""
         return len(self._pages)
+
+    def cpu_seconds(self) -> float:
+        """CPU time the console's thread has used so far (sampling, serving, pushing): what it
+        costs the job's process. 0.0 once closed."""
+        ident = self._thread.ident
+        if ident is None or not self._thread.is_alive():
+            return 0.0
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(ident))
+        except (OSError, AttributeError):  # a platform without per-thread CPU clocks
+            return 0.0
 
     def close(self) -> None:
         """Stop serving and wait for the thread. Closing twice is a no-op."""
