@@ -43,15 +43,25 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
-@pytest.fixture
-def job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``riverbed run examples/sensors.py --console 127.0.0.1:0`` and the console's URL, read
-    from its log; stopped with SIGTERM (and waited for) after the test."""
+REGION_SENSORS = """
+import runpy
+sensors = runpy.run_path({path!r})
+
+def build(params):
+    g = sensors["build"](params)
+    g.consistent_region("sensors", name="main", period=0.5)
+    return g
+"""
+
+
+def _start(script: str, tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``riverbed run SCRIPT --console 127.0.0.1:0`` and the console's URL, read from its log;
+    stopped with SIGTERM (and waited for) after the test."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "riverbed", "run", "examples/sensors.py", "-p", "sensors=50", "-p", "rate=20",
+        [sys.executable, "-m", "riverbed", "run", script, "-p", "sensors=50", "-p", "rate=20",
          "-p", "seconds=600", "-p", f"out={tmp_path / 'alerts.jsonl'}", "--no-status", "--log-format", "json",
-         "--console", "127.0.0.1:0"],
+         "--console", "127.0.0.1:0", *extra],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     url = None
@@ -65,6 +75,18 @@ def job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    yield from _start("examples/sensors.py", tmp_path)
+
+
+@pytest.fixture
+def region_job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    script = tmp_path / "region_sensors.py"
+    script.write_text(REGION_SENSORS.format(path=str(ROOT / "examples" / "sensors.py")))
+    yield from _start(str(script), tmp_path, "--checkpoint-dir", str(tmp_path / "ckpt"))
 
 
 def _samples_seen(page: Any, count: int) -> None:
@@ -108,6 +130,23 @@ def test_the_page_shows_every_operator_and_its_rates_change_while_the_job_runs(
     page.screenshot(path=str(tmp_path / "console.png"), full_page=True)
     page.close()
     assert proc.poll() is None  # the job kept running under the page
+
+
+def test_the_page_shows_the_region_and_its_checkpoint_history_each_checkpoint_once(
+        browser: Any, region_job: tuple[subprocess.Popen[str], str]) -> None:
+    _, url = region_job
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]", timeout=30_000)
+    label = page.text_content("#graph svg text.cluster-label")
+    assert label == "consistent region main (periodic, every 0.5 s)"
+    _samples_seen(page, 3)
+    cells = page.eval_on_selector_all("#regions tbody td", "els => els.map(e => e.textContent)")
+    assert cells[:2] == ["main", "processing"] and int(cells[2]) > 0, cells
+    history = page.eval_on_selector_all("#checkpoints li", "els => els.map(e => e.textContent)")
+    ids = [int(m.group(1)) for m in (re.search(r"checkpoint (\d+)", h) for h in history) if m]
+    assert len(ids) >= 2 and ids == sorted(set(ids), reverse=True), history  # newest first, once each
+    page.close()
 
 
 _RENDER = """async (svg) => {

@@ -208,6 +208,10 @@ function connect() {
   events.addEventListener("open", () => { status.textContent = "live"; status.className = "status live"; });
   events.addEventListener("sample", message => {
     const sample = JSON.parse(message.data);
+    const newest = state.samples[state.samples.length - 1];
+    // A (re)connected stream starts with the newest sample, which /api/history may already
+    // have given: taking it twice would list its checkpoints twice.
+    if (newest && sample.t <= newest.t) return;
     state.samples.push(sample);
     if (state.samples.length > state.keep) state.samples.shift();
     if (sample.checkpoints.length) {
