@@ -46,6 +46,15 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the job in a process of its own and start it again, up to N times, "
                           "when it dies (kill -9, out of memory, a failure); with --checkpoint-dir "
                           "it resumes from the newest good checkpoint")
+    run.add_argument("--console", metavar="[HOST:]PORT",
+                     help="serve a live web console of the job at http://HOST:PORT/ (HOST defaults "
+                          "to 127.0.0.1; PORT 0 picks a free one)")
+    graph = sub.add_parser("graph", help="draw a graph script's graph without running it")
+    graph.add_argument("script", metavar="graph.py")
+    graph.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+    graph.add_argument("--format", "-f", dest="fmt", choices=("svg", "dot", "mermaid"), default="svg",
+                       help="svg (laid out by Graphviz's dot), dot or mermaid text (default: svg)")
+    graph.add_argument("--output", "-o", metavar="FILE", help="write FILE instead of standard output")
     spark = sub.add_parser("spark", help="deploy a graph script onto Spark Structured Streaming")
     spark.add_argument("action", choices=("run", "explain"),
                        help="run: deploy and wait for the query; explain: how each operator translates")
@@ -100,7 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args.script, params=args.param, log_format=args.log_format,
                    log_level=args.log_level, metrics_port=args.metrics_port, status=args.status,
                    status_interval=args.status_interval, virtual_clock=args.virtual_clock,
-                   checkpoint_dir=args.checkpoint_dir, checkpoint_period=args.checkpoint_period)
+                   checkpoint_dir=args.checkpoint_dir, checkpoint_period=args.checkpoint_period,
+                   console=args.console)
+    if args.command == "graph":
+        from .console import graph_command
+
+        return graph_command(args.script, params=args.param, fmt=args.fmt, output=args.output)
     if args.command == "spark":
         from .spark_bridge import spark_command
 

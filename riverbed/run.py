@@ -214,20 +214,21 @@ def _early_signals() -> Iterator[list[int]]:
 def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", log_level: str = "info",
         metrics_port: int | None = None, status: bool = True, status_interval: float = 1.0,
         virtual_clock: bool = False, checkpoint_dir: str | None = None,
-        checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None) -> int:
+        checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None,
+        console: str | None = None) -> int:
     """The ``riverbed run`` command; returns the exit code."""
     with _early_signals() as early:
         return _run(script, params=params, log_format=log_format, log_level=log_level,
                     metrics_port=metrics_port, status=status, status_interval=status_interval,
                     virtual_clock=virtual_clock, checkpoint_dir=checkpoint_dir,
-                    checkpoint_period=checkpoint_period, echo=echo, early=early)
+                    checkpoint_period=checkpoint_period, echo=echo, early=early, console=console)
 
 
 def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", log_level: str = "info",
         metrics_port: int | None = None, status: bool = True, status_interval: float = 1.0,
         virtual_clock: bool = False, checkpoint_dir: str | None = None,
         checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None,
-        early: list[int]) -> int:
+        early: list[int], console: str | None = None) -> int:
     """The command's body (`run` catches early signals around it)."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
     try:
@@ -292,6 +293,20 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             err(f"riverbed run: cannot serve metrics on 127.0.0.1:{metrics_port}: {exc}")
             return EXIT_INVALID
         log.info("metrics", url=server.url)
+    console_server = None  # --console: the live web page (riverbed.console), closed with the job
+    if console is not None:
+        from .console import ConsoleError, serve_console
+
+        try:
+            console_server = serve_console(job, graph, console)
+        except ConsoleError as exc:
+            if server is not None:
+                server.close()
+            for store in stores.values():
+                _close_store(store, log)
+            err(f"riverbed run: --console {console}: {exc}")
+            return EXIT_INVALID
+        log.info("console", url=console_server.url)
     aborted = False
 
     async def main() -> None:
@@ -348,6 +363,8 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
         err(f"riverbed run: job {job.name!r} aborted")
         return EXIT_ABORTED
     finally:
+        if console_server is not None:
+            console_server.close()
         if server is not None:
             server.close()
         for store in stores.values():

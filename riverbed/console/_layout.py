@@ -1,0 +1,287 @@
+"""Laying a graph out with Graphviz's ``dot``, and the DOT and Mermaid texts of a graph.
+
+``dot`` (Debian's ``graphviz`` package) does the layered layout: ranks from sources to
+sinks, few crossings, consistent regions kept together as clusters. It is asked for
+positions only (``-Tjson0``); the drawing itself is ours (`riverbed.console._svg`), so the
+static SVG and the live console are one picture, with the element ids the console's
+script updates. Each operator box is sized here from the lines it will show, and handed
+to ``dot`` as a fixed-size box.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from ._view import GraphView, OperatorView
+
+__all__ = ["Box", "EdgeLayout", "Layout", "LayoutError", "box_lines", "lay_out", "to_dot", "to_mermaid",
+           "wrap"]
+
+CHAR_W = 6.7  # px per character of the 11 px monospace face the boxes use (DejaVu Sans Mono: 0.6 em)
+LINE_H = 15.0
+PAD_X, PAD_Y = 10.0, 8.0
+MAX_CHARS = 56  # a longer line (a long window clause, an error) is cut with an ellipsis
+DOT_TIMEOUT_S = 30.0
+
+
+class LayoutError(RuntimeError):
+    """The graph could not be laid out: ``dot`` is missing, failed or said nonsense."""
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    text: str
+    kind: str  # title, type, port, metric, error
+    full: str  # the uncut text (a tooltip when `text` was cut)
+    slot: str | None = None  # the console fills this line: its id suffix
+
+
+@dataclass(frozen=True, slots=True)
+class Box:
+    """An operator's box: centre, size (px, y down) and its lines."""
+
+    op: OperatorView
+    x: float
+    y: float
+    width: float
+    height: float
+    lines: tuple[Line, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeLayout:
+    index: int
+    points: tuple[tuple[float, float], ...]  # a cubic B-spline: 3n+1 points
+    arrow: tuple[float, float] | None  # where the arrowhead points (the port)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLayout:
+    name: str
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    view: GraphView
+    width: float
+    height: float
+    boxes: tuple[Box, ...]
+    edges: tuple[EdgeLayout, ...]
+    clusters: tuple[ClusterLayout, ...]
+    live: bool
+
+
+def _cut(text: str, most: int = MAX_CHARS) -> str:
+    return text if len(text) <= most else text[: most - 1] + "\u2026"
+
+
+def wrap(text: str, width: int = MAX_CHARS, most: int = 3) -> list[str]:
+    words, lines, line = text.split(), [], ""
+    for word in words:
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    lines.append(line)
+    if len(lines) > most:
+        lines = [*lines[: most - 1], _cut(" ".join(lines[most - 1:]), width)]
+    return [_cut(x, width) for x in lines]
+
+
+def box_lines(op: OperatorView, live: bool) -> tuple[Line, ...]:
+    """What an operator's box says, top to bottom; ``live`` adds the lines the console fills."""
+    lines = [Line(op.name, "title", op.name)]
+    what = op.type_name if op.kind == "operator" else f"{op.type_name} \u00b7 {op.kind}"
+    if op.event_time:
+        what += f" \u00b7 event time {op.event_time}"
+    lines.append(Line(_cut(what), "type", what))
+    for port in op.inputs:
+        text = f"in{port.index}: {port.window}" if port.window else f"in{port.index}: no window"
+        lines.append(Line(_cut(text), "port", text))
+    if live:
+        lines.append(Line("in -/s  out -/s", "metric", "", "rates"))
+        lines.append(Line("queue -  wm -  late -  err -", "metric", "", "state"))
+    for error in op.errors:
+        lines.extend(Line(part, "error", "\u2717 " + error) for part in wrap("\u2717 " + error))
+    return tuple(lines)
+
+
+def label_lines(op: OperatorView) -> list[str]:
+    """An operator's lines uncut, each error once: the label of a text format (DOT, Mermaid)."""
+    return list(dict.fromkeys(line.full for line in box_lines(op, live=False)))
+
+
+def _box_size(lines: tuple[Line, ...]) -> tuple[float, float]:
+    chars = max(*(len(line.text) for line in lines), 24 if any(x.slot for x in lines) else 0)
+    return chars * CHAR_W + 2 * PAD_X, len(lines) * LINE_H + 2 * PAD_Y
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _edge_ok(view: GraphView) -> list[int]:
+    names = {op.name for op in view.operators}
+    return [i for i, e in enumerate(view.edges) if e.source in names and e.target in names]
+
+
+def to_dot(view: GraphView, *, sizes: dict[str, tuple[float, float]] | None = None) -> str:
+    """The graph as Graphviz DOT. With ``sizes`` (px per operator) the boxes are fixed,
+    unlabelled shapes for laying out; without, a readable DOT file with text labels, and
+    invalid operators outlined in red."""
+    out = [f"digraph {_quote(view.name)} {{",
+           "  rankdir=LR; nodesep=0.35; ranksep=1.1; splines=spline;",
+           '  node [shape=box, fontname="DejaVu Sans Mono", fontsize=10];']
+    if sizes is None:
+        out.append(f"  label={_quote('graph ' + view.name)}; labelloc=t;")
+    owner = {m: r for r in view.regions for m in r.members}
+
+    def node(op: OperatorView) -> str:
+        if sizes is not None:
+            w, h = sizes[op.name]
+            return f'{_quote(op.name)} [label="", fixedsize=true, width={w / 72:.3f}, height={h / 72:.3f}];'
+        text = "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in label_lines(op))
+        extra = ', color="#c62828", fontcolor="#c62828", penwidth=2' if op.errors else ""
+        return f'{_quote(op.name)} [label="{text}"{extra}];'
+
+    for i, region in enumerate(view.regions):
+        period = f", every {region.period:g} s" if region.period else ""
+        out.append(f"  subgraph cluster_{i} {{")
+        out.append(f"    label={_quote(f'consistent region {region.name} ({region.trigger}{period})')};"
+                   " style=dashed;")
+        out.extend(f"    {node(op)}" for op in view.operators if owner.get(op.name) is region)
+        out.append("  }")
+    out.extend(f"  {node(op)}" for op in view.operators if op.name not in owner)
+    for i in _edge_ok(view):
+        e = view.edges[i]
+        attrs = [f'id="e{i}"']
+        if e.feedback:
+            attrs.append("style=dashed")
+        if sizes is None:
+            attrs.append(f'label="{e.source_port}\u2192{e.target_port}"')
+        out.append(f"  {_quote(e.source)} -> {_quote(e.target)} [{', '.join(attrs)}];")
+    for error in (e for e in view.errors if sizes is None):
+        out.append(f"  // invalid: {error.splitlines()[0]}")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def to_mermaid(view: GraphView) -> str:
+    """The graph as a Mermaid flowchart (renders in GitHub and GitLab markdown)."""
+    ids = {op.name: f"op{i}" for i, op in enumerate(view.operators)}
+
+    def esc(text: str) -> str:
+        return text.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+
+    def node(op: OperatorView) -> str:
+        label = "<br/>".join(esc(line) for line in label_lines(op))
+        shape = ('[/"', '"/]') if op.kind == "source" else (('[\\"', '"\\]') if op.kind == "sink"
+                                                            else ('["', '"]'))
+        return f"{ids[op.name]}{shape[0]}{label}{shape[1]}"
+
+    out = ["flowchart LR"]
+    owner = {m: r for r in view.regions for m in r.members}
+    for i, region in enumerate(view.regions):
+        out.append(f'  subgraph region{i}["consistent region {esc(region.name)}"]')
+        out.extend(f"    {node(op)}" for op in view.operators if owner.get(op.name) is region)
+        out.append("  end")
+    out.extend(f"  {node(op)}" for op in view.operators if op.name not in owner)
+    for i in _edge_ok(view):
+        e = view.edges[i]
+        arrow = "-.->" if e.feedback else "-->"
+        out.append(f"  {ids[e.source]} {arrow}|{e.source_port}\u2192{e.target_port}| {ids[e.target]}")
+    bad = [ids[op.name] for op in view.operators if op.errors]
+    if bad:
+        out.append("  classDef invalid stroke:#c62828,stroke-width:3px,color:#c62828")
+        out.append(f"  class {','.join(bad)} invalid")
+    out.extend(f"  %% invalid: {error.splitlines()[0]}" for error in view.errors)
+    return "\n".join(out) + "\n"
+
+
+def _dot_binary() -> str:
+    found = shutil.which("dot")
+    if found is None:
+        raise LayoutError("Graphviz's dot is not on PATH: the graph drawing needs it for the layout; "
+                          "install it (Debian/Ubuntu: apt-get install graphviz; macOS: brew install "
+                          "graphviz), or draw with --format dot or mermaid, which need no layout")
+    return found
+
+
+def _run_dot(text: str) -> dict[str, Any]:
+    dot = _dot_binary()
+    try:
+        done = subprocess.run([dot, "-Tjson0"], input=text.encode(), capture_output=True,
+                              timeout=DOT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise LayoutError(f"{dot} took more than {DOT_TIMEOUT_S:g} s to lay the graph out") from exc
+    if done.returncode != 0:
+        raise LayoutError(f"{dot} failed (exit {done.returncode}): "
+                          f"{done.stderr.decode(errors='replace').strip()[:500]}")
+    try:
+        result: dict[str, Any] = json.loads(done.stdout)
+    except ValueError as exc:
+        raise LayoutError(f"{dot} -Tjson0 printed something that is not JSON: {exc}") from exc
+    return result
+
+
+def _point(text: str) -> tuple[float, float]:
+    x, y = text.split(",")[:2]
+    return float(x), float(y)
+
+
+MARGIN = 12.0
+
+
+def lay_out(view: GraphView, *, live: bool = False) -> Layout:
+    """Positions for every operator box, stream and region (px, y down), from ``dot``."""
+    lines = {op.name: box_lines(op, live) for op in view.operators}
+    sizes = {name: _box_size(ls) for name, ls in lines.items()}
+    data = _run_dot(to_dot(view, sizes=sizes))
+    try:
+        _, _, bw, bh = (float(v) for v in str(data["bb"]).split(","))
+
+        def flip(p: tuple[float, float]) -> tuple[float, float]:
+            return p[0] + MARGIN, bh - p[1] + MARGIN
+
+        boxes: list[Box] = []
+        clusters: list[ClusterLayout] = []
+        by_name = {op.name: op for op in view.operators}
+        for obj in data.get("objects", []):
+            name = str(obj.get("name", ""))
+            if name.startswith("cluster_"):
+                x0, y0, x1, y1 = (float(v) for v in str(obj["bb"]).split(","))
+                (ax, ay), (bx, by) = flip((x0, y1)), flip((x1, y0))
+                clusters.append(ClusterLayout(name, ax, ay, bx, by, str(obj.get("label", ""))))
+            elif name in by_name:
+                x, y = flip(_point(str(obj["pos"])))
+                w, h = sizes[name]
+                boxes.append(Box(by_name[name], x, y, w, h, lines[name]))
+        edges: list[EdgeLayout] = []
+        for edge in data.get("edges", []):
+            index = int(str(edge.get("id", "e-1"))[1:])
+            arrow: tuple[float, float] | None = None
+            points: list[tuple[float, float]] = []
+            for part in str(edge["pos"]).split():
+                if part.startswith("e,"):
+                    arrow = flip(_point(part[2:]))
+                elif part.startswith("s,"):
+                    continue
+                else:
+                    points.append(flip(_point(part)))
+            edges.append(EdgeLayout(index, tuple(points), arrow))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise LayoutError(f"unexpected layout from dot: {type(exc).__name__}: {exc}") from exc
+    order = {op.name: i for i, op in enumerate(view.operators)}
+    boxes.sort(key=lambda b: order[b.op.name])
+    edges.sort(key=lambda e: e.index)
+    return Layout(view, bw + 2 * MARGIN, bh + 2 * MARGIN, tuple(boxes), tuple(edges), tuple(clusters), live)

@@ -1,0 +1,183 @@
+"""`riverbed graph`: a graph drawn without running it, as SVG (laid out by dot), DOT or Mermaid.
+
+The browser-side checks of these drawings (rendered to PNG) are in test_console_browser.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from riverbed.cli import main
+from riverbed.console import LayoutError, draw, lay_out, load_view
+
+ROOT = Path(__file__).resolve().parent.parent
+SENSORS = str(ROOT / "examples" / "sensors.py")
+SVG = "{http://www.w3.org/2000/svg}"
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
+                               reason="no Graphviz dot (scripts/install_console_deps.sh installs it)")
+
+BROKEN = '''
+from riverbed.graph import Graph, Operator, Source
+
+class S(Source):
+    replayable = True
+    async def run(self):
+        return None
+
+class W(Operator):
+    pass
+
+def build(params):
+    g = Graph("broken", params)
+    s = g.source("src", S(), schema={"k": "rstring", "v": "float64"})
+    a = g.operator("avg", W(), [s.window("sliding, count(10), count(5), partitioned")],
+                   [{"k": "rstring", "v": "float64"}])
+    b = g.operator("jump", W(), [a.window("tumbling, delta(nosuch, 1.5)")])
+    g.sink("out", W(), [b])
+    g.consistent_region(s, name="main", period=2)
+    return g
+'''
+
+REGIONS = '''
+from riverbed.graph import Graph, Operator, Source
+
+class S(Source):
+    replayable = True
+    async def run(self):
+        return None
+
+class W(Operator):
+    pass
+
+def build(params):
+    g = Graph("regions", params)
+    s = g.source("src", S())
+    a = g.operator("left", W(), [s])
+    b = g.operator("right", W(), [s])
+    g.sink("both", W(), [a, b.window("tumbling, count(3)")])
+    g.consistent_region(s, name="main", period=2)
+    return g
+'''
+
+
+def _script(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "graph.py"
+    path.write_text(text)
+    return str(path)
+
+
+def _texts(svg: str) -> list[str]:
+    root = ET.fromstring(svg)
+    return ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
+
+
+@needs_dot
+def test_svg_of_sensors_draws_every_operator_its_window_clauses_and_streams() -> None:
+    svg = draw(load_view(SENSORS), "svg")
+    root = ET.fromstring(svg)  # well-formed XML
+    titles = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "title"]
+    assert titles == ["sensors", "average", "alerts", "file"]
+    texts = _texts(svg)
+    assert any("sliding, count(10), count(5), partitioned" in t for t in texts)
+    assert any("tumbling, delta(avg, 1.5), partitioned" in t for t in texts)
+    streams = [g.get("data-stream") for g in root.iter(f"{SVG}g") if g.get("class") == "stream"]
+    assert streams == ["sensors.0", "average.0", "alerts.0"]
+    # Laid out left to right, sources first: each box starts right of the one feeding it.
+    layout = lay_out(load_view(SENSORS))
+    xs = [box.x for box in layout.boxes]
+    assert xs == sorted(xs) and len(set(xs)) == 4
+
+
+def test_dot_and_mermaid_name_every_operator_and_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["graph", SENSORS, "--format", "dot"]) == 0
+    dot = capsys.readouterr().out
+    assert dot.startswith('digraph "sensors" {')
+    for edge in ('"sensors" -> "average"', '"average" -> "alerts"', '"alerts" -> "file"'):
+        assert edge in dot
+    assert "in0: sliding, count(10), count(5), partitioned" in dot
+    assert main(["graph", SENSORS, "--format", "mermaid"]) == 0
+    mermaid = capsys.readouterr().out
+    assert mermaid.startswith("flowchart LR\n")
+    assert "op0 -->|0→0| op1" in mermaid and "op2 -->|0→0| op3" in mermaid
+    if shutil.which("dot"):  # the DOT we print is valid for Graphviz itself
+        done = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+
+
+@needs_dot
+def test_an_invalid_graph_is_drawn_with_each_error_on_its_operator_and_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "broken.svg"
+    assert main(["graph", _script(tmp_path, BROKEN), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "graph 'broken' is invalid (2 errors, marked on the drawing)" in err
+    root = ET.fromstring(out.read_text())
+    invalid = {g.get("data-name"): "".join(g.itertext()) for g in root.iter(f"{SVG}g")
+               if "invalid" in (g.get("class") or "").split()}
+    assert set(invalid) == {"avg", "jump"}
+    assert "partition-key" in invalid["avg"]
+    assert "'nosuch', which is not in the schema" in invalid["jump"]
+    assert "partition-key" not in invalid["jump"]
+    # The region is drawn with what it would hold: everything downstream of its source.
+    labels = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "cluster-label"]
+    assert labels == ["consistent region main (periodic, every 2 s)"]
+    assert [g.get("data-name") for g in root.iter(f"{SVG}g") if g.get("data-name")] == \
+        ["src", "avg", "jump", "out"]
+    mermaid = draw(load_view(_script(tmp_path, BROKEN)), "mermaid")
+    assert "class op1,op2 invalid" in mermaid
+    nodes = mermaid.split("%%")[0]  # the comments after the drawing list the errors again
+    assert nodes.count("partition_by") == 1  # each error once, not once per wrapped line
+
+
+@needs_dot
+def test_regions_fan_in_and_window_ports_are_drawn(tmp_path: Path) -> None:
+    view = load_view(_script(tmp_path, REGIONS))
+    assert view.valid
+    assert [r.members for r in view.regions] == [("src", "left", "right", "both")]
+    both = view.operator("both")
+    assert [p.window for p in both.inputs] == [None, "tumbling, count(3)"]
+    svg = draw(view, "svg")
+    assert _texts(svg).count("in1: tumbling, count(3)") == 1
+    assert "consistent region main" in svg
+
+
+def test_without_dot_the_svg_says_how_to_get_it_and_text_formats_still_work(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no dot on it
+    with pytest.raises(LayoutError, match="apt-get install graphviz"):
+        lay_out(load_view(SENSORS))
+    assert main(["graph", SENSORS]) == 2
+    assert "Graphviz's dot is not on PATH" in capsys.readouterr().err
+    assert main(["graph", SENSORS, "-f", "mermaid"]) == 0
+
+
+def test_a_script_that_builds_no_graph_is_an_error_not_a_drawing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["graph", _script(tmp_path, "x = 1\n")]) == 2
+    assert "define build(params)" in capsys.readouterr().err
+    assert main(["graph", str(tmp_path / "missing.py")]) == 2
+    assert "no such graph script" in capsys.readouterr().err
+
+
+def test_the_drafting_leaves_the_public_graph_class_as_it_was(tmp_path: Path) -> None:
+    import riverbed
+    import riverbed.graph
+
+    before = riverbed.graph.Graph, riverbed.Graph
+    load_view(_script(tmp_path, BROKEN))
+    assert (riverbed.graph.Graph, riverbed.Graph) == before
+
+
+@needs_dot
+def test_the_command_line_writes_svg_to_standard_output_by_default() -> None:
+    done = subprocess.run([sys.executable, "-m", "riverbed", "graph", SENSORS, "-p", "sensors=3"],
+                          capture_output=True, text=True, cwd=ROOT, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("<svg ")
+    ET.fromstring(done.stdout)

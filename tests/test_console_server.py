@@ -1,0 +1,182 @@
+"""The console's server and sampler over real HTTP on 127.0.0.1 (the page: test_console_browser.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from riverbed.console import ConsoleError, Sampler, format_watermark, parse_address, serve_console, view_of
+from riverbed.core import InputPortMetrics, JobMetrics, OperatorMetrics, OutputPortMetrics, RegionMetrics
+from riverbed.run import load_graph, run
+from riverbed.runtime import Job
+from riverbed.windows import EVENT_TIME_MAX
+
+pytestmark = pytest.mark.skipif(shutil.which("dot") is None,  # the page's drawing needs the layout
+                                reason="no Graphviz dot (scripts/install_console_deps.sh installs it)")
+ROOT = Path(__file__).resolve().parent.parent
+SENSORS = ROOT / "examples" / "sensors.py"
+
+
+def _get(url: str) -> tuple[int, dict[str, str], bytes]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status, dict(response.headers), response.read()
+
+
+@pytest.fixture
+def sensors_job(tmp_path: Path) -> Job:
+    return Job(load_graph(SENSORS, {"sensors": 3, "out": str(tmp_path / "a.jsonl")}))
+
+
+def test_parse_address() -> None:
+    assert parse_address("8080") == ("127.0.0.1", 8080)
+    assert parse_address(":0") == ("127.0.0.1", 0)
+    assert parse_address("0.0.0.0:9000") == ("0.0.0.0", 9000)
+    assert parse_address("[::1]:9000") == ("::1", 9000)
+    for bad, why in (("http", "expected \\[HOST:\\]PORT"), ("70000", "not a TCP port"),
+                     ("::1:80", "IPv6 host in brackets")):
+        with pytest.raises(ConsoleError, match=why):
+            parse_address(bad)
+
+
+def test_routes_serve_the_page_its_assets_the_drawing_and_the_graph(sensors_job: Job) -> None:
+    with serve_console(sensors_job, sensors_job.graph, "127.0.0.1:0") as server:
+        assert server.url == f"http://127.0.0.1:{server.port}/" and server.port > 0
+        status, headers, page = _get(server.url)
+        assert status == 200 and headers["Content-Type"].startswith("text/html")
+        assert b'<script src="/assets/console.js"' in page
+        assert b"http://" not in page and b"https://" not in page  # nothing fetched from elsewhere
+        for name, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
+            status, headers, body = _get(server.url + "assets/" + name)
+            assert headers["Content-Type"].startswith(kind) and body
+            assert b"https://" not in body
+        _, headers, svg = _get(server.url + "graph.svg")
+        assert headers["Content-Type"].startswith("image/svg+xml")
+        for i in range(4):  # every operator has the lines the page fills in
+            assert f'id="op-{i}-rates"'.encode() in svg and f'id="op-{i}-state"'.encode() in svg
+        _, _, graph = _get(server.url + "api/graph")
+        described = json.loads(graph)
+        assert described["job"] == "sensors"
+        assert [o["name"] for o in described["operators"]] == ["sensors", "average", "alerts", "file"]
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            _get(server.url + "assets/index.py")
+        assert missing.value.code == 404
+
+
+def test_events_push_samples_while_no_page_costs_only_the_sampling(sensors_job: Job) -> None:
+    with serve_console(sensors_job, sensors_job.graph, "127.0.0.1:0", interval=0.05) as server:
+        assert server.pages == 0
+        with urllib.request.urlopen(server.url + "events", timeout=10) as stream:
+            assert stream.headers["Content-Type"] == "text/event-stream"
+            events: list[dict[str, Any]] = []
+            data = b""
+            while len(events) < 3:
+                line = stream.readline()
+                if line.startswith(b"data: "):
+                    data = line[6:]
+                elif line == b"\n" and data:
+                    events.append(json.loads(data))
+                    data = b""
+            assert server.pages == 1
+        assert [set(e["operators"]) for e in events] == [{"sensors", "average", "alerts", "file"}] * 3
+        assert events[0]["t"] < events[1]["t"] < events[2]["t"]
+        _, _, history = _get(server.url + "api/history")
+        assert len(json.loads(history)["samples"]) >= 3
+
+
+def test_a_taken_port_is_a_console_error_and_close_frees_the_port(sensors_job: Job) -> None:
+    server = serve_console(sensors_job, sensors_job.graph, "127.0.0.1:0")
+    port = server.port
+    with pytest.raises(ConsoleError, match=f"cannot serve on 127.0.0.1:{port}"):
+        serve_console(sensors_job, sensors_job.graph, f"127.0.0.1:{port}")
+    server.close()
+    server.close()  # twice is a no-op
+    with socket.create_server(("127.0.0.1", port)):
+        pass
+
+
+def test_run_with_a_bad_console_address_exits_2_before_running(tmp_path: Path) -> None:
+    said: list[str] = []
+    code = run(str(SENSORS), params=[f"out={tmp_path / 'a.jsonl'}"], status=False, console="nowhere",
+               echo=said.append)
+    assert code == 2
+    assert said == ["riverbed run: --console nowhere: 'nowhere': expected [HOST:]PORT, such as 8080 "
+                    "or 0.0.0.0:8080"]
+    assert not (tmp_path / "a.jsonl").exists()
+
+
+def test_run_serves_the_console_while_the_job_runs_and_stops_it_after(tmp_path: Path) -> None:
+    port = socket.create_server(("127.0.0.1", 0))
+    number = port.getsockname()[1]
+    port.close()
+    code = run(str(SENSORS), params=["sensors=2", "rate=100", "seconds=0.2", f"out={tmp_path / 'a.jsonl'}"],
+               status=False, console=f"127.0.0.1:{number}", virtual_clock=True)
+    assert code == 0
+    with socket.create_server(("127.0.0.1", number)):  # released when the job ended
+        pass
+
+
+# ----------------------------------------------------------------------------- sampler
+
+
+class _Source:
+    name = "job"
+
+    def __init__(self) -> None:
+        source = OperatorMetrics("src", outputs=[OutputPortMetrics()], queue_capacity=16)
+        sink = OperatorMetrics("sink", inputs=[InputPortMetrics()], queue_capacity=16)
+        self.metrics = JobMetrics("job", {"src": source, "sink": sink}, {"": RegionMetrics("")})
+
+    def snapshot_metrics(self) -> JobMetrics:
+        return self.metrics
+
+
+def test_sampler_rates_are_differences_over_the_time_between_samples(tmp_path: Path) -> None:
+    source = _Source()
+    view = view_of(load_graph(SENSORS, {"out": str(tmp_path / "a.jsonl")}))
+    sampler = Sampler(source, view, history=3)
+    first = sampler.sample(now=10.0)
+    assert first["operators"]["sink"]["in_rate"] is None  # nothing to compare with yet
+    source.metrics.operators["src"].outputs[0].tuples_submitted = 500
+    source.metrics.operators["sink"].inputs[0].tuples_processed = 400
+    source.metrics.operators["sink"].inputs[0].tuples_dropped_late = 7
+    source.metrics.operators["sink"].backpressure_waits = 3
+    source.metrics.operators["sink"].queue_size = 12
+    second = sampler.sample(now=12.0)
+    src, sink = second["operators"]["src"], second["operators"]["sink"]
+    assert src["out_rate"] == 250.0 and src["in_rate"] is None  # a source has no input rate
+    assert sink["in_rate"] == 200.0 and sink["out_rate"] is None
+    assert second["streams"] == {"src.0": 250.0}
+    assert (sink["late"], sink["waits_rate"], sink["queue"], sink["capacity"]) == (7, 1.5, 12, 16)
+    for now in (13.0, 14.0):
+        sampler.sample(now=now)
+    assert len(sampler.history()["samples"]) == 3  # the oldest dropped
+
+
+def test_sampler_keeps_a_checkpoint_and_reset_history(tmp_path: Path) -> None:
+    source = _Source()
+    sampler = Sampler(source, view_of(load_graph(SENSORS, {"out": str(tmp_path / "a.jsonl")})))
+    assert sampler.sample(now=0.0)["checkpoints"] == []
+    region = source.metrics.regions[""]
+    region.last_committed, region.checkpoints, region.drain_ms, region.checkpoint_ms = 4, 4, 1.5, 2.25
+    events = sampler.sample(now=1.0)["checkpoints"]
+    assert [(e["kind"], e["region"], e["id"], e["count"], e["save_ms"]) for e in events] == \
+        [("checkpoint", "job", 4, 4, 2.25)]
+    assert sampler.sample(now=2.0)["checkpoints"] == []  # nothing new
+    region.resets, region.last_recovery_ms = 1, 80.0
+    events = sampler.sample(now=3.0)["checkpoints"]
+    assert [(e["kind"], e["count"], e["recovery_ms"]) for e in events] == [("reset", 1, 80.0)]
+    assert [e["kind"] for e in sampler.history()["checkpoints"]] == ["checkpoint", "reset"]
+
+
+def test_watermarks_are_formatted_exactly_in_integers() -> None:
+    assert format_watermark(None) == "-"
+    assert format_watermark(EVENT_TIME_MAX) == "max"
+    assert format_watermark(1_795_000_000_123_456_789) == "1795000000.123s"
+    assert format_watermark(1_500, "ms") == "1.500s"
