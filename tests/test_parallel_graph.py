@@ -147,3 +147,17 @@ def test_two_regions_with_one_name_are_refused() -> None:
         g.operator("b", _Pass(), [a])
     with pytest.raises(GraphValidationError, match="two parallel regions are named 'r'"):
         g.freeze()
+
+
+def test_operators_added_earlier_join_a_region_by_name_or_stream() -> None:
+    g, src = _graph()
+    a = g.operator("a", _Pass(), [src])
+    g.operator("b", _Pass(), [a])
+    g.parallel(2, name="r").add(a, "b")
+    assert g.freeze().parallel[0].members == ("a", "b")
+    g.parallel(2, name="s").add("b", "nothing")
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    assert [str(e) for e in info.value.errors] == [
+        "operator 'b': is in parallel regions 'r' and 's': an operator runs in one [parallel]",
+        "operator 'nothing': parallel region 's': no such operator in the graph [parallel]"]

@@ -81,6 +81,18 @@ class ParallelBlock:
                                                "operator: add the operators to run in parallel "
                                                "inside the with block")
 
+    def add(self, *operators: Any) -> ParallelBlock:
+        """Put operators added earlier (names or their streams) into the region: how a graph that
+        a script built without regions is run in parallel without editing it."""
+        for op in operators:
+            name = getattr(op, "operator", op)
+            if not isinstance(name, str):
+                raise GraphError(None, "parallel", f"parallel region {self.spec.name!r}: add() takes "
+                                                   f"operator names or streams, got {op!r}")
+            if name not in self.members:
+                self.members.append(name)
+        return self
+
     @property
     def name(self) -> str:
         return self.spec.name
@@ -118,6 +130,16 @@ def resolve_parallel(graph: FrozenGraph, blocks: list[ParallelBlock],
     errors: list[GraphError] = []
     defs = {op.name: op for op in graph.operators}
     regions = [replace(b.spec, members=tuple(n for n in defs if n in b.members)) for b in blocks]
+    owner: dict[str, str] = {}
+    for b in blocks:
+        for n in b.members:
+            if n not in defs:
+                errors.append(GraphError(n, "parallel", f"parallel region {b.name!r}: no such "
+                                                        "operator in the graph"))
+            elif n in owner:
+                errors.append(GraphError(n, "parallel", f"is in parallel regions {owner[n]!r} and "
+                                                        f"{b.name!r}: an operator runs in one"))
+            owner.setdefault(n, b.name)
     names = [r.name for r in regions]
     for name in sorted({n for n in names if names.count(n) > 1}):
         errors.append(GraphError(None, "parallel", f"two parallel regions are named {name!r}"))
