@@ -161,3 +161,23 @@ def test_operators_added_earlier_join_a_region_by_name_or_stream() -> None:
     assert [str(e) for e in info.value.errors] == [
         "operator 'b': is in parallel regions 'r' and 's': an operator runs in one [parallel]",
         "operator 'nothing': parallel region 's': no such operator in the graph [parallel]"]
+
+
+@pytest.mark.parametrize(("clause", "flavor", "why"), [
+    ("sliding, count(4), count(1), partitioned, partitionCount(2)", "java", "counts across partitions"),
+    ("tumbling, time(2), partitioned", "cpp", "timer flushes the window's partitions together"),
+    ("tumbling, punct(), partitioned", "cpp", "one empty-window event"),
+    ("sliding, count(5), delta(value, 1.0), partitioned", "java", "shares one delta trigger"),
+])
+def test_a_window_whose_events_span_partitions_is_refused_beyond_width_1(clause: str, flavor: str,
+                                                                         why: str) -> None:
+    for width in (1, 2):
+        g, src = _graph()
+        with g.parallel(width, partition_by="sensor"):
+            g.operator("w", _Pass(), [src.window(clause, partition_by="sensor", flavor=flavor)])
+        if width == 1:
+            assert g.freeze().parallel[0].width == 1
+            continue
+        with pytest.raises(GraphValidationError, match=why) as info:
+            g.freeze()
+        assert _rules(info.value) == [("w", "parallel")]

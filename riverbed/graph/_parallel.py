@@ -24,10 +24,11 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ..windows import Delta, Punct, WindowSpec, WindowType
 from ._errors import GraphError, GraphValidationError
 
 if TYPE_CHECKING:
-    from ._model import FrozenGraph, OperatorDef
+    from ._model import FrozenGraph, InputPort, OperatorDef
 
 __all__ = ["MAX_WIDTH", "ParallelBlock", "ParallelRegion", "parallel_spec", "resolve_parallel"]
 
@@ -173,6 +174,11 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
             window = port.window
             if window is None or not window.partitioned:
                 continue
+            spans = _spans_partitions(port) if region.width > 1 else None
+            if spans is not None:
+                errors.append(GraphError(name, "parallel", f"input port {i}: {spans}, so its events "
+                                                           f"would change with the channels of {where}; "
+                                                           "run it with width 1 or out of the region"))
             if region.partition_by is None:
                 errors.append(GraphError(name, "parallel", f"input port {i}: the window is "
                                                            f"partitioned but {where} has no "
@@ -199,6 +205,23 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
                                                  f"schema {schema} of {c.operator!r}"))
     errors.extend(_check_shape(region, defs))
     return errors
+
+
+def _spans_partitions(port: InputPort) -> str | None:
+    """Why a partitioned window's events depend on partitions other than the tuple's own (so
+    splitting its partitions over channels would change them), or None."""
+    spec = port.window
+    if not isinstance(spec, WindowSpec):
+        return None  # a timeInterval window: panes per partition, one watermark for all
+    if spec.partition_eviction is not None:
+        return f"its partition eviction ({spec.partition_eviction.clause()}) counts across partitions"
+    if port.flavor == "cpp" and spec.uses_system_time:
+        return "a cpp time window's timer flushes the window's partitions together"
+    if port.flavor == "cpp" and isinstance(spec.eviction, Punct):
+        return "a cpp punct window raises one empty-window event when no partition holds a tuple"
+    if port.flavor == "java" and spec.type is WindowType.SLIDING and isinstance(spec.trigger, Delta):
+        return "IBM's Java sliding window shares one delta trigger boundary among its partitions"
+    return None
 
 
 def _check_shape(region: ParallelRegion, defs: Mapping[str, OperatorDef]) -> list[GraphError]:

@@ -170,7 +170,15 @@ class ParallelHost:
         self._busy = asyncio.Event() if self._virtual else None
         self._task: asyncio.Task[None] | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
+        self._merging = 0  # answers being merged and delivered
         self.done = False
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight: every channel answered, the answers are merged and delivered, and
+        the feeders wait on empty inboxes (a trace replay settles on it)."""
+        return (not self._merging and not any(ch.outstanding for ch in self.channels)
+                and all(r.inbox.idle for r, _ in self._feeds))
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -369,6 +377,7 @@ class ParallelHost:
                 continue
             assert kind == OUT, msg
             _, fed, exits, deadline, finished, _worker_metrics = msg
+            self._merging += 1
             ch.outstanding -= 1
             if fed:
                 ch.inflight -= fed
@@ -377,8 +386,11 @@ class ParallelHost:
             if finished:
                 ch.finished = True
                 ch.deadline = None
-            if exits:
-                await self._merge(ch, exits)
+            try:
+                if exits:
+                    await self._merge(ch, exits)
+            finally:
+                self._merging -= 1
             self._arm()
 
     async def _merge(self, ch: _Channel, exits: list[tuple[str, int, Any]]) -> None:
