@@ -402,3 +402,56 @@ def test_a_slow_channel_holds_its_upstream_back_within_its_bounded_queue() -> No
     metrics = job.parallel[0].metrics()
     assert sum(m.backpressure_waits for m in metrics) > 0
     assert high <= 2
+
+
+def test_the_status_view_and_the_metrics_show_each_channel_and_its_process() -> None:
+    import io
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from riverbed.runtime import StatusView
+    from riverbed.runtime._prometheus import JobCollector
+
+    job, sink = _endless_job(2)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        run = asyncio.ensure_future(job.run())
+        while len(sink.tuples) < 100:
+            await asyncio.sleep(0.01)
+        seen["lines"] = StatusView(job, stream=io.StringIO()).render(0.0)
+        registry = CollectorRegistry()
+        registry.register(JobCollector(job))
+        seen["prometheus"] = generate_latest(registry).decode()
+        job.stop()
+        await run
+
+    asyncio.run(main())
+    pids = [m.pid for m in job.channel_metrics()]
+    channel_lines = [line for line in seen["lines"] if "/channel " in line]
+    assert [line.split(":")[0] for line in channel_lines] == [
+        "endless/channel parallel0[0]", "endless/channel parallel0[1]"]
+    assert all(f"pid={pid} running in=" in line for pid, line in zip(pids, channel_lines, strict=True))
+    text = seen["prometheus"]
+    assert (f'riverbed_channel_alive{{channel="1",job="endless",pid="{pids[1]}",region="parallel0"}} 1.0'
+            in text)
+    assert 'riverbed_channel_tuples_in_total{channel="0",job="endless",region="parallel0"}' in text
+
+
+def test_the_log_names_each_channel_started_and_ended() -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    class Log:
+        def info(self, event: str, **fields: Any) -> None:
+            events.append((event, fields))
+
+        warning = info
+
+    g, _ = _keyed_graph(2, 200)
+    job = Job(g, logger=Log())
+    asyncio.run(job.run())
+    pids = [m.pid for m in job.channel_metrics()]
+    assert [(e, f["channel"], f["pid"]) for e, f in events] == [
+        ("channel_started", 0, pids[0]), ("channel_started", 1, pids[1]),
+        ("channel_ended", 0, pids[0]), ("channel_ended", 1, pids[1])]
+    assert all(f["finished"] and f["exitcode"] == 0 for e, f in events if e == "channel_ended")

@@ -26,7 +26,7 @@ from ._region import CheckpointSink, Region
 from ._runner import OperatorRunner
 
 if TYPE_CHECKING:
-    from ._parallel import ParallelHost
+    from ._parallel import ChannelMetrics, ParallelHost
 
 __all__ = ["MIN_CHECKPOINT_PERIOD", "CheckpointSink", "Job", "run_graph"]
 
@@ -142,6 +142,10 @@ class Job:
     def suspend_at(self) -> int | None:
         """The checkpoint a stop waits for (the first region's), None when not suspending."""
         return next((r.suspend_at for r in self.regions if r.suspend_at is not None), None)
+
+    def channel_metrics(self) -> list[ChannelMetrics]:
+        """Each channel of the graph's parallel regions (its worker process, tuples, queue)."""
+        return [m for host in self.parallel for m in host.metrics()]
 
     def snapshot_metrics(self) -> JobMetrics:
         """The metrics, with queue sizes and region states refreshed."""

@@ -245,6 +245,8 @@ class ParallelHost:
             ch.metrics.pid = proc.pid
             ch.metrics.alive = True
             ch.outstanding = 1  # the worker's first answer: what activation raised, its deadline
+            self.job.log_region("channel_started", level="info", region=self.name, channel=ch.index,
+                                pid=proc.pid, operators=list(self.spec.members))
             ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
         self._kick()
 
@@ -520,6 +522,9 @@ class ParallelHost:
                 proc.kill()
             proc.join(2.0)
             ch.metrics.alive = proc.is_alive()
+            self.job.log_region("channel_ended", level="info" if ch.finished else "warning",
+                                region=self.name, channel=ch.index, pid=ch.metrics.pid,
+                                exitcode=proc.exitcode, finished=ch.finished)
             if not ch.metrics.alive:
                 proc.close()
                 ch.process = None
