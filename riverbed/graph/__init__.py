@@ -8,6 +8,7 @@ runs that. Nothing here is tied to a particular executor.
 from ._errors import GraphError, GraphValidationError, SchemaError
 from ._model import Connection, EventTime, FrozenGraph, Graph, InputPort, OperatorDef, PortInput, Stream
 from ._operator import Operator, OperatorContext, Source, SourceContext, WindowPunctuationMode
+from ._parallel import ParallelBlock, ParallelRegion
 from ._punct import CheckpointBarrier, Punct, Watermark
 from ._regions import ConsistentRegion
 from ._schema import Schema, split_composite
@@ -26,6 +27,8 @@ __all__ = [
     "Operator",
     "OperatorContext",
     "OperatorDef",
+    "ParallelBlock",
+    "ParallelRegion",
     "PortInput",
     "Punct",
     "Schema",

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from ..windows import TimeIntervalSpec, WindowError, WindowSpec, parse_window_clause, seconds_to_ns
 from ._errors import GraphError
 from ._operator import Operator, Source
+from ._parallel import ParallelBlock, ParallelRegion, parallel_spec, resolve_parallel
 from ._regions import ConsistentRegion, region_spec
 from ._schema import Schema
 
@@ -116,6 +117,14 @@ class FrozenGraph:
     operators: tuple[OperatorDef, ...]
     params: Mapping[str, Any] = field(default_factory=dict)
     regions: tuple[ConsistentRegion, ...] = ()
+    parallel: tuple[ParallelRegion, ...] = ()  # parallel regions (`Graph.parallel`)
+
+    def parallel_of(self, name: str) -> ParallelRegion | None:
+        """The parallel region an operator runs in (None: it runs once, in the job's process)."""
+        for region in self.parallel:
+            if name in region.members:
+                return region
+        return None
 
     def region_of(self, name: str) -> ConsistentRegion | None:
         """The consistent region an operator belongs to (None: it runs autonomously)."""
@@ -223,6 +232,25 @@ class Graph:
         self._pending: dict[str, dict[str, Any]] = {}
         self._regions: list[ConsistentRegion] = []
         self._autonomous: set[str] = set()
+        self._parallel: list[ParallelBlock] = []
+        self._parallel_open: ParallelBlock | None = None
+
+    def parallel(self, width: int | None = None, partition_by: PartitionBy | None = None, *,
+                 name: str | None = None) -> ParallelBlock:
+        """SPL ``@parallel``: ``with g.parallel(width, partition_by="sensor"):`` makes the
+        operators added in the block (one operator or a chain) a parallel region of ``width``
+        channels, each in a worker process of its own when the asyncio runtime runs the graph.
+
+        ``width`` None: the graph's ``width`` parameter (``-p width=4``), else the CPU count.
+        ``partition_by`` (an attribute or a function of a tuple) sends each key to one channel,
+        by a stable hash, so its tuples stay in order and partitioned windows behave as with
+        width 1; None deals tuples to the channels in turn (round-robin).
+        """
+        spec = parallel_spec(name or f"parallel{len(self._parallel)}", width, partition_by,
+                             self.params)
+        block = ParallelBlock(spec, _graph=self)
+        self._parallel.append(block)
+        return block
 
     def consistent_region(self, start: Stream | str | Sequence[Stream | str], *,
                           name: str | None = None, **params: Any) -> ConsistentRegion:
@@ -321,6 +349,13 @@ class Graph:
         if error_port:
             schemas.append(None)
         ports = [self._port(name, i, arg) for i, arg in enumerate(inputs)]
+        if self._parallel_open is not None:
+            if kind == "source":
+                raise GraphError(name, "parallel", f"a source cannot be in parallel region "
+                                                   f"{self._parallel_open.name!r}: nothing splits "
+                                                   "what one source produces; add it before the "
+                                                   "with block")
+            self._parallel_open.members.append(name)
         self._pending[name] = {
             "operator": operator, "kind": kind, "inputs": ports, "outputs": schemas,
             "event_time": event_time, "error_port": len(schemas) - 1 if error_port else None,
@@ -346,7 +381,11 @@ class Graph:
         """Validate the graph; return it as frozen data or raise `GraphValidationError`."""
         from ._validate import freeze
 
-        return freeze(self)
+        frozen = freeze(self)
+        if not self._parallel:
+            return frozen
+        consistent = {n: r.name for r in frozen.regions for n in r.members}
+        return resolve_parallel(frozen, self._parallel, consistent)
 
 
 def _as_schema(name: str, schema: Schema | Mapping[str, str] | None) -> Schema | None:

@@ -17,13 +17,16 @@ import asyncio
 import math
 import time
 from collections.abc import Coroutine, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import JobError, JobMetrics, OperatorCore, OperatorError, RestoreRefused
 from ..graph import FrozenGraph, Graph, event_time_region
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
 from ._region import CheckpointSink, Region
 from ._runner import OperatorRunner
+
+if TYPE_CHECKING:
+    from ._parallel import ChannelMetrics, ParallelHost
 
 __all__ = ["MIN_CHECKPOINT_PERIOD", "CheckpointSink", "Job", "run_graph"]
 
@@ -59,6 +62,8 @@ class Job:
         event_region = event_time_region(self.graph)
         self.runners = {op.name: OperatorRunner(self, op, event_region) for op in self.graph.operators}
         self.metrics = JobMetrics(self.name, {n: r.metrics for n, r in self.runners.items()})
+        self.parallel = self._make_parallel(checkpoints)
+        self._hosted = {n for host in self.parallel for n in host.members}
         self._tasks: list[asyncio.Task[None]] = []
         self._tg: asyncio.TaskGroup | None = None
         self._aborted = False
@@ -79,6 +84,19 @@ class Job:
         # all committed every task ends where it is, without final punctuation.
         self._suspending: set[str] = set()
         self.suspended = False
+
+    def _make_parallel(self, checkpoints: CheckpointSink | None) -> list[ParallelHost]:
+        """The hosts of the graph's parallel regions (their operators run in worker processes)."""
+        if not self.graph.parallel:
+            return []
+        if checkpoints is not None:
+            raise ValueError(f"checkpoints=: the graph has parallel region(s) "
+                             f"{', '.join(repr(p.name) for p in self.graph.parallel)}, and checkpoints "
+                             "do not cross worker processes yet; run without checkpoints or drop "
+                             "the regions")
+        from ._parallel import ParallelHost
+
+        return [ParallelHost(self, spec) for spec in self.graph.parallel]
 
     def _make_regions(self, checkpoints: CheckpointSink | None, period: float | None,
                       stores: dict[str, CheckpointSink]) -> list[Region]:
@@ -125,6 +143,10 @@ class Job:
         """The checkpoint a stop waits for (the first region's), None when not suspending."""
         return next((r.suspend_at for r in self.regions if r.suspend_at is not None), None)
 
+    def channel_metrics(self) -> list[ChannelMetrics]:
+        """Each channel of the graph's parallel regions (its worker process, tuples, queue)."""
+        return [m for host in self.parallel for m in host.metrics()]
+
     def snapshot_metrics(self) -> JobMetrics:
         """The metrics, with queue sizes and region states refreshed."""
         for r in self.runners.values():
@@ -139,10 +161,13 @@ class Job:
 
     async def run(self) -> JobMetrics:
         """Run to completion; raise `JobError` naming every operator that failed."""
-        runners = list(self.runners.values())
+        everyone = list(self.runners.values())
+        runners = [r for r in everyone if r.name not in self._hosted]  # the rest run in workers
         try:
-            for r in runners:
+            for r in everyone:
                 r.wire(self.runners)
+            for host in self.parallel:
+                host.wire()
             for r in runners:
                 r.core.setup()
             for r in runners:
@@ -167,6 +192,8 @@ class Job:
                 self._tg = tg
                 for r in runners:
                     r.start()
+                for host in self.parallel:
+                    host.start()
                 for region in self.regions:
                     if region.period is not None or region.spec is not None:
                         self.spawn(region.periodic(), f"{self.name}/{region.name or 'job'}/checkpoints")
@@ -174,6 +201,8 @@ class Job:
             raise JobError(self.name, _flatten(group)) from None
         finally:
             self._tg = None
+            for host in self.parallel:
+                host.close()  # no worker process outlives the job, whatever ended it
         if self._failure is not None:
             raise JobError(self.name, [self._failure])
         if self._aborted:

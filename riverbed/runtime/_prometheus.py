@@ -96,6 +96,33 @@ class JobCollector:
         yield from inputs
         yield from (submitted, waits, size, capacity, high_water, watermark, own)
         yield from _region_metrics(metrics)
+        yield from _channel_metrics(metrics.job, self.job)
+
+
+def _channel_metrics(job_name: str, job: Any) -> Iterator[Metric]:
+    """Parallel regions: each channel's worker process, tuples in and out, its bounded queue."""
+    channels: list[Any] = getattr(job, "channel_metrics", list)()
+    if not channels:
+        return
+    labels = ["job", "region", "channel"]
+    alive = GaugeMetricFamily("riverbed_channel_alive", "1 while the channel's worker process runs.",
+                              labels=[*labels, "pid"])
+    tuples_in = CounterMetricFamily("riverbed_channel_tuples_in", "Tuples sent into the channel.",
+                                    labels=labels)
+    tuples_out = CounterMetricFamily("riverbed_channel_tuples_out", "Tuples merged out of the channel.",
+                                     labels=labels)
+    in_flight = GaugeMetricFamily("riverbed_channel_batches_in_flight",
+                                  "Batches sent to the channel and not yet answered.", labels=labels)
+    waits = CounterMetricFamily("riverbed_channel_backpressure_waits",
+                                "Times the split waited for room in the channel's queue.", labels=labels)
+    for m in channels:
+        values = [job_name, m.region, str(m.channel)]
+        alive.add_metric([*values, str(m.pid)], 1 if m.alive else 0)
+        tuples_in.add_metric(values, m.tuples_in)
+        tuples_out.add_metric(values, m.tuples_out)
+        in_flight.add_metric(values, m.batches_in_flight)
+        waits.add_metric(values, m.backpressure_waits)
+    yield from (alive, tuples_in, tuples_out, in_flight, waits)
 
 
 def _region_metrics(metrics: Any) -> Iterator[Metric]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import dataclass, replace
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -30,7 +30,8 @@ from rich.table import Table
 from ..core import JobMetrics, OperatorMetrics, RegionMetrics
 from ..windows import EVENT_TIME_MAX
 
-__all__ = ["MetricsSource", "StatusView", "copy_metrics", "format_watermark", "render_plain"]
+__all__ = ["MetricsSource", "StatusView", "channel_lines", "copy_metrics", "format_watermark",
+           "render_plain"]
 
 _TICKS_PER_SECOND = {"ns": 1_000_000_000, "us": 1_000_000, "ms": 1_000}
 _COLUMNS = ("operator", "in", "in/s", "out", "out/s", "queue", "watermark", "late", "errors")
@@ -189,15 +190,21 @@ class StatusView:
         """Plain lines for the job's metrics at ``now`` (seconds on any monotonic clock).
 
         Rates are since the previous `render`/`render_rich` call; the first
-        call has none.
+        call has none. A job with parallel regions adds a line per channel.
         """
         metrics, previous, elapsed = self._sample(now)
-        return render_plain(metrics, previous, elapsed, resolution=self.resolution)
+        return [*render_plain(metrics, previous, elapsed, resolution=self.resolution),
+                *(f"{metrics.job}/{line}" for line in channel_lines(self.job))]
 
     def render_rich(self, now: float) -> Table:
         """Like `render`, as a rich table."""
         metrics, previous, elapsed = self._sample(now)
-        return render_table(metrics, previous, elapsed, resolution=self.resolution)
+        table = render_table(metrics, previous, elapsed, resolution=self.resolution)
+        channels = channel_lines(self.job)
+        if channels:
+            table.caption = "\n".join([*([str(table.caption)] if table.caption else []), *channels])
+            table.caption_justify = "left"
+        return table
 
     async def run(self) -> None:
         """Render every ``interval`` until cancelled (then render a last time and re-raise)."""
@@ -231,6 +238,18 @@ class StatusView:
     def _print(self, lines: list[str]) -> None:
         self.stream.write("".join(line + "\n" for line in lines))
         self.stream.flush()
+
+
+def channel_lines(job: Any) -> list[str]:
+    """A line per channel of the job's parallel regions (none for a job without): its worker
+    process, what went in and out, its bounded queue."""
+    lines = []
+    for m in getattr(job, "channel_metrics", list)():
+        state = "finished" if m.finished else "running" if m.alive else "ended"
+        lines.append(f"channel {m.region}[{m.channel}]: pid={m.pid} {state} in={m.tuples_in} "
+                     f"out={m.tuples_out} in_flight={m.batches_in_flight}/{m.capacity} "
+                     f"waits={m.backpressure_waits}")
+    return lines
 
 
 def _tuples_in(op: OperatorMetrics) -> int:

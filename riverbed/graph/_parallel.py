@@ -1,0 +1,272 @@
+"""Parallel regions (SPL ``@parallel``): one operator or a chain, run as ``width`` channels.
+
+The operators added inside ``with g.parallel(width, partition_by="sensor"):`` form a region.
+A host that can (the asyncio runtime) runs each channel in a worker process of its own; tuples
+enter a channel by a stable hash of the partition key (keyed) or in turn (round-robin), and
+leave through a merge at the region's end. A host that cannot (the Spark bridge, trace
+replays) runs the operators once, as if the region were not there: a region changes where
+operators run, never what a partition's tuples see.
+
+Why the rules below: a partition's tuples must all reach one channel, in order, so every
+partitioned window inside a keyed region must be partitioned by the region's own key, and a
+round-robin region must hold no partitioned window at all. Sources are not split (nothing
+divides what one source produces), a region must be connected (one split, one merge), and no
+stream may leave the region and come back into it (the merge would wait on itself).
+Checkpoints do not cross processes yet, so a region cannot be inside a consistent region.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ..windows import Delta, Punct, WindowSpec, WindowType
+from ._errors import GraphError, GraphValidationError
+
+if TYPE_CHECKING:
+    from ._model import FrozenGraph, InputPort, OperatorDef
+
+__all__ = ["MAX_WIDTH", "ParallelBlock", "ParallelRegion", "parallel_spec", "resolve_parallel"]
+
+MAX_WIDTH = 256  # more channels than this is a mistake (a width meant for another setting)
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+PartitionKey = str | Callable[[Any], Hashable]
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelRegion:
+    """One parallel region of a frozen graph: ``width`` channels of ``members`` (graph order).
+
+    ``partition_by`` is an attribute name or a function of a tuple (keyed), or None
+    (round-robin)."""
+
+    name: str
+    width: int
+    partition_by: PartitionKey | None = None
+    members: tuple[str, ...] = ()
+
+    @property
+    def keyed(self) -> bool:
+        return self.partition_by is not None
+
+    def __contains__(self, operator: object) -> bool:
+        return operator in self.members
+
+
+@dataclass
+class ParallelBlock:
+    """What ``with g.parallel(...)`` opens: it collects the operators added inside the block."""
+
+    spec: ParallelRegion
+    members: list[str] = field(default_factory=list)
+    _graph: Any = None
+
+    def __enter__(self) -> ParallelBlock:
+        graph = self._graph
+        if graph._parallel_open is not None:
+            raise GraphError(None, "parallel", f"parallel region {self.spec.name!r} is opened inside "
+                                               f"region {graph._parallel_open.spec.name!r}: parallel "
+                                               "regions do not nest")
+        graph._parallel_open = self
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._graph._parallel_open = None
+        if exc_type is None and not self.members:
+            raise GraphError(None, "parallel", f"parallel region {self.spec.name!r} holds no "
+                                               "operator: add the operators to run in parallel "
+                                               "inside the with block")
+
+    def add(self, *operators: Any) -> ParallelBlock:
+        """Put operators added earlier (names or their streams) into the region: how a graph that
+        a script built without regions is run in parallel without editing it."""
+        for op in operators:
+            name = getattr(op, "operator", op)
+            if not isinstance(name, str):
+                raise GraphError(None, "parallel", f"parallel region {self.spec.name!r}: add() takes "
+                                                   f"operator names or streams, got {op!r}")
+            if name not in self.members:
+                self.members.append(name)
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def width(self) -> int:
+        return self.spec.width
+
+
+def parallel_spec(name: str, width: Any, partition_by: Any, params: Mapping[str, Any]) -> ParallelRegion:
+    """A region from `Graph.parallel`'s arguments, checked at once. ``width`` None: the graph's
+    ``width`` parameter if it has one, else the CPU count."""
+    if not _NAME.match(name):
+        raise GraphError(None, "parallel", f"parallel region name {name!r}: use letters, digits, "
+                                           "_ . -")
+    if width is None:
+        width = params.get("width", os.cpu_count() or 1)
+    if isinstance(width, str) and width.strip().isdigit():
+        width = int(width)  # `-p width=4` read as text
+    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
+        raise GraphError(None, "parallel", f"parallel region {name!r}: width={width!r}: expected an "
+                                           f"int from 1 to {MAX_WIDTH} (the number of channels)")
+    if partition_by is not None and not (isinstance(partition_by, str) and partition_by) \
+            and not callable(partition_by):
+        raise GraphError(None, "parallel", f"parallel region {name!r}: partition_by="
+                                           f"{partition_by!r}: expected an attribute name, a "
+                                           "function of a tuple, or None (round-robin)")
+    return ParallelRegion(name, width, partition_by)
+
+
+def resolve_parallel(graph: FrozenGraph, blocks: list[ParallelBlock],
+                     consistent: Mapping[str, str]) -> FrozenGraph:
+    """``graph`` with its parallel regions, every rule checked (`GraphValidationError` lists all
+    broken ones). ``consistent``: operator -> the consistent region it is in."""
+    errors: list[GraphError] = []
+    defs = {op.name: op for op in graph.operators}
+    regions = [replace(b.spec, members=tuple(n for n in defs if n in b.members)) for b in blocks]
+    owner: dict[str, str] = {}
+    for b in blocks:
+        for n in b.members:
+            if n not in defs:
+                errors.append(GraphError(n, "parallel", f"parallel region {b.name!r}: no such "
+                                                        "operator in the graph"))
+            elif n in owner:
+                errors.append(GraphError(n, "parallel", f"is in parallel regions {owner[n]!r} and "
+                                                        f"{b.name!r}: an operator runs in one"))
+            owner.setdefault(n, b.name)
+    names = [r.name for r in regions]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        errors.append(GraphError(None, "parallel", f"two parallel regions are named {name!r}"))
+    for region in regions:
+        errors.extend(_check_region(region, defs, consistent))
+    if errors:
+        raise GraphValidationError(graph.name, errors)
+    return replace(graph, parallel=tuple(regions))
+
+
+def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
+                  consistent: Mapping[str, str]) -> list[GraphError]:
+    errors: list[GraphError] = []
+    members = set(region.members)
+    where = f"parallel region {region.name!r}"
+    for name in region.members:
+        op = defs[name]
+        if op.kind == "source":
+            errors.append(GraphError(name, "parallel", f"a source cannot be in {where}: nothing "
+                                                       "splits what one source produces; put the "
+                                                       "operators after it in the region"))
+        if name in consistent:
+            errors.append(GraphError(name, "parallel", f"{where} is inside consistent region "
+                                                       f"{consistent[name]!r}: checkpoints do not "
+                                                       "cross worker processes yet; make the region's "
+                                                       "operators autonomous or drop the region"))
+        for i, port in enumerate(op.inputs):
+            if any(c.feedback for c in port.connections):
+                errors.append(GraphError(name, "parallel", f"input port {i} has a feedback "
+                                                           f"connection: not allowed in {where}"))
+            window = port.window
+            if window is None or not window.partitioned:
+                continue
+            spans = _spans_partitions(port) if region.width > 1 else None
+            if spans is not None:
+                errors.append(GraphError(name, "parallel", f"input port {i}: {spans}, so its events "
+                                                           f"would change with the channels of {where}; "
+                                                           "run it with width 1 or out of the region"))
+            if region.partition_by is None:
+                errors.append(GraphError(name, "parallel", f"input port {i}: the window is "
+                                                           f"partitioned but {where} has no "
+                                                           "partition_by, so one partition's tuples "
+                                                           "would be spread over channels; give "
+                                                           f"g.parallel(partition_by={port.partition_by!r})"))
+            elif port.partition_by != region.partition_by:
+                errors.append(GraphError(name, "parallel", f"input port {i}: the window is "
+                                                           f"partitioned by {port.partition_by!r} but "
+                                                           f"{where} splits by {region.partition_by!r}: "
+                                                           "a partition would be spread over channels; "
+                                                           "split by the window's key"))
+        if isinstance(region.partition_by, str):
+            for i, port in enumerate(op.inputs):
+                for c in port.connections:
+                    up = defs.get(c.operator)
+                    if c.operator in members or up is None or c.port >= len(up.outputs):
+                        continue
+                    schema = up.outputs[c.port]
+                    if schema is not None and schema.type_of(region.partition_by) is None:
+                        errors.append(GraphError(name, "unknown-attribute",
+                                                 f"input port {i}: {where} splits by "
+                                                 f"{region.partition_by!r}, which is not in the "
+                                                 f"schema {schema} of {c.operator!r}"))
+    errors.extend(_check_shape(region, defs))
+    return errors
+
+
+def _spans_partitions(port: InputPort) -> str | None:
+    """Why a partitioned window's events depend on partitions other than the tuple's own (so
+    splitting its partitions over channels would change them), or None."""
+    spec = port.window
+    if not isinstance(spec, WindowSpec):
+        return None  # a timeInterval window: panes per partition, one watermark for all
+    if spec.partition_eviction is not None:
+        return f"its partition eviction ({spec.partition_eviction.clause()}) counts across partitions"
+    if port.flavor == "cpp" and spec.uses_system_time:
+        return "a cpp time window's timer flushes the window's partitions together"
+    if port.flavor == "cpp" and isinstance(spec.eviction, Punct):
+        return "a cpp punct window raises one empty-window event when no partition holds a tuple"
+    if port.flavor == "java" and spec.type is WindowType.SLIDING and isinstance(spec.trigger, Delta):
+        return "IBM's Java sliding window shares one delta trigger boundary among its partitions"
+    return None
+
+
+def _check_shape(region: ParallelRegion, defs: Mapping[str, OperatorDef]) -> list[GraphError]:
+    """Connected, and no stream leaves the region to come back into it."""
+    members = set(region.members)
+    where = f"parallel region {region.name!r}"
+    downstream: dict[str, set[str]] = {n: set() for n in defs}
+    for op in defs.values():
+        for port in op.inputs:
+            for c in port.connections:
+                if c.operator in downstream and not c.feedback:
+                    downstream[c.operator].add(op.name)
+    errors: list[GraphError] = []
+    # Connected: every member reached from the first through connections between members,
+    # either way.
+    linked: dict[str, set[str]] = {n: set() for n in members}
+    for n in members:
+        for m in downstream[n] & members:
+            linked[n].add(m)
+            linked[m].add(n)
+    seen: set[str] = set()
+    todo = [region.members[0]] if region.members else []
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(linked[n])
+    for n in region.members:
+        if n not in seen:
+            errors.append(GraphError(n, "parallel", f"is not connected to the other operators of "
+                                                    f"{where} ({', '.join(region.members)}): a region "
+                                                    "is one operator or a chain"))
+    # No way out and back in: a non-member reached from a member must not reach a member.
+    outside = {m for n in members for m in downstream[n] if m not in members}
+    todo, seen = list(outside), set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for m in downstream[n]:
+            if m in members:
+                errors.append(GraphError(n, "parallel", f"takes a stream out of {where} and leads "
+                                                        f"back into it (to {m!r}): put {n!r} in the "
+                                                        "region too, or out of its path"))
+            else:
+                todo.append(m)
+    return errors

@@ -1,0 +1,565 @@
+"""A parallel region in the job's process: its channels (worker processes), the split, the merge.
+
+The region's operators keep their `OperatorRunner`s in the job, but those never run: upstream
+operators deliver into the members' inboxes as usual (so backpressure reaches them as usual),
+a feeder task of this host takes the entries out, splits each batch by channel (a stable hash
+of the partition key, or round-robin) and sends every channel its part; marks, watermarks and
+final punctuation go to every channel, in place. Each channel answers with what its operators
+sent out of the region; the merge puts it in the members' output ports, and the members'
+runners deliver it downstream (`OperatorRunner.flush`), in order, waiting while it is full.
+
+SPL's rules at the merge: tuples pass as they come (a key's tuples come from one channel, in
+order); a window mark leaves once every channel has sent its next one; the watermark leaving
+is the minimum over the channels; final leaves once every channel has sent it.
+
+Bounded queues: at most ``queue_batches`` (the first member's) FEED messages with tuples are
+unanswered per channel; a feeder waits for room, its inbox fills, and the upstream waits.
+
+Time: messages carry the job's clock; the channels' deadlines come back with each answer and a
+timer of the job's clock sends a TICK when one is due. On a `VirtualClock`, time must not jump
+while a worker is still computing: while answers are outstanding a keep-alive task stays
+runnable (blocking at most 1 ms at a time on the sockets), so the loop never looks idle.
+
+Worker processes end on every path: after final (the socket closes, the worker sees EOF),
+and on a failure, an abort or a stop (`close` kills what is still alive and reaps it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import operator
+import select
+import socket
+import struct
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING, Any
+
+from ..core import OperatorError, OutputPort
+from ..graph import ParallelRegion, Punct, Watermark
+from ._clock import TimerHandle, VirtualClock
+from ._parallel_wire import FAILED, FEED, METRICS_OUT, OUT, TICK, channel_of, dumps, frame, loads
+from ._worker import serve
+
+if TYPE_CHECKING:
+    from ._job import Job
+    from ._runner import OperatorRunner
+
+__all__ = ["ChannelError", "ChannelMetrics", "ParallelHost", "parent_fds"]
+
+_HEADER = struct.Struct("!i")
+_LONG = struct.Struct("!Q")
+_KEY_CACHE = 1 << 20  # keys whose channel is remembered (cleared when full)
+_PARENT_FDS: set[int] = set()  # the job's ends of every open channel, closed in each new worker
+
+
+class ChannelError(RuntimeError):
+    """A worker process of a parallel region failed, or died, naming the region and channel."""
+
+
+@dataclass(slots=True)
+class ChannelMetrics:
+    """One channel of a parallel region, as the status view and the metrics show it."""
+
+    region: str
+    channel: int
+    pid: int | None = None
+    alive: bool = False
+    tuples_in: int = 0  # sent into the channel
+    tuples_out: int = 0  # merged out of it
+    batches_in_flight: int = 0  # FEED messages not yet answered
+    capacity: int = 0
+    backpressure_waits: int = 0
+    finished: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class _Channel:
+    __slots__ = (
+        "deadline",
+        "fd",
+        "finished",
+        "index",
+        "inflight",
+        "metrics",
+        "outstanding",
+        "process",
+        "reader",
+        "room",
+        "sock",
+        "writer",
+    )
+
+    def __init__(self, region: str, index: int, capacity: int) -> None:
+        self.index = index
+        self.metrics = ChannelMetrics(region, index, capacity=capacity)
+        self.process: BaseProcess | None = None
+        self.sock: socket.socket | None = None
+        self.fd = -1
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.inflight = 0  # FEED messages with tuples not yet answered: the bounded queue
+        self.outstanding = 0  # messages of any kind not yet answered
+        self.deadline: int | None = None
+        self.finished = False
+        self.room = asyncio.Event()
+        self.room.set()
+
+
+class _Merge:
+    """One output port of a member that leads out of the region: SPL's merge of its channels."""
+
+    __slots__ = ("finals", "marks", "marks_sent", "out", "runner", "wm", "wm_sent")
+
+    def __init__(self, runner: OperatorRunner, out: OutputPort, width: int) -> None:
+        self.runner = runner
+        self.out = out
+        self.marks = [0] * width
+        self.marks_sent = 0
+        self.wm: list[int | None] = [None] * width
+        self.wm_sent: int | None = None
+        self.finals = 0
+
+
+class ParallelHost:
+    """Runs one parallel region of a job in ``width`` worker processes."""
+
+    def __init__(self, job: Job, spec: ParallelRegion) -> None:
+        self.job = job
+        self.spec = spec
+        self.name = spec.name
+        self.width = spec.width
+        members = set(spec.members)
+        self.runners = {n: job.runners[n] for n in spec.members}
+        self.capacity = self.runners[spec.members[0]].odef.queue_batches
+        self.channels = [_Channel(spec.name, i, self.capacity) for i in range(spec.width)]
+        # Each stream into the region is read once, from the first member it feeds (the worker
+        # hands it to every member it feeds); a member's other connections are None.
+        self._feeds: list[tuple[OperatorRunner, list[tuple[str, int] | None]]] = []
+        seen: set[tuple[str, int]] = set()
+        for runner in self.runners.values():
+            conns: list[tuple[str, int] | None] = []
+            for c in runner.core.connections:
+                stream = (c.operator, c.port)
+                if c.operator in members or stream in seen:
+                    conns.append(None)
+                else:
+                    seen.add(stream)
+                    conns.append(stream)
+            if any(s is not None for s in conns):
+                self._feeds.append((runner, conns))
+        self._merges: dict[tuple[str, int], _Merge] = {}
+        for runner in self.runners.values():
+            for port, out in enumerate(runner.core.outputs):
+                if any(op not in members for op, _ in job.graph.consumers(runner.name, port)):
+                    out.first_invalid = None  # the worker checked the schema already
+                    self._merges[(runner.name, port)] = _Merge(runner, out, spec.width)
+        key = spec.partition_by
+        self._key: Callable[[Any], Hashable] | None = (
+            operator.itemgetter(key) if isinstance(key, str) else key)
+        self._cache: dict[Any, int] = {}
+        self._next = 0  # round-robin: the channel of the next tuple
+        self._timer: TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._virtual = isinstance(job.clock, VirtualClock)
+        self._busy = asyncio.Event() if self._virtual else None
+        self._task: asyncio.Task[None] | None = None
+        self._keepalive_task: asyncio.Task[None] | None = None
+        self._merging = 0  # answers being merged and delivered
+        self.done = False
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight: every channel answered, the answers are merged and delivered, and
+        the feeders wait on empty inboxes (a trace replay settles on it)."""
+        return (not self._merging and not any(ch.outstanding for ch in self.channels)
+                and all(r.inbox.idle for r, _ in self._feeds))
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self.spec.members
+
+    def metrics(self) -> list[ChannelMetrics]:
+        """Each channel's metrics, refreshed."""
+        for ch in self.channels:
+            m = ch.metrics
+            m.batches_in_flight = ch.inflight
+            m.finished = ch.finished
+            m.alive = ch.process is not None and ch.process.is_alive()
+        return [ch.metrics for ch in self.channels]
+
+    # ------------------------------------------------------------------ wiring
+
+    def wire(self) -> None:
+        """After the job wired its runners: the members' outputs lead only out of the region
+        (inside it, the workers deliver between members themselves)."""
+        inboxes = {id(r.inbox) for r in self.runners.values()}
+        for runner in self.runners.values():
+            for delivery in runner._deliveries:
+                delivery.targets = [t for t in delivery.targets if id(t[0]) not in inboxes]
+
+    def start(self) -> None:
+        self._task = self.job.spawn(self.run(), f"{self.job.name}/{self.name}/parallel")
+
+    # --------------------------------------------------------------------- run
+
+    async def run(self) -> None:
+        """Start the channels, split and merge until every channel finished, then reap them."""
+        try:
+            await self._start_channels()
+            if self._virtual:
+                self._keepalive_task = asyncio.get_running_loop().create_task(
+                    self._keepalive(), name=f"{self.job.name}/{self.name}/time")
+            async with asyncio.TaskGroup() as tg:
+                for ch in self.channels:
+                    tg.create_task(self._read(ch), name=f"{self.job.name}/{self.name}/{ch.index}/out")
+                for runner, conns in self._feeds:
+                    tg.create_task(self._feed(runner, conns),
+                                   name=f"{self.job.name}/{self.name}/{runner.name}/in")
+            for runner in self.runners.values():
+                runner.core.finished = runner.core.metrics.finished = True
+            await self._hang_up()
+        finally:
+            self.done = True
+            self.close()
+
+    async def _start_channels(self) -> None:
+        ctx = multiprocessing.get_context("fork")  # the graph (functions, operators) is inherited
+        now = self.job.clock.now()
+        for ch in self.channels:
+            parent, child = socket.socketpair()
+            _PARENT_FDS.add(parent.fileno())
+            ch.sock, ch.fd = parent, parent.fileno()
+            proc = ctx.Process(target=serve, name=f"riverbed-{self.job.name}-{self.name}-{ch.index}",
+                               args=(child, sorted(_PARENT_FDS), self.job.graph, self.spec.members),
+                               kwargs={"name": f"{self.job.name}/{self.name}[{ch.index}]", "now": now},
+                               daemon=True)
+            proc.start()
+            child.close()
+            ch.process = proc
+            ch.metrics.pid = proc.pid
+            ch.metrics.alive = True
+            ch.outstanding = 1  # the worker's first answer: what activation raised, its deadline
+            self.job.log_region("channel_started", level="info", region=self.name, channel=ch.index,
+                                pid=proc.pid, operators=list(self.spec.members))
+            ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
+        self._kick()
+
+    # -------------------------------------------------------------------- split
+
+    async def _feed(self, runner: OperatorRunner, conns: list[tuple[str, int] | None]) -> None:
+        inbox = runner.inbox
+        open_streams = {s for s in conns if s is not None}
+        port_of = runner.core.conn_port
+        while open_streams:
+            conn, payload = await inbox.get()
+            stream = conns[conn] if conn >= 0 else None
+            if stream is None:
+                continue
+            if isinstance(payload, list):
+                runner.metrics.inputs[port_of[conn]].tuples_processed += \
+                    getattr(payload, "tuples", len(payload))
+                await self._split(runner, port_of[conn], stream, payload)
+                continue
+            if payload is Punct.FINAL:
+                open_streams.discard(stream)
+            elif payload is not Punct.WINDOW and type(payload) is not Watermark:
+                continue  # a barrier: no consistent region holds a parallel region
+            item = payload.value if type(payload) is Watermark else payload  # see _parallel_wire
+            for ch in self.channels:
+                await self._send(ch, [(stream[0], stream[1], item)], 0)
+
+    def _route(self, runner: OperatorRunner, port: int, tuples: list[Any]) -> list[list[Any]]:
+        """The tuples of each channel, in order."""
+        width = self.width
+        if width == 1:
+            return [tuples]
+        key = self._key
+        if key is None:  # round-robin, tuple by tuple
+            first = self._next
+            self._next = (first + len(tuples)) % width
+            return [tuples[(c - first) % width::width] for c in range(width)]
+        parts: list[list[Any]] = [[] for _ in range(width)]
+        appends = [p.append for p in parts]
+        cache = self._cache
+        get = cache.get
+        t: Any = None
+        try:
+            for t in tuples:
+                k = key(t)
+                c = get(k)
+                if c is None:
+                    if len(cache) >= _KEY_CACHE:
+                        cache.clear()
+                    c = cache[k] = channel_of(k, width)
+                appends[c](t)
+        except Exception as exc:
+            raise OperatorError(runner.name, port, t, type(exc)(
+                f"parallel region {self.name!r} splits by {self.spec.partition_by!r}: {exc!r}; "
+                "every tuple entering it needs a hashable key")) from exc
+        return parts
+
+    async def _split(self, runner: OperatorRunner, port: int, stream: tuple[str, int],
+                     batch: list[Any]) -> None:
+        op, out_port = stream
+        if type(batch) is list:
+            for ch, part in zip(self.channels, self._route(runner, port, batch), strict=True):
+                if part:
+                    await self._send(ch, [(op, out_port, part)], len(part))
+            return
+        # A marked batch: runs of tuples split by channel, each mark and watermark to all, in place.
+        width = self.width
+        entries: list[list[tuple[str, int, Any]]] = [[] for _ in range(width)]
+        counts = [0] * width
+        start = 0
+
+        def flush_run(run: list[Any]) -> None:
+            for c, part in enumerate(self._route(runner, port, run)):
+                if part:
+                    entries[c].append((op, out_port, part))
+                    counts[c] += len(part)
+
+        for i, item in enumerate(batch):
+            if item is Punct.WINDOW or type(item) is Watermark:
+                if i > start:
+                    flush_run(batch[start:i])
+                start = i + 1
+                mark = item if item is Punct.WINDOW else item.value  # a watermark travels as an int
+                for e in entries:
+                    e.append((op, out_port, mark))
+        if start < len(batch):
+            flush_run(batch[start:])
+        for ch, e, n in zip(self.channels, entries, counts, strict=True):
+            if e:
+                await self._send(ch, e, n)
+
+    async def _send(self, ch: _Channel, entries: list[tuple[str, int, Any]], tuples: int) -> None:
+        """One FEED message; with tuples it takes a place in the channel's bounded queue."""
+        if tuples:
+            if ch.inflight >= self.capacity:
+                ch.metrics.backpressure_waits += 1
+                while ch.inflight >= self.capacity:
+                    ch.room.clear()
+                    await ch.room.wait()
+            ch.inflight += 1
+            ch.metrics.tuples_in += tuples
+        writer = ch.writer
+        assert writer is not None
+        ch.outstanding += 1
+        self._kick()
+        try:
+            writer.write(frame(dumps((FEED, self.job.clock.now(), entries))))
+            await writer.drain()
+        except ConnectionError:
+            # The worker is gone: its reader tells why (it read what the worker sent last).
+            await asyncio.get_running_loop().create_future()
+
+    # -------------------------------------------------------------------- merge
+
+    async def _read(self, ch: _Channel) -> None:
+        reader = ch.reader
+        assert reader is not None
+        while not ch.finished or ch.outstanding:
+            try:
+                (n,) = _HEADER.unpack(await reader.readexactly(4))
+                if n == -1:
+                    (n,) = _LONG.unpack(await reader.readexactly(8))
+                msg = loads(await reader.readexactly(n))
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                raise self._died(ch) from exc
+            kind = msg[0]
+            if kind == FAILED:
+                raise self._failed(ch, msg)
+            if kind == METRICS_OUT:
+                continue
+            assert kind == OUT, msg
+            _, fed, exits, deadline, finished, _worker_metrics = msg
+            self._merging += 1
+            ch.outstanding -= 1
+            if fed:
+                ch.inflight -= fed
+                ch.room.set()
+            ch.deadline = deadline
+            if finished:
+                ch.finished = True
+                ch.deadline = None
+            try:
+                if exits:
+                    await self._merge(ch, exits)
+            finally:
+                self._merging -= 1
+            self._arm()
+
+    async def _merge(self, ch: _Channel, exits: list[tuple[str, int, Any]]) -> None:
+        index, width = ch.index, self.width
+        touched: dict[str, OperatorRunner] = {}
+        for name, port, item in exits:
+            merge = self._merges.get((name, port))
+            if merge is None:
+                continue
+            out = merge.out
+            touched[name] = merge.runner
+            if type(item) is list:
+                out.buf.extend(item)
+                ch.metrics.tuples_out += len(item)
+            elif item is Punct.WINDOW:
+                merge.marks[index] += 1
+                if min(merge.marks) > merge.marks_sent:
+                    merge.marks_sent += 1
+                    out.mark(Punct.WINDOW)
+            elif type(item) is int:  # a watermark
+                current = merge.wm[index]
+                if current is None or item > current:
+                    merge.wm[index] = item
+                if all(v is not None for v in merge.wm):
+                    low = min(v for v in merge.wm if v is not None)
+                    if merge.wm_sent is None or low > merge.wm_sent:
+                        merge.wm_sent = low
+                        out.mark(Watermark(low))
+            elif item is Punct.FINAL:
+                merge.finals += 1
+                if merge.finals == width:
+                    out.control(Punct.FINAL)
+        for runner in touched.values():
+            await runner.flush()
+
+    # --------------------------------------------------------------------- time
+
+    def _arm(self) -> None:
+        """Keep one timer of the job's clock at the channels' earliest deadline."""
+        due = min((ch.deadline for ch in self.channels if ch.deadline is not None), default=None)
+        if due is None or (self._timer_at is not None and self._timer_at <= due):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = due
+        self._timer = self.job.clock.call_at(due, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = self._timer_at = None
+        if self.done:
+            return
+        now = self.job.clock.now()
+        for ch in self.channels:
+            if ch.deadline is not None and ch.deadline <= now and ch.writer is not None:
+                ch.deadline = None  # until its answer says when next
+                ch.outstanding += 1
+                ch.writer.write(frame(dumps((TICK, now))))
+        self._kick()
+        self._arm()
+
+    def _kick(self) -> None:
+        if self._busy is not None:
+            self._busy.set()
+
+    async def _keepalive(self) -> None:
+        """On a virtual clock: stay runnable while a worker computes, so time does not jump."""
+        busy = self._busy
+        assert busy is not None
+        fds = [ch.fd for ch in self.channels]
+        while True:
+            if not any(ch.outstanding for ch in self.channels):
+                busy.clear()
+                await busy.wait()
+                continue
+            select.select(fds, [], [], 0.001)
+            await asyncio.sleep(0)
+
+    # ------------------------------------------------------------------ ending
+
+    async def _hang_up(self) -> None:
+        """Every channel finished: close the sockets (the workers see EOF and exit), reap them."""
+        for ch in self.channels:
+            self._close_socket(ch)
+        loop = asyncio.get_running_loop()
+        for ch in self.channels:
+            proc = ch.process
+            if proc is None:
+                continue
+            deadline = time.monotonic() + 5.0
+            while proc.is_alive() and time.monotonic() < deadline:
+                fut: asyncio.Future[None] = loop.create_future()
+                loop.add_reader(proc.sentinel, _resolve, fut)
+                try:
+                    await asyncio.wait_for(fut, 0.05)
+                except TimeoutError:
+                    pass
+                finally:
+                    loop.remove_reader(proc.sentinel)
+
+    def _close_socket(self, ch: _Channel) -> None:
+        _PARENT_FDS.discard(ch.fd)
+        if ch.writer is not None:
+            ch.writer.close()
+            ch.writer = None
+        elif ch.sock is not None:
+            ch.sock.close()
+        ch.sock = None
+
+    def close(self) -> None:
+        """End every worker still alive (a failure, an abort, a stop) and reap it: no process
+        of the region outlives the job."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._timer_at = None
+        if self._keepalive_task is not None:
+            self._keepalive_task.cancel()
+            self._keepalive_task = None
+        for ch in self.channels:
+            self._close_socket(ch)
+        for ch in self.channels:
+            proc = ch.process
+            if proc is None:
+                continue
+            if proc.is_alive():
+                proc.join(0.2)  # it saw EOF: give it a moment to exit on its own
+            if proc.is_alive():
+                proc.kill()
+            proc.join(2.0)
+            ch.metrics.alive = proc.is_alive()
+            self.job.log_region("channel_ended", level="info" if ch.finished else "warning",
+                                region=self.name, channel=ch.index, pid=ch.metrics.pid,
+                                exitcode=proc.exitcode, finished=ch.finished)
+            if not ch.metrics.alive:
+                proc.close()
+                ch.process = None
+
+    # ------------------------------------------------------------------ errors
+
+    def _died(self, ch: _Channel) -> ChannelError:
+        proc = ch.process
+        code = None
+        if proc is not None:
+            proc.join(1.0)
+            code = proc.exitcode
+        how = ("still running" if code is None else f"killed by signal {-code}" if code < 0
+               else f"exit code {code}")
+        return ChannelError(f"parallel region {self.name!r}: channel {ch.index} (pid "
+                            f"{ch.metrics.pid}, operators {', '.join(self.members)}) ended without "
+                            f"finishing ({how}); the job stops (restarting a channel needs "
+                            "checkpoints across processes, not supported yet)")
+
+    def _failed(self, ch: _Channel, msg: tuple[Any, ...]) -> BaseException:
+        _, op, port, text, error_type, message = msg
+        cause = ChannelError(f"{error_type}: {message}"
+                             f"{'' if text is None else f' on tuple {text}'} (parallel region "
+                             f"{self.name!r}, channel {ch.index}, pid {ch.metrics.pid})")
+        if op is None:
+            return cause
+        return OperatorError(op, port, None, cause)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def parent_fds() -> frozenset[int]:
+    """The job's ends of every open channel (for tests: none stays open after a job)."""
+    return frozenset(_PARENT_FDS)
+

@@ -1,0 +1,177 @@
+"""`riverbed trace --host runtime` through a parallel region: a partitioned case, ``width`` channels.
+
+As `replay_in_runtime`, a source plays the case's steps on the virtual clock, but the window
+sits in a parallel region split by the case's partition attribute: its operator runs in worker
+processes and sends each window event, as a record, out of the region to a sink in the job's
+process, which logs it under the step being played. After each step the source waits until
+nothing is in flight (the channels answered, the sink is idle), so events are attributed to
+the step that caused them, stamped with the job's clock.
+
+Steps that act on the window from outside (checkpoint, reset, restart, evict_partition) cannot
+reach into a worker process: a case with any of them is refused (`unsupported`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any, Literal
+
+from ..conformance import (
+    AtStep,
+    Case,
+    CaseError,
+    Event,
+    EventLog,
+    PunctStep,
+    Replay,
+    Step,
+    TupleStep,
+    WatermarkStep,
+)
+from ..graph import FrozenGraph, Graph, GraphValidationError, Operator, Source
+from ..windows import StreamWindowEvent
+from ._clock import VirtualClock, run_virtual
+from ._job import Job
+
+__all__ = ["replay_in_parallel", "unsupported"]
+
+_EVENT_TIME = "__event_time"
+_PLAYABLE = (TupleStep, AtStep, PunctStep, WatermarkStep)
+
+
+def unsupported(case: Case, flavor: str = "java", width: int = 2) -> str | None:
+    """Why ``case`` cannot be replayed through a parallel region, or None: its window is not
+    partitioned, a step acts on the window from outside, or the graph refuses the window in a
+    region this wide (its events depend on other partitions: `Graph.parallel`)."""
+    if case.partition_by is None:
+        return "its window is not partitioned (a region splits partitioned windows only)"
+    for step in case.steps:
+        if not isinstance(step, _PLAYABLE):
+            return f"step {type(step).__name__} acts on the window from outside the worker"
+    try:
+        _graph(case, flavor, width, _Steps(None), _Log(None))
+    except GraphValidationError as exc:
+        return "; ".join(e.message for e in exc.errors)
+    return None
+
+
+def _graph(case: Case, flavor: str, width: int, steps: _Steps, log: _Log) -> FrozenGraph:
+    g = Graph("trace")
+    stream = g.source("steps", steps, event_time=_EVENT_TIME if case.time_interval else None,
+                      minimum_gap=0.0, manual_watermarks=True)
+    port = stream.window(case.spec, partition_by=case.partition_by, flavor=flavor,
+                         attribute_types=case.schema or None)
+    with g.parallel(width, partition_by=case.partition_by):
+        events = g.operator("window", _Recorder(), [port])
+    g.sink("log", log, [events])
+    return g.freeze()
+
+
+class _Recorder(Operator):
+    """In the region: every window event, as the record the trace reports, sent out."""
+
+    def on_window_event(self, event: StreamWindowEvent[Any], port: int) -> None:
+        self.submit({"event": Event.of(event, -1, self.context.now())})
+
+
+class _Log(Operator):
+    def __init__(self, host: ParallelTraceHost | None) -> None:
+        self.host = host
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        assert self.host is not None
+        log = self.host.log
+        if not log.muted:
+            log.events.append(replace(tup["event"], step=log.step))
+
+
+class _Steps(Source):
+    def __init__(self, host: ParallelTraceHost | None) -> None:
+        self.host = host
+        self.steps: Iterator[Step | None] = iter(())
+
+    async def run(self) -> None:
+        assert self.host is not None
+        for step in self.steps:
+            await self.host.settle()
+            if step == PunctStep("final"):
+                return
+
+
+class ParallelTraceHost:
+    """A `Host` running the case's window in a parallel region of ``width`` channels."""
+
+    def __init__(self, case: Case, flavor: str = "java", width: int = 2) -> None:
+        why = unsupported(case, flavor, width)
+        if why is not None:
+            raise CaseError(f"case {case.name}: cannot replay through a parallel region of width "
+                            f"{width}: {why}")
+        self.case = case
+        self.log = EventLog()
+        self.source = _Steps(self)
+        self.job = Job(_graph(case, flavor, width, self.source, _Log(self)), clock=VirtualClock(),
+                       batch_size=1)
+        self._until: int | None = None
+
+    def run(self, replay: Replay) -> None:
+        self.log = replay.log
+        self.source.steps = replay.run()
+        try:
+            run_virtual(self.job.run(), self.job.clock)  # type: ignore[arg-type]
+        except Exception as exc:
+            for cause in getattr(exc, "errors", [exc]):
+                inner = getattr(cause, "cause", cause)
+                if isinstance(inner, CaseError):
+                    raise inner from None
+            step = self.log.step
+            raise CaseError(f"case {self.case.name}{'' if step < 0 else f', step {step}'}: {exc}") from None
+
+    async def settle(self) -> None:
+        ctx = self.source.context
+        if self._until is not None:
+            until, self._until = self._until, None
+            await ctx.sleep_until(until)
+        await ctx.flush()
+        (host,) = self.job.parallel
+        sink = self.job.runners["log"]
+        while not (host.idle and sink.inbox.idle) and not sink.finished:
+            await asyncio.sleep(0)
+
+    # -- Host --------------------------------------------------------------------------------
+
+    def start(self, log: EventLog) -> None:
+        pass
+
+    def insert(self, step: TupleStep) -> None:
+        tup = step.tuple()
+        if step.event_time is not None:
+            tup[_EVENT_TIME] = step.event_time
+        self.source.submit(tup)
+
+    def advance(self, now: int) -> None:
+        self._until = now
+
+    def punctuate(self, kind: Literal["window", "final"]) -> None:
+        if kind == "window":
+            self.source.submit_punct()
+
+    def watermark(self, value: int) -> None:
+        self.source.context.set_watermark(value)
+
+    def stop(self) -> None:
+        pass
+
+    def _refuse(self, *_: Any) -> Any:
+        raise CaseError(f"case {self.case.name}: a step acts on the window from outside the worker")
+
+    evict_partition = checkpoint = new_instance = reset = _refuse
+
+
+def replay_in_parallel(case: Case, flavor: str = "java", width: int = 2) -> list[Event]:
+    """Replay a partitioned ``case`` through a parallel region of ``width`` channels; its events."""
+    host = ParallelTraceHost(case, flavor, width)
+    replay = Replay(case, host)
+    host.run(replay)
+    return replay.events

@@ -1,0 +1,81 @@
+"""What travels between a job and its worker processes, and how a key picks its channel.
+
+Messages are pickled tuples (protocol 5) framed as `multiprocessing.connection` frames (a 4-byte
+big-endian length, or -1 and an 8-byte one), so the worker reads them with a blocking
+``Connection.recv_bytes`` and the job with asyncio streams. Pickle, not msgpack: tuples are
+arbitrary Python values (dicts, tuples as keys, `Punct`, `Watermark`, Decimals), and for the
+dicts riverbed's operators pass it is as fast (`bench/parallel.py` measures both; see
+docs/decisions.md, "Parallel regions").
+
+Job -> worker: ``(FEED, now, entries)`` with entries ``(operator, port, item)`` (items of
+streams into the region: batches, marks, watermarks as ints, final), one credit of the channel's bounded
+queue; ``(TICK, now)``, the clock reached the channel's deadline (no credit); ``(METRICS,)``.
+Worker -> job, one reply per FEED or TICK: ``(OUT, fed, exits, deadline, finished)``; or
+``(METRICS_OUT, metrics)``; or ``(FAILED, operator, port, tuple_text, error_type, message)``.
+
+A watermark travels as a bare int (an item is otherwise a list, a `Punct` or a barrier):
+unpickling a frozen dataclass costs 50 us, and an event-time stream carries many.
+
+Keys: Python's ``hash`` of a str differs between processes (PYTHONHASHSEED), so a channel is
+``crc32(canonical bytes of the key) % width``: the same key reaches the same channel in every
+run, on every machine, after every restart.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import zlib
+from collections.abc import Hashable
+from decimal import Decimal
+from typing import Any
+
+__all__ = ["FAILED", "FEED", "METRICS", "METRICS_OUT", "OUT", "TICK", "channel_of", "dumps",
+           "frame", "key_bytes", "loads"]
+
+FEED, TICK, METRICS, OUT, METRICS_OUT, FAILED = range(6)
+
+_HEADER = struct.Struct("!i")
+_LONG = struct.Struct("!Q")
+
+
+def dumps(message: Any) -> bytes:
+    return pickle.dumps(message, protocol=5)
+
+
+loads = pickle.loads
+
+
+def frame(data: bytes) -> bytes:
+    """A message framed as `multiprocessing.connection.Connection.recv_bytes` reads it."""
+    n = len(data)
+    if n > 0x7FFFFFFF:
+        return _HEADER.pack(-1) + _LONG.pack(n) + data
+    return _HEADER.pack(n) + data
+
+
+def key_bytes(key: Hashable) -> bytes:
+    """The key's canonical bytes: equal keys (``1``, ``1.0``, ``True``) give equal bytes, and the
+    bytes do not depend on the process."""
+    if isinstance(key, str):
+        return b"s" + key.encode("utf-8", "surrogatepass")
+    if isinstance(key, bool | int):
+        return b"i" + str(int(key)).encode()
+    if isinstance(key, float):
+        if key.is_integer():
+            return b"i" + str(int(key)).encode()
+        return b"f" + repr(key).encode()
+    if isinstance(key, Decimal) and key == key.to_integral_value():
+        return b"i" + str(int(key)).encode()
+    if isinstance(key, bytes):
+        return b"b" + key
+    if isinstance(key, tuple):
+        return b"t" + b"".join(len(p).to_bytes(4, "big") + p for p in map(key_bytes, key))
+    if key is None:
+        return b"n"
+    return b"r" + repr(key).encode("utf-8", "surrogatepass")  # a value whose repr is stable
+
+
+def channel_of(key: Hashable, width: int) -> int:
+    """The channel of a partition key: stable across processes and runs."""
+    return zlib.crc32(key_bytes(key)) % width

@@ -1,0 +1,115 @@
+"""A worker process of a parallel region: one channel's operators, hosted by a `SyncGraph`.
+
+Why `SyncGraph` and not an event loop of its own: it drives the very `OperatorCore` the
+runtime drives (windows, punctuation, watermarks, error ports, schema checks), one item at a
+time, and its time is stamped by its host. The job's clock stays the only clock: every message
+carries the job's time, timers fire when the job says the channel's deadline came (a `TICK`),
+so channels agree on time with each other and with the rest of the job, and a job on a
+`VirtualClock` runs as deterministically with worker processes as without. The worker is
+forked from the job's process (the graph, with its functions and operator objects, needs no
+pickling) and never touches the event loop it inherited.
+
+The worker reads one message, handles it completely, and answers once: what its operators sent
+out of the region (``exits``), its next deadline, whether it finished. It ends when the job
+closes its end of the socket (also when the job's process dies), and refuses SIGINT: the job,
+which sees the Ctrl-C too, decides how the region ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import traceback
+from multiprocessing.connection import Connection
+from socket import socket
+from typing import Any
+
+from ..core import OperatorError, SchemaViolation, SyncGraph
+from ..graph import FrozenGraph, Watermark
+from ._parallel_wire import FAILED, FEED, METRICS, METRICS_OUT, OUT, TICK, dumps, loads
+
+__all__ = ["serve"]
+
+
+def _deadline(sync: SyncGraph) -> int | None:
+    due: int | None = None
+    for core in sync.cores:
+        if not core.finished:
+            d = core.next_deadline()
+            if d is not None and (due is None or d < due):
+                due = d
+    return due
+
+
+def _exits(sync: SyncGraph) -> list[tuple[str, int, Any]]:
+    """What left the region, watermarks as ints (`_parallel_wire`)."""
+    exits = sync.take_exits()
+    return [(op, port, item.value) if type(item) is Watermark else (op, port, item)
+            for op, port, item in exits]
+
+
+def _metrics(sync: SyncGraph) -> dict[str, Any]:
+    return {core.name: core.metrics.as_dict() for core in sync.cores}
+
+
+def _failure(exc: BaseException) -> tuple[Any, ...]:
+    if isinstance(exc, OperatorError):
+        cause = exc.cause
+        return (FAILED, exc.operator, exc.port, None if exc.tuple is None else repr(exc.tuple)[:200],
+                type(cause).__name__, str(cause))
+    if isinstance(exc, SchemaViolation):
+        return (FAILED, exc.operator, None, repr(exc.tuple)[:200], "SchemaViolation", str(exc))
+    text = "".join(traceback.format_exception(exc)[-3:])
+    return (FAILED, None, None, None, type(exc).__name__, f"{exc} ({text.strip()})")
+
+
+def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str, ...], *,
+          name: str, now: int) -> None:
+    """The body of a worker process (forked): host ``members`` until the job hangs up."""
+    signal.set_wakeup_fd(-1)  # the inherited fd is the job's event loop's: never write to it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for fd in close:  # the job's ends of every channel's socket: EOF must reach each worker
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    conn = Connection(sock.detach())
+    send = conn.send_bytes
+    try:
+        sync = SyncGraph(graph, members, now=now, name=name)
+        send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None)))
+        while True:
+            try:
+                data = conn.recv_bytes()
+            except (EOFError, OSError):
+                return
+            msg = loads(data)
+            kind = msg[0]
+            if kind == FEED:
+                sync.advance(msg[1])
+                feed = sync.feed
+                for operator, port, item in msg[2]:
+                    feed(operator, port, Watermark(item) if type(item) is int else item)
+                fed = 1
+            elif kind == TICK:
+                sync.advance(msg[1])
+                fed = 0
+            elif kind == METRICS:
+                send(dumps((METRICS_OUT, _metrics(sync))))
+                continue
+            else:
+                raise RuntimeError(f"worker {name}: unknown message kind {kind!r}")
+            finished = sync.finished
+            send(dumps((OUT, fed, _exits(sync), _deadline(sync), finished,
+                        _metrics(sync) if finished else None)))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the job went away
+    except Exception as exc:  # an operator failed: tell the job, which stops
+
+        with contextlib.suppress(OSError, EOFError):
+            send(dumps(_failure(exc)))
+            # Read on until the job hangs up: exiting now would make the job's writes fail and
+            # its socket close before it read why.
+            while True:
+                conn.recv_bytes()
+        os._exit(1)
