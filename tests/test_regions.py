@@ -346,3 +346,52 @@ def test_a_reset_after_the_input_ended_keeps_what_a_throttle_still_held() -> Non
     job = Job(graph(out, WindowSum({250})), clock=VirtualClock(), checkpoints=MemoryStore())
     assert run_until_crash(job, None)
     assert len(ref.rows) == 60 and out.rows == ref.rows and job.metrics.regions["r"].resets == 1
+
+
+class _CountingStore(MemoryStore):
+    """Counts the checkpoints read back (a reset from the kept states reads none)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.loads = 0
+
+    def load(self, checkpoint_id: int) -> Any:
+        self.loads += 1
+        return super().load(checkpoint_id)
+
+
+class KeepingOutput(Output):
+    """Its restore keeps the list it is given and appends to it (allowed: a kept checkpoint is
+    copied for the operator before each reset)."""
+
+    def restore(self, state: Any) -> None:
+        self.rows = state
+
+
+class BigOutput(Output):
+    """An operator whose own state is too large to keep in memory cheaply."""
+
+    def snapshot(self) -> Any:
+        return {"rows": list(self.rows), "ballast": [[i] for i in range(25_000)]}
+
+    def restore(self, state: Any) -> None:
+        self.rows = list(state["rows"])
+
+
+def test_resets_restore_the_kept_checkpoint_without_reading_it_back_even_twice() -> None:
+    n = 600
+    expected = reference(n)
+    out, store = KeepingOutput(), _CountingStore()
+    job = Job(build(n, out, WindowSum({95, 96, 97})), clock=VirtualClock(), checkpoints=store)
+    assert run_until_crash(job, None)
+    assert out.rows == expected  # three resets to the same checkpoint, each from a fresh copy
+    assert job.metrics.regions["r"].resets == 3 and store.loads == 0
+
+
+def test_a_state_too_large_to_keep_is_read_back_from_the_store() -> None:
+    n = 300
+    expected = reference(n)
+    out, store = BigOutput(), _CountingStore()
+    job = Job(build(n, out, WindowSum({95, 210})), clock=VirtualClock(), checkpoints=store)
+    assert run_until_crash(job, None)
+    assert out.rows == expected and store.loads == 2

@@ -17,6 +17,7 @@ from ._metrics import (
     RegionMetrics,
 )
 from ._output import MarkedBatch, OutputPort, split_marked
+from ._reuse import reusable_state, state_to_restore
 from ._sync import StampClock, SyncGraph
 
 __all__ = [
@@ -38,5 +39,7 @@ __all__ = [
     "StampClock",
     "SyncGraph",
     "TimerHandle",
+    "reusable_state",
     "split_marked",
+    "state_to_restore",
 ]

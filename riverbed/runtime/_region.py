@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..core import OperatorError, RegionMetrics, RestoreRefused
+from ..core import OperatorError, RegionMetrics, RestoreRefused, reusable_state, state_to_restore
 from ..graph import CheckpointBarrier, ConsistentRegion
 
 if TYPE_CHECKING:
@@ -103,6 +103,9 @@ class Region:
         self._last_failure: BaseException | None = None
         self._failed_at: int | None = None
         self._phases: dict[str, float] = {}  # the last reset's phases: stop, load, restore (ms)
+        # The last committed checkpoint's states, kept to reset from without decoding it
+        # (`riverbed.core.reusable_state`); None when one of them could not be kept.
+        self._kept: tuple[int, dict[str, Any]] | None = None
         for r in members:
             barrier_conns = [i for i, c in enumerate(r.core.connections) if c.operator in self.member_names]
             r.core.join_region(name, barrier_conns)
@@ -131,6 +134,7 @@ class Region:
                 f"checkpoint {latest.id} was taken by job {latest.job!r}, and this job is "
                 f"{self.job.name!r}: restoring it would continue another job's state; give this "
                 "job a checkpoint directory of its own (or the name it had)")
+        self._keep(latest.id, latest.states)  # before a restore could change them
         for r in self.members:
             r.restore_on_start(latest.states[r.name])
         self.restored_from = self.last_committed = latest.id
@@ -181,6 +185,7 @@ class Region:
         started = time.monotonic()
         now = self.job.clock.now()
         self.store.save(pending.id, pending.states, job=self.job.name, time_ns=now)
+        self._keep(pending.id, pending.states)
         m = self.metrics
         m.checkpoint_ms = (time.monotonic() - started) * 1000
         m.drain_ms = (now - pending.started) / 1e6
@@ -199,6 +204,20 @@ class Region:
                 waiter.set_result(True)
         if pending.id == self.suspend_at:
             self.job.region_suspended(self)
+
+    def _keep(self, checkpoint_id: int, states: Mapping[str, Any]) -> None:
+        """Keep a committed checkpoint's states for resets (a region that never heals keeps
+        nothing)."""
+        self._kept = None
+        if not self.heals:
+            return
+        kept: dict[str, Any] = {}
+        for r in self.members:
+            state = reusable_state(states.get(r.name))
+            if state is None:
+                return
+            kept[r.name] = state
+        self._kept = (checkpoint_id, kept)
 
     def _retire(self, checkpoint_id: int) -> None:
         """The store keeps ``keep_last`` checkpoints: tell the members which one it dropped."""
@@ -306,15 +325,20 @@ class Region:
             r.cancel()
         await asyncio.gather(*(r.stopped() for r in self.members))
         phases["stop_ms"] = (time.monotonic() - started) * 1000
-        checkpoint = None
+        states: Mapping[str, Any] | None = None
+        kept = self._kept
         if self.last_committed is not None:
-            load = getattr(self.store, "load", None)
-            checkpoint = load(self.last_committed) if callable(load) else self.store.latest_good()
+            if kept is not None and kept[0] == self.last_committed:
+                states = {name: state_to_restore(state) for name, state in kept[1].items()}
+            else:
+                load = getattr(self.store, "load", None)
+                checkpoint = load(self.last_committed) if callable(load) else self.store.latest_good()
+                states = checkpoint.states if checkpoint is not None else None
         phases["load_ms"] = (time.monotonic() - started) * 1000 - phases["stop_ms"]
         for r in self.members:
             r.purge()
         for r in self.members:
-            state = checkpoint.states[r.name] if checkpoint is not None else None
+            state = states[r.name] if states is not None else None
             r.core.reset(state, initial_operator_state=self.initial.get(r.name))
             r.wake()  # the operator's restore may already have submitted (held items due)
         phases["restore_ms"] = (time.monotonic() - started) * 1000 - phases["stop_ms"] - phases["load_ms"]
