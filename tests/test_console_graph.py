@@ -5,6 +5,7 @@ The browser-side checks of these drawings (rendered to PNG) are in test_console_
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from riverbed.cli import main
-from riverbed.console import LayoutError, draw, lay_out, load_view
+from riverbed.console import LayoutError, draw, lay_out, load_view, view_of_declared
+from riverbed.graph import Connection, Graph, GraphValidationError, InvalidGraphError, Operator, Source
 
 ROOT = Path(__file__).resolve().parent.parent
 SENSORS = str(ROOT / "examples" / "sensors.py")
@@ -165,13 +167,85 @@ def test_a_script_that_builds_no_graph_is_an_error_not_a_drawing(
     assert "no such graph script" in capsys.readouterr().err
 
 
-def test_the_drafting_leaves_the_public_graph_class_as_it_was(tmp_path: Path) -> None:
+class _Src(Source):
+    async def run(self) -> None:
+        return None
+
+
+class _Op(Operator):
+    pass
+
+
+def test_graph_declared_reads_back_every_declaration_as_immutable_records() -> None:
+    g = Graph("declared", {"width": 2})
+    src = g.source("src", _Src(), schema={"k": "rstring", "ts": "int64"}, event_time="ts", lag=0.5)
+    with g.parallel(partition_by="k", name="fan"):
+        avg = g.operator("avg", _Op(), [src.window("sliding,  count(10), count(5), partitioned",
+                                                   partition_by="k")], error_port=True)
+    loop = g.operator("loop", _Op(), [avg[0]])
+    g.add_input("loop", loop.feedback())
+    mon = g.sink("mon", _Op(), [[avg[1], loop]])
+    assert mon is None
+    g.consistent_region(src, name="main", period=2)
+    g.autonomous(loop)
+
+    declared = g.declared()
+    assert (declared.name, dict(declared.params)) == ("declared", {"width": 2})
+    assert [(op.name, op.kind) for op in declared.operators] == [
+        ("src", "source"), ("avg", "operator"), ("loop", "operator"), ("mon", "sink")]
+    source = declared.operator("src")
+    assert isinstance(source.operator, _Src) and source.inputs == ()
+    assert source.event_time is not None and (source.event_time.attribute, source.event_time.resolution,
+                                              source.event_time.lag_ns) == ("ts", "ms", 500_000_000)
+    avg_op = declared.operator("avg")
+    (port,) = avg_op.inputs
+    assert port.window == "sliding,  count(10), count(5), partitioned"  # as given, not parsed
+    assert (port.partition_by, port.connections, port.feedback) == ("k", (Connection("src", 0),), False)
+    assert (len(avg_op.outputs), avg_op.error_port) == (2, 1)
+    assert [p.connections for p in declared.operator("loop").inputs] == [
+        (Connection("avg", 0),), (Connection("loop", 0, feedback=True),)]
+    assert declared.operator("loop").inputs[1].feedback
+    assert declared.operator("mon").inputs[0].connections == (Connection("avg", 1), Connection("loop", 0))
+    assert declared.operator("mon").outputs == ()
+    assert [(r.name, r.start, r.period, r.members) for r in declared.regions] == [
+        ("main", ("src",), 2.0, ())]  # members are resolved by freeze, not declared
+    assert declared.autonomous == frozenset({"loop"})
+    assert [(p.name, p.width, p.partition_by, p.members) for p in declared.parallel] == [
+        ("fan", 2, "k", ("avg",))]
+    # Immutable, and a snapshot: building on does not change what was read.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        avg_op.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        declared.params["width"] = 3  # type: ignore[index]
+    g.sink("late", _Op(), [src])
+    assert "late" not in [op.name for op in declared.operators]
+    assert [op.name for op in g.declared().operators][-1] == "late"
+
+
+def test_freeze_of_an_invalid_graph_raises_the_validation_error_with_the_declaration() -> None:
+    g = Graph("bad")
+    src = g.source("src", _Src(), schema={"k": "rstring"})
+    g.sink("out", _Op(), [src.window("tumbling, delta(nosuch, 1.5)")])
+    with pytest.raises(GraphValidationError) as caught:
+        g.freeze()
+    failure = caught.value
+    assert isinstance(failure, InvalidGraphError)
+    assert [e.operator for e in failure.errors] == ["out"]
+    assert failure.declared == g.declared()
+    assert [op.name for op in failure.declared.operators] == ["src", "out"]
+    view = view_of_declared(failure.declared, failure.errors)
+    assert view.operator("out").errors and not view.operator("src").errors
+
+
+def test_drawing_an_invalid_graph_leaves_the_public_graph_class_as_it_was(tmp_path: Path) -> None:
     import riverbed
+    import riverbed.console
     import riverbed.graph
 
     before = riverbed.graph.Graph, riverbed.Graph
     load_view(_script(tmp_path, BROKEN))
     assert (riverbed.graph.Graph, riverbed.Graph) == before
+    assert not hasattr(riverbed.console, "draft_graph")
 
 
 @needs_dot
