@@ -101,14 +101,19 @@ def test_a_taken_port_is_a_console_error_and_close_frees_the_port(sensors_job: J
         pass
 
 
-def test_run_with_a_bad_console_address_exits_2_before_running(tmp_path: Path) -> None:
-    said: list[str] = []
-    code = run(str(SENSORS), params=[f"out={tmp_path / 'a.jsonl'}"], status=False, console="nowhere",
-               echo=said.append)
-    assert code == 2
-    assert said == ["riverbed run: --console nowhere: 'nowhere': expected [HOST:]PORT, such as 8080 "
-                    "or 0.0.0.0:8080"]
-    assert not (tmp_path / "a.jsonl").exists()
+def test_run_with_a_bad_console_address_exits_2_at_once_before_the_graph_loads(tmp_path: Path) -> None:
+    loaded = tmp_path / "loaded"
+    script = tmp_path / "graph.py"
+    script.write_text("from pathlib import Path\n\n\ndef build(params):\n"
+                      f"    Path({str(loaded)!r}).touch()\n    raise RuntimeError('the graph was loaded')\n")
+    for bad, why in (("nowhere", "'nowhere': expected [HOST:]PORT, such as 8080 or 0.0.0.0:8080"),
+                     ("localhost:99999", "'localhost:99999': port 99999 is not a TCP port (0 to 65535; "
+                                         "0 picks a free one)")):
+        said: list[str] = []
+        code = run(str(script), status=False, console=bad, echo=said.append)
+        assert code == 2
+        assert said == [f"riverbed run: --console {bad}: {why}"]  # one line, and nothing else
+        assert not loaded.exists()
 
 
 def test_run_serves_the_console_while_the_job_runs_and_stops_it_after(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._address import ConsoleError, parse_address
 from ._draw import FORMATS, draw, graph_command, load_view
 from ._layout import LayoutError, lay_out, to_dot, to_mermaid
 from ._sampler import MetricsSource, Sampler, format_watermark
@@ -28,11 +29,10 @@ from ._view import (
 )
 
 if TYPE_CHECKING:
-    from ._server import ConsoleError, ConsoleServer, parse_address, serve_console
+    from ._server import ConsoleServer, serve_console
 
 # The server pulls in aiohttp (about 100 ms); drawing a graph never needs it.
-_LAZY = {"ConsoleError": "._server", "ConsoleServer": "._server", "parse_address": "._server",
-         "serve_console": "._server"}
+_LAZY = {"ConsoleServer": "._server", "serve_console": "._server"}
 
 
 def __getattr__(name: str) -> Any:
