@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 
 from riverbed.cli import main
-from riverbed.console import LayoutError, draw, lay_out, load_view, view_of_declared
+from riverbed.console import (
+    GraphView,
+    LayoutError,
+    draw,
+    lay_out,
+    load_view,
+    render_svg,
+    view_of,
+    view_of_declared,
+)
 from riverbed.graph import Connection, Graph, GraphValidationError, InvalidGraphError, Operator, Source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,10 +77,41 @@ def build(params):
 '''
 
 
+PARALLEL = '''
+from riverbed.graph import Graph, Operator, Source
+
+class S(Source):
+    replayable = True
+    async def run(self):
+        return None
+
+class W(Operator):
+    pass
+
+def build(params):
+    g = Graph("fanout", params)
+    s = g.source("src", S(), schema={"k": "rstring", "v": "float64"})
+    with g.parallel(4, partition_by="k", name="byk"):
+        a = g.operator("avg", W(), [s.window("tumbling, count(10), partitioned", partition_by="k")],
+                       [{"k": "rstring", "v": "float64"}])
+        b = g.operator("scale", W(), [a])
+    with g.parallel(2, name="rr"):
+        c = g.operator("enrich", W(), [b])
+    g.sink("out", W(), [c])
+    if params.get("consistent"):  # refused: checkpoints do not cross worker processes yet
+        g.consistent_region(s, name="main", period=2)
+    return g
+'''
+
+
 def _script(tmp_path: Path, text: str) -> str:
     path = tmp_path / "graph.py"
     path.write_text(text)
     return str(path)
+
+
+def draw_live(view: GraphView) -> str:
+    return render_svg(lay_out(view, live=True))
 
 
 def _texts(svg: str) -> list[str]:
@@ -165,6 +205,77 @@ def test_a_script_that_builds_no_graph_is_an_error_not_a_drawing(
     assert "define build(params)" in capsys.readouterr().err
     assert main(["graph", str(tmp_path / "missing.py")]) == 2
     assert "no such graph script" in capsys.readouterr().err
+
+
+def _inside(inner: ET.Element, outer: ET.Element) -> bool:
+    x, y, w, h = (float(inner.get(k, "0")) for k in ("x", "y", "width", "height"))
+    ox, oy, ow, oh = (float(outer.get(k, "0")) for k in ("x", "y", "width", "height"))
+    return ox <= x and oy <= y and x + w <= ox + ow and y + h <= oy + oh
+
+
+@needs_dot
+def test_parallel_regions_are_drawn_with_their_channels_width_and_key(tmp_path: Path) -> None:
+    script = _script(tmp_path, PARALLEL)
+    view = load_view(script)
+    assert view.valid
+    assert [(p.name, p.width, p.partition_by, p.members) for p in view.parallel] == [
+        ("byk", 4, "k", ("avg", "scale")), ("rr", 2, None, ("enrich",))]
+    assert [view.operator(n).parallel for n in ("src", "avg", "scale", "enrich", "out")] == [
+        None, "byk", "byk", "rr", None]
+    root = ET.fromstring(draw(view, "svg"))
+    regions = {g.get("data-name"): g for g in root.iter(f"{SVG}g") if g.get("class") == "parallel"}
+    assert [(g.get("id"), g.get("data-width")) for g in regions.values()] == [("par-0", "4"), ("par-1", "2")]
+    labels = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "parallel-label"]
+    assert labels == ["parallel region byk (4 channels, by k)",
+                      "parallel region rr (2 channels, round-robin)"]
+    boxes = {g.get("data-name"): g for g in root.iter(f"{SVG}g") if "operator" in (g.get("class") or "")}
+    for name, region in (("avg", "byk"), ("scale", "byk"), ("enrich", "rr")):
+        box, frame = boxes[name].find(f"{SVG}rect[@class='box']"), regions[region].find(f"{SVG}rect")
+        assert box is not None and frame is not None and _inside(box, frame)
+        assert len(boxes[name].findall(f"{SVG}rect[@class='stack']")) == 2  # its channels, stacked
+    for name in ("src", "out"):
+        assert boxes[name].findall(f"{SVG}rect[@class='stack']") == []
+    assert not any(t.get("id", "").startswith("par-") for t in root.iter(f"{SVG}text"))  # static: no rates
+    live = ET.fromstring(draw_live(view))
+    lines = {t.get("id"): t for t in live.iter(f"{SVG}text") if t.get("class") == "channels"}
+    assert set(lines) == {"par-0-channels", "par-1-channels"}
+    dot = draw(view, "dot")
+    assert 'subgraph cluster_par0 {\n    label="parallel region byk (4 channels, by k)"' in dot
+    assert '"avg" [label=' in dot.split("subgraph cluster_par1")[0].split("subgraph cluster_par0")[1]
+    mermaid = draw(view, "mermaid")
+    assert ('  subgraph parallel1["parallel region rr (2 channels, round-robin)"]\n    op3["enrich'
+            in mermaid)
+
+
+@needs_dot
+def test_an_invalid_parallel_region_is_drawn_inside_the_consistent_region_holding_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "nested.svg"
+    assert main(["graph", _script(tmp_path, PARALLEL), "-p", "consistent=true", "-o", str(out)]) == 2
+    assert "checkpoints do not cross worker processes" in capsys.readouterr().err
+    root = ET.fromstring(out.read_text())
+    (region,) = [g.find(f"{SVG}rect") for g in root.iter(f"{SVG}g") if g.get("class") == "region"]
+    parallel = [g.find(f"{SVG}rect") for g in root.iter(f"{SVG}g") if g.get("class") == "parallel"]
+    assert region is not None and len(parallel) == 2
+    assert all(p is not None and _inside(p, region) for p in parallel)
+    invalid = {g.get("data-name") for g in root.iter(f"{SVG}g") if "invalid" in (g.get("class") or "")}
+    assert invalid == {"avg", "scale", "enrich"}
+    mermaid = draw(load_view(_script(tmp_path, PARALLEL), ["consistent=true"]), "mermaid")
+    assert '  subgraph region0["consistent region main (periodic, every 2 s)"]\n' in mermaid
+    assert '\n    subgraph parallel0["parallel region byk (4 channels, by k)"]\n' in mermaid
+
+
+def test_a_partition_function_is_named_in_the_view() -> None:
+    def by_sensor(t: object) -> object:
+        return t
+
+    g = Graph("keyed")
+    src = g.source("src", _Src())
+    with g.parallel(3, partition_by=by_sensor, name="p"):
+        mid = g.operator("mid", _Op(), [src])
+    g.sink("out", _Op(), [mid])
+    (region,) = view_of(g.freeze()).parallel
+    assert region.how == "3 channels, by test_a_partition_function_is_named_in_the_view.<locals>.by_sensor()"
 
 
 class _Src(Source):
