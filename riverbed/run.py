@@ -231,6 +231,15 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
         early: list[int], console: str | None = None) -> int:
     """The command's body (`run` catches early signals around it)."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
+    address: tuple[str, int] | None = None
+    if console is not None:  # checked before the script runs: a typo costs no graph load
+        from .console import ConsoleError, parse_address
+
+        try:
+            address = parse_address(console)
+        except ConsoleError as exc:
+            err(f"riverbed run: --console {console}: {exc}")
+            return EXIT_INVALID
     try:
         configure_logging(log_format, log_level)  # type: ignore[arg-type]
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
@@ -294,11 +303,11 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             return EXIT_INVALID
         log.info("metrics", url=server.url)
     console_server = None  # --console: the live web page (riverbed.console), closed with the job
-    if console is not None:
+    if address is not None:
         from .console import ConsoleError, serve_console
 
         try:
-            console_server = serve_console(job, graph, console)
+            console_server = serve_console(job, graph, address)
         except ConsoleError as exc:
             if server is not None:
                 server.close()

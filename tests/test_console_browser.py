@@ -54,6 +54,17 @@ def build(params):
 """
 
 
+PARALLEL_SENSORS = """
+import runpy
+sensors = runpy.run_path({path!r})
+
+def build(params):
+    g = sensors["build"](params)
+    g.parallel(2, partition_by="sensor", name="byk").add("average")
+    return g
+"""
+
+
 def _start(script: str, tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``riverbed run SCRIPT --console 127.0.0.1:0`` and the console's URL, read from its log;
     stopped with SIGTERM (and waited for) after the test."""
@@ -87,6 +98,13 @@ def region_job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     script = tmp_path / "region_sensors.py"
     script.write_text(REGION_SENSORS.format(path=str(ROOT / "examples" / "sensors.py")))
     yield from _start(str(script), tmp_path, "--checkpoint-dir", str(tmp_path / "ckpt"))
+
+
+@pytest.fixture
+def parallel_job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    script = tmp_path / "parallel_sensors.py"
+    script.write_text(PARALLEL_SENSORS.format(path=str(ROOT / "examples" / "sensors.py")))
+    yield from _start(str(script), tmp_path)
 
 
 def _samples_seen(page: Any, count: int) -> None:
@@ -146,6 +164,30 @@ def test_the_page_shows_the_region_and_its_checkpoint_history_each_checkpoint_on
     history = page.eval_on_selector_all("#checkpoints li", "els => els.map(e => e.textContent)")
     ids = [int(m.group(1)) for m in (re.search(r"checkpoint (\d+)", h) for h in history) if m]
     assert len(ids) >= 2 and ids == sorted(set(ids), reverse=True), history  # newest first, once each
+    page.close()
+
+
+def test_the_page_shows_each_channel_of_a_parallel_region_and_its_rates(
+        browser: Any, parallel_job: tuple[subprocess.Popen[str], str]) -> None:
+    _, url = parallel_job
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]", timeout=30_000)
+    label = page.text_content("#graph svg text.parallel-label")
+    assert label == "parallel region byk (2 channels, by sensor)"
+    assert page.is_visible("#parallel-panel")
+    lines, rows = [], []
+    for count in range(2, 5):
+        _samples_seen(page, count)
+        lines.append(page.text_content("#par-0-channels"))
+        rows.append(page.eval_on_selector_all("#channels tbody tr",
+                                              "trs => trs.map(tr => [...tr.cells].map(c => c.textContent))"))
+    assert all(re.fullmatch(r"ch0 [\d.]+k?/s · ch1 [\d.]+k?/s", line or "") for line in lines), lines
+    assert [[r[0], r[2]] for r in rows[-1]] == [["byk[0]", "running"], ["byk[1]", "running"]], rows
+    assert all(r[1].startswith("pid ") for r in rows[-1])
+    assert any(float(r[4].rstrip("/sk")) > 0 for r in rows[-1]), rows  # tuples flow into the channels
+    page.click("#op-1")
+    assert "runs in parallel region byk: 2 channels, by sensor" in page.inner_text("#details")
     page.close()
 
 

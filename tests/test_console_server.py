@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import socket
@@ -14,8 +15,10 @@ import pytest
 
 from riverbed.console import ConsoleError, Sampler, format_watermark, parse_address, serve_console, view_of
 from riverbed.core import InputPortMetrics, JobMetrics, OperatorMetrics, OutputPortMetrics, RegionMetrics
+from riverbed.graph import Graph, Operator, Source
 from riverbed.run import load_graph, run
 from riverbed.runtime import Job
+from riverbed.runtime._parallel import ChannelMetrics  # the records Job.channel_metrics() returns
 from riverbed.windows import EVENT_TIME_MAX
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None,  # the page's drawing needs the layout
@@ -101,14 +104,19 @@ def test_a_taken_port_is_a_console_error_and_close_frees_the_port(sensors_job: J
         pass
 
 
-def test_run_with_a_bad_console_address_exits_2_before_running(tmp_path: Path) -> None:
-    said: list[str] = []
-    code = run(str(SENSORS), params=[f"out={tmp_path / 'a.jsonl'}"], status=False, console="nowhere",
-               echo=said.append)
-    assert code == 2
-    assert said == ["riverbed run: --console nowhere: 'nowhere': expected [HOST:]PORT, such as 8080 "
-                    "or 0.0.0.0:8080"]
-    assert not (tmp_path / "a.jsonl").exists()
+def test_run_with_a_bad_console_address_exits_2_at_once_before_the_graph_loads(tmp_path: Path) -> None:
+    loaded = tmp_path / "loaded"
+    script = tmp_path / "graph.py"
+    script.write_text("from pathlib import Path\n\n\ndef build(params):\n"
+                      f"    Path({str(loaded)!r}).touch()\n    raise RuntimeError('the graph was loaded')\n")
+    for bad, why in (("nowhere", "'nowhere': expected [HOST:]PORT, such as 8080 or 0.0.0.0:8080"),
+                     ("localhost:99999", "'localhost:99999': port 99999 is not a TCP port (0 to 65535; "
+                                         "0 picks a free one)")):
+        said: list[str] = []
+        code = run(str(script), status=False, console=bad, echo=said.append)
+        assert code == 2
+        assert said == [f"riverbed run: --console {bad}: {why}"]  # one line, and nothing else
+        assert not loaded.exists()
 
 
 def test_run_serves_the_console_while_the_job_runs_and_stops_it_after(tmp_path: Path) -> None:
@@ -173,6 +181,83 @@ def test_sampler_keeps_a_checkpoint_and_reset_history(tmp_path: Path) -> None:
     events = sampler.sample(now=3.0)["checkpoints"]
     assert [(e["kind"], e["count"], e["recovery_ms"]) for e in events] == [("reset", 1, 80.0)]
     assert [e["kind"] for e in sampler.history()["checkpoints"]] == ["checkpoint", "reset"]
+
+
+class _ParallelSource(_Source):
+    """A job with one parallel region of two channels, as `Job.channel_metrics` gives them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.channels = [ChannelMetrics("byk", 0, pid=101, alive=True, capacity=4),
+                         ChannelMetrics("byk", 1, pid=102, alive=True, capacity=4)]
+
+    def channel_metrics(self) -> list[ChannelMetrics]:
+        return self.channels
+
+
+def test_sampler_gives_each_channel_of_a_parallel_region_with_its_rates(tmp_path: Path) -> None:
+    source = _ParallelSource()
+    sampler = Sampler(source, view_of(load_graph(SENSORS, {"out": str(tmp_path / "a.jsonl")})))
+    first = sampler.sample(now=0.0)["channels"]
+    assert [(c["region"], c["channel"], c["pid"], c["in_rate"]) for c in first] == [
+        ("byk", 0, 101, None), ("byk", 1, 102, None)]  # nothing to compare with yet
+    ch0, ch1 = source.channels
+    ch0.tuples_in, ch0.tuples_out, ch0.batches_in_flight, ch0.backpressure_waits = 300, 280, 3, 2
+    ch1.tuples_in, ch1.tuples_out = 100, 100
+    ch1.alive, ch1.finished = False, True
+    second = sampler.sample(now=2.0)["channels"]
+    assert [(c["in"], c["in_rate"], c["out"], c["out_rate"], c["in_flight"], c["capacity"], c["waits_rate"])
+            for c in second] == [(300, 150.0, 280, 140.0, 3, 4, 1.0), (100, 50.0, 100, 50.0, 0, 4, 0.0)]
+    assert (second[1]["alive"], second[1]["finished"]) == (False, True)
+    assert sampler.history()["samples"][-1]["channels"] == second
+    assert Sampler(_Source(), sampler.view).sample(now=0.0)["channels"] == []  # a job without regions
+
+
+class _Readings(Source):
+    def generate(self) -> Any:
+        for i in range(400):
+            yield {"k": f"s{i % 7}", "v": i}
+
+
+class _Pass(Operator):
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.submit(tup)
+
+
+class _Count(Operator):
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.seen += 1
+
+
+def test_the_console_of_a_parallel_job_draws_its_channels_and_serves_their_metrics() -> None:
+    g = Graph("fanout")
+    src = g.source("src", _Readings(), schema={"k": "rstring", "v": "int64"})
+    with g.parallel(2, partition_by="k", name="byk"):
+        mid = g.operator("mid", _Pass(), [src])
+    sink = _Count()
+    g.sink("out", sink, [mid])
+    job = Job(g.freeze())
+    asyncio.run(job.run())
+    assert sink.seen == 400
+    with serve_console(job, job.graph, "127.0.0.1:0", interval=0.05) as server:
+        _, _, graph = _get(server.url + "api/graph")
+        assert json.loads(graph)["parallel"] == [{"name": "byk", "width": 2, "partition_by": "k",
+                                                  "members": ["mid"]}]
+        assert json.loads(graph)["operators"][1]["parallel"] == "byk"
+        _, _, svg = _get(server.url + "graph.svg")
+        assert b'id="par-0-channels"' in svg and b"parallel region byk (2 channels, by k)" in svg
+        with urllib.request.urlopen(server.url + "events", timeout=10) as stream:
+            while not (line := stream.readline()).startswith(b"data: "):
+                pass
+        channels = json.loads(line[6:])["channels"]
+    pids = [m.pid for m in job.channel_metrics()]
+    assert [(c["region"], c["channel"], c["pid"], c["finished"]) for c in channels] == [
+        ("byk", 0, pids[0], True), ("byk", 1, pids[1], True)]
+    assert sum(c["in"] for c in channels) == sum(c["out"] for c in channels) == 400
+    assert all(c["in"] > 0 for c in channels)  # seven keys over two channels
 
 
 def test_watermarks_are_formatted_exactly_in_integers() -> None:

@@ -12,18 +12,27 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._address import ConsoleError, parse_address
 from ._draw import FORMATS, draw, graph_command, load_view
 from ._layout import LayoutError, lay_out, to_dot, to_mermaid
 from ._sampler import MetricsSource, Sampler, format_watermark
 from ._svg import render_svg
-from ._view import EdgeView, GraphView, OperatorView, PortView, RegionView, view_of
+from ._view import (
+    EdgeView,
+    GraphView,
+    OperatorView,
+    ParallelView,
+    PortView,
+    RegionView,
+    view_of,
+    view_of_declared,
+)
 
 if TYPE_CHECKING:
-    from ._server import ConsoleError, ConsoleServer, parse_address, serve_console
+    from ._server import ConsoleServer, serve_console
 
 # The server pulls in aiohttp (about 100 ms); drawing a graph never needs it.
-_LAZY = {"ConsoleError": "._server", "ConsoleServer": "._server", "parse_address": "._server",
-         "serve_console": "._server"}
+_LAZY = {"ConsoleServer": "._server", "serve_console": "._server"}
 
 
 def __getattr__(name: str) -> Any:
@@ -44,6 +53,7 @@ __all__ = [
     "LayoutError",
     "MetricsSource",
     "OperatorView",
+    "ParallelView",
     "PortView",
     "RegionView",
     "Sampler",
@@ -58,4 +68,5 @@ __all__ = [
     "to_dot",
     "to_mermaid",
     "view_of",
+    "view_of_declared",
 ]

@@ -11,11 +11,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from riverbed.graph import FrozenGraph, GraphError, GraphValidationError
+from riverbed.graph import GraphError, GraphValidationError, InvalidGraphError
 
 from ._layout import LayoutError, lay_out, to_dot, to_mermaid
 from ._svg import render_svg
-from ._view import GraphView, draft_graph, view_of
+from ._view import GraphView, view_of, view_of_declared
 
 __all__ = ["FORMATS", "draw", "graph_command", "load_view"]
 
@@ -27,23 +27,15 @@ def load_view(script: str | Path, params: Sequence[str] = ()) -> GraphView:
     """The view of the graph a script builds: valid, or with its validation errors.
 
     Raises what `riverbed.run.load_script` raises for a script that builds no graph at
-    all (`ScriptError`, a `GraphError` raised while building, ``ValueError``)."""
+    all (`ScriptError`, a `GraphError` raised while building, ``ValueError``), and a
+    `GraphValidationError` that does not say what was declared (one a script raised itself)."""
     from riverbed.run import load_script, parse_params
 
-    values = parse_params(params)
-    with draft_graph() as drafts:
-        try:
-            graph: FrozenGraph | None = load_script(script, values)[0]
-            failure: GraphValidationError | None = None
-        except GraphValidationError as exc:
-            graph, failure = None, exc
-    if failure is None:
-        assert graph is not None
-        return view_of(graph)
-    draft = next((d for d in reversed(drafts) if d.name == failure.graph), None)
-    if draft is None:  # the script froze a graph built some other way: nothing to draw from
-        raise failure
-    return draft.view(failure.errors)
+    try:
+        graph = load_script(script, parse_params(params))[0]
+    except InvalidGraphError as failure:  # `Graph.freeze` says what was declared, and what is wrong
+        return view_of_declared(failure.declared, failure.errors)
+    return view_of(graph)
 
 
 def draw(view: GraphView, fmt: str) -> str:

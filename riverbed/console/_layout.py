@@ -5,7 +5,10 @@ sinks, few crossings, consistent regions kept together as clusters. It is asked 
 positions only (``-Tjson0``); the drawing itself is ours (`riverbed.console._svg`), so the
 static SVG and the live console are one picture, with the element ids the console's
 script updates. Each operator box is sized here from the lines it will show, and handed
-to ``dot`` as a fixed-size box.
+to ``dot`` as a fixed-size box. Parallel regions are clusters too, labelled with their
+channels (width and partition key), nested in the consistent region that holds all their
+operators (an invalid graph can have one); the live drawing's label has a second line for
+the channels' rates.
 """
 
 from __future__ import annotations
@@ -13,13 +16,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ._view import GraphView, OperatorView
+from ._view import GraphView, OperatorView, ParallelView, RegionView
 
-__all__ = ["Box", "EdgeLayout", "Layout", "LayoutError", "box_lines", "lay_out", "to_dot", "to_mermaid",
-           "wrap"]
+__all__ = ["CHANNELS_SHOWN", "Box", "ClusterLayout", "EdgeLayout", "Layout", "LayoutError", "box_lines",
+           "lay_out", "parallel_label", "region_label", "to_dot", "to_mermaid", "wrap"]
 
 CHAR_W = 6.7  # px per character of the 11 px monospace face the boxes use (DejaVu Sans Mono: 0.6 em)
 LINE_H = 15.0
@@ -61,12 +64,17 @@ class EdgeLayout:
 
 @dataclass(frozen=True, slots=True)
 class ClusterLayout:
+    """A region's rectangle: ``kind`` "consistent" or "parallel", ``index`` its place in the
+    view's regions or parallel regions."""
+
     name: str
     x0: float
     y0: float
     x1: float
     y1: float
     label: str
+    kind: str = "consistent"
+    index: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,16 +143,77 @@ def _edge_ok(view: GraphView) -> list[int]:
     return [i for i, e in enumerate(view.edges) if e.source in names and e.target in names]
 
 
-def to_dot(view: GraphView, *, sizes: dict[str, tuple[float, float]] | None = None) -> str:
+@dataclass
+class _Group:
+    """A cluster to draw: a consistent region (holding parallel regions) or a parallel one."""
+
+    label: str
+    ident: str
+    operators: list[OperatorView] = field(default_factory=list)
+    nested: list[_Group] = field(default_factory=list)
+    parallel: ParallelView | None = None
+
+
+def region_label(region: RegionView) -> str:
+    period = f", every {region.period:g} s" if region.period else ""
+    return f"consistent region {region.name} ({region.trigger}{period})"
+
+
+def parallel_label(region: ParallelView) -> str:
+    return f"parallel region {region.name} ({region.how})"
+
+
+def channels_placeholder(region: ParallelView) -> str:
+    """Room, in the live drawing's label, for the channels' rates the page writes there."""
+    return "0" * (13 * min(region.width, CHANNELS_SHOWN) + (12 if region.width > CHANNELS_SHOWN else 0))
+
+
+CHANNELS_SHOWN = 8  # channels whose rate a parallel region's label shows; the page's table has all
+
+
+def _groups(view: GraphView) -> tuple[list[_Group], list[OperatorView]]:
+    """The clusters, outermost first, and the operators in none. An operator in a parallel
+    region is drawn in it; a parallel region whose operators are all in one consistent region
+    is drawn inside it."""
+    names = {op.name for op in view.operators}
+    owner = {m: i for i, r in enumerate(view.regions) for m in r.members}
+    channels: dict[str, int] = {}
+    for j, par in enumerate(view.parallel):
+        for m in par.members:
+            if m in names:
+                channels.setdefault(m, j)
+    outer = [_Group(region_label(r), f"cluster_{i}") for i, r in enumerate(view.regions)]
+    top: list[_Group] = list(outer)
+    for j, par in enumerate(view.parallel):
+        group = _Group(parallel_label(par), f"cluster_par{j}", parallel=par,
+                       operators=[op for op in view.operators if channels.get(op.name) == j])
+        if not group.operators:
+            continue
+        hosts = {owner.get(op.name) for op in group.operators}
+        host = hosts.pop() if len(hosts) == 1 else None
+        (outer[host].nested if host is not None else top).append(group)
+    for op in view.operators:
+        if op.name not in channels and op.name in owner:
+            outer[owner[op.name]].operators.append(op)
+    loose = [op for op in view.operators if op.name not in channels and op.name not in owner]
+    return top, loose
+
+
+def _parallel_index(ident: str) -> int:
+    return int(ident.removeprefix("cluster_par"))
+
+
+def to_dot(view: GraphView, *, sizes: dict[str, tuple[float, float]] | None = None,
+           live: bool = False) -> str:
     """The graph as Graphviz DOT. With ``sizes`` (px per operator) the boxes are fixed,
-    unlabelled shapes for laying out; without, a readable DOT file with text labels, and
-    invalid operators outlined in red."""
+    unlabelled shapes for laying out (``live``: room under a parallel region's label for its
+    channels' rates); without, a readable DOT file with text labels, and invalid operators
+    outlined in red."""
     out = [f"digraph {_quote(view.name)} {{",
            "  rankdir=LR; nodesep=0.35; ranksep=1.1; splines=spline;",
            '  node [shape=box, fontname="DejaVu Sans Mono", fontsize=10];']
     if sizes is None:
         out.append(f"  label={_quote('graph ' + view.name)}; labelloc=t;")
-    owner = {m: r for r in view.regions for m in r.members}
 
     def node(op: OperatorView) -> str:
         if sizes is not None:
@@ -154,14 +223,25 @@ def to_dot(view: GraphView, *, sizes: dict[str, tuple[float, float]] | None = No
         extra = ', color="#c62828", fontcolor="#c62828", penwidth=2' if op.errors else ""
         return f'{_quote(op.name)} [label="{text}"{extra}];'
 
-    for i, region in enumerate(view.regions):
-        period = f", every {region.period:g} s" if region.period else ""
-        out.append(f"  subgraph cluster_{i} {{")
-        out.append(f"    label={_quote(f'consistent region {region.name} ({region.trigger}{period})')};"
-                   " style=dashed;")
-        out.extend(f"    {node(op)}" for op in view.operators if owner.get(op.name) is region)
-        out.append("  }")
-    out.extend(f"  {node(op)}" for op in view.operators if op.name not in owner)
+    def cluster(group: _Group, indent: str) -> None:
+        out.append(f"{indent}subgraph {group.ident} {{")
+        label = _quote(group.label)
+        if group.parallel is not None:
+            if live and sizes is not None:
+                label = _quote(group.label)[:-1] + "\\n" + channels_placeholder(group.parallel) + '"'
+            out.append(f'{indent}  label={label}; style="dashed,rounded"; fontname="DejaVu Sans Mono"; '
+                       "fontsize=11; margin=14;")
+        else:
+            out.append(f"{indent}  label={label}; style=dashed;")
+        out.extend(f"{indent}  {node(op)}" for op in group.operators)
+        for inner in group.nested:
+            cluster(inner, indent + "  ")
+        out.append(f"{indent}}}")
+
+    top, loose = _groups(view)
+    for group in top:
+        cluster(group, "  ")
+    out.extend(f"  {node(op)}" for op in loose)
     for i in _edge_ok(view):
         e = view.edges[i]
         attrs = [f'id="e{i}"']
@@ -190,12 +270,20 @@ def to_mermaid(view: GraphView) -> str:
         return f"{ids[op.name]}{shape[0]}{label}{shape[1]}"
 
     out = ["flowchart LR"]
-    owner = {m: r for r in view.regions for m in r.members}
-    for i, region in enumerate(view.regions):
-        out.append(f'  subgraph region{i}["consistent region {esc(region.name)}"]')
-        out.extend(f"    {node(op)}" for op in view.operators if owner.get(op.name) is region)
-        out.append("  end")
-    out.extend(f"  {node(op)}" for op in view.operators if op.name not in owner)
+
+    def subgraph(group: _Group, indent: str) -> None:
+        ident = (f"parallel{_parallel_index(group.ident)}" if group.parallel is not None
+                 else group.ident.replace("cluster_", "region"))
+        out.append(f'{indent}subgraph {ident}["{esc(group.label)}"]')
+        out.extend(f"{indent}  {node(op)}" for op in group.operators)
+        for inner in group.nested:
+            subgraph(inner, indent + "  ")
+        out.append(f"{indent}end")
+
+    top, loose = _groups(view)
+    for group in top:
+        subgraph(group, "  ")
+    out.extend(f"  {node(op)}" for op in loose)
     for i in _edge_ok(view):
         e = view.edges[i]
         arrow = "-.->" if e.feedback else "-->"
@@ -246,7 +334,7 @@ def lay_out(view: GraphView, *, live: bool = False) -> Layout:
     """Positions for every operator box, stream and region (px, y down), from ``dot``."""
     lines = {op.name: box_lines(op, live) for op in view.operators}
     sizes = {name: _box_size(ls) for name, ls in lines.items()}
-    data = _run_dot(to_dot(view, sizes=sizes))
+    data = _run_dot(to_dot(view, sizes=sizes, live=live))
     try:
         _, _, bw, bh = (float(v) for v in str(data["bb"]).split(","))
 
@@ -261,7 +349,13 @@ def lay_out(view: GraphView, *, live: bool = False) -> Layout:
             if name.startswith("cluster_"):
                 x0, y0, x1, y1 = (float(v) for v in str(obj["bb"]).split(","))
                 (ax, ay), (bx, by) = flip((x0, y1)), flip((x1, y0))
-                clusters.append(ClusterLayout(name, ax, ay, bx, by, str(obj.get("label", ""))))
+                label = str(obj.get("label", "")).split("\\n")[0]
+                if name.startswith("cluster_par"):
+                    clusters.append(ClusterLayout(name, ax, ay, bx, by, label, "parallel",
+                                                  _parallel_index(name)))
+                else:
+                    clusters.append(ClusterLayout(name, ax, ay, bx, by, label, "consistent",
+                                                  int(name.removeprefix("cluster_"))))
             elif name in by_name:
                 x, y = flip(_point(str(obj["pos"])))
                 w, h = sizes[name]
@@ -284,4 +378,5 @@ def lay_out(view: GraphView, *, live: bool = False) -> Layout:
     order = {op.name: i for i, op in enumerate(view.operators)}
     boxes.sort(key=lambda b: order[b.op.name])
     edges.sort(key=lambda e: e.index)
+    clusters.sort(key=lambda c: c.kind == "parallel")  # drawn after (over) the region holding it
     return Layout(view, bw + 2 * MARGIN, bh + 2 * MARGIN, tuple(boxes), tuple(edges), tuple(clusters), live)

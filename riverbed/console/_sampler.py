@@ -5,13 +5,15 @@ endpoint read) once per interval, whether or not a page is open, so a page opene
 still has the last minutes to plot. A sample is a plain dict, ready for JSON; rates are the
 difference to the previous sample over the wall time between them. The checkpoint history
 is kept apart: a region's newest committed checkpoint or reset count changing between two
-samples makes an entry.
+samples makes an entry. A job with parallel regions (``Job.channel_metrics``) adds each
+channel: its worker process, tuples in and out with their rates, its bounded queue.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from riverbed.core import JobMetrics
@@ -65,6 +67,7 @@ class Sampler:
         self.checkpoints: deque[dict[str, Any]] = deque(maxlen=checkpoints)
         self._previous: dict[str, Any] | None = None
         self._previous_at = 0.0
+        self._previous_channels: dict[tuple[str, int], dict[str, Any]] = {}
 
     def _read(self) -> dict[str, Any]:
         # The job's loop keeps counting while this thread reads; an operator registering a
@@ -125,12 +128,42 @@ class Sampler:
             }
         wall = time.time()
         new_checkpoints = self._checkpoint_events(raw, before, wall)
+        channels = self._channels(elapsed)
         self._previous, self._previous_at = raw, at
         result = {"t": round(wall, 3), "job": raw["job"], "operators": operators, "streams": streams,
                   "regions": raw["regions"], "restarts": raw["restarts"],
-                  "checkpoints": new_checkpoints}
+                  "checkpoints": new_checkpoints, "channels": channels}
         self.samples.append(result)
         return result
+
+    def _channels(self, elapsed: float) -> list[dict[str, Any]]:
+        """Each channel of the job's parallel regions (none for a job without), with rates.
+
+        Read the way the status view and the Prometheus endpoint read them: `Job` has
+        ``channel_metrics()``, a source of metrics without it (a test's) has no channels."""
+        read: Callable[[], list[Any]] | None = getattr(self.source, "channel_metrics", None)
+        if read is None:
+            return []
+        out: list[dict[str, Any]] = []
+        previous = self._previous_channels
+        self._previous_channels = {}
+        for metrics in read():
+            now = metrics.as_dict()
+            key = (now["region"], now["channel"])
+            old = previous.get(key)
+            self._previous_channels[key] = now
+            out.append({
+                "region": now["region"], "channel": now["channel"], "pid": now["pid"],
+                "alive": now["alive"], "finished": now["finished"],
+                "in": now["tuples_in"], "out": now["tuples_out"],
+                "in_rate": _rate(now["tuples_in"], old["tuples_in"] if old else None, elapsed),
+                "out_rate": _rate(now["tuples_out"], old["tuples_out"] if old else None, elapsed),
+                "in_flight": now["batches_in_flight"], "capacity": now["capacity"],
+                "waits": now["backpressure_waits"],
+                "waits_rate": _rate(now["backpressure_waits"], old["backpressure_waits"] if old else None,
+                                    elapsed),
+            })
+        return out
 
     def _checkpoint_events(self, raw: dict[str, Any], before: dict[str, Any] | None,
                            wall: float) -> list[dict[str, Any]]:

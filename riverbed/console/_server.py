@@ -27,6 +27,7 @@ from aiohttp import web
 
 from riverbed.graph import FrozenGraph
 
+from ._address import ConsoleError, parse_address
 from ._layout import LayoutError, lay_out
 from ._sampler import MetricsSource, Sampler
 from ._svg import render_svg
@@ -34,7 +35,6 @@ from ._view import view_of
 
 __all__ = ["ConsoleError", "ConsoleServer", "parse_address", "serve_console"]
 
-DEFAULT_HOST = "127.0.0.1"
 _ASSETS = {"console.js": "text/javascript", "console.css": "text/css", "index.html": "text/html"}
 _HEADERS = {
     "Cache-Control": "no-store",
@@ -43,30 +43,6 @@ _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
 }
 _QUEUE = 8  # samples waiting per page; a page that reads slower loses the oldest
-
-
-class ConsoleError(RuntimeError):
-    """The console cannot start: a bad address, a port in use, no layout."""
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``PORT``, ``HOST:PORT`` or ``[IPV6]:PORT`` as (host, port); the host defaults to 127.0.0.1."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host = DEFAULT_HOST
-    elif host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ConsoleError(f"{text!r}: write an IPv6 host in brackets, as [::1]:8080")
-    if not host:
-        host = DEFAULT_HOST
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConsoleError(f"{text!r}: expected [HOST:]PORT, such as 8080 or 0.0.0.0:8080") from None
-    if not 0 <= port <= 65535:
-        raise ConsoleError(f"{text!r}: port {port} is not a TCP port (0 to 65535; 0 picks a free one)")
-    return host, port
 
 
 def _asset(name: str) -> bytes:

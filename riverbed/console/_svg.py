@@ -3,7 +3,9 @@
 Self-contained: styles inline in the file, no fonts or scripts fetched. Every element the
 console's script updates has an id: ``op-N`` (an operator's group, N its index in the
 view), ``op-N-rates`` and ``op-N-state`` (its metric lines), ``edge-K`` and
-``edge-K-label`` (the K-th stream edge and its rate).
+``edge-K-label`` (the K-th stream edge and its rate), ``par-J-channels`` (the rates of
+the J-th parallel region's channels, under its label). An operator of a parallel region
+is drawn as a stack of boxes, one showing for its channels.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from html import escape
 from ._layout import CHAR_W, LINE_H, PAD_X, PAD_Y, Layout, wrap
 
 __all__ = ["render_svg"]
+
+STACK_STEP = 3.0  # px between the boxes of a parallel operator's stack
 
 _STYLE = """
 .rb text { font-family: 'DejaVu Sans Mono', 'Menlo', monospace; font-size: 11px; fill: #1f2933; }
@@ -34,6 +38,11 @@ _STYLE = """
 .rb .edge-label { fill: #243b53; font-size: 10px; paint-order: stroke; stroke: #ffffff;
   stroke-width: 3px; }
 .rb .graph-errors { fill: #c62828; }
+.rb .parallel-cluster { fill: #eef8f4; fill-opacity: 0.85; stroke: #147d64; stroke-width: 1.4;
+  stroke-dasharray: 4 3; }
+.rb .parallel-label { fill: #0c6b58; font-size: 11px; }
+.rb .channels { fill: #0b6e4f; font-size: 11px; }
+.rb .stack { fill: #f4fbf8; stroke: #147d64; stroke-width: 1.1; }
 """
 
 
@@ -86,9 +95,22 @@ def render_svg(layout: Layout) -> str:
            f"<style>{_STYLE}</style>",
            f'<rect x="0" y="0" width="{width:.0f}" height="{height:.0f}" fill="#ffffff"/>']
     for cluster in layout.clusters:
-        out.append(f'<g class="region"><rect class="cluster" x="{cluster.x0:.1f}" y="{cluster.y0:.1f}" '
-                   f'width="{cluster.x1 - cluster.x0:.1f}" height="{cluster.y1 - cluster.y0:.1f}" rx="6"/>'
-                   f'<text class="cluster-label" x="{cluster.x0 + 8:.1f}" y="{cluster.y0 + 14:.1f}">'
+        x, y = cluster.x0, cluster.y0
+        size = (f'x="{x:.1f}" y="{y:.1f}" width="{cluster.x1 - x:.1f}" '
+                f'height="{cluster.y1 - y:.1f}" rx="6"')
+        if cluster.kind == "parallel":
+            par = view.parallel[cluster.index]
+            out.append(f'<g class="parallel" id="par-{cluster.index}" data-name="{escape(par.name)}" '
+                       f'data-width="{par.width}"><rect class="parallel-cluster" {size}/>'
+                       f'<text class="parallel-label" x="{x + 8:.1f}" y="{y + 14:.1f}">'
+                       f"{escape(cluster.label)}</text>")
+            if layout.live:
+                out.append(f'<text class="channels" id="par-{cluster.index}-channels" x="{x + 8:.1f}" '
+                           f'y="{y + 14 + LINE_H:.1f}"></text>')
+            out.append("</g>")
+            continue
+        out.append(f'<g class="region"><rect class="cluster" {size}/>'
+                   f'<text class="cluster-label" x="{x + 8:.1f}" y="{y + 14:.1f}">'
                    f"{escape(cluster.label)}</text></g>")
     for edge in layout.edges:
         e = view.edges[edge.index]
@@ -110,8 +132,12 @@ def render_svg(layout: Layout) -> str:
         classes = f"operator {op.kind}" + (" invalid" if op.errors else "")
         x0, y0 = box.x - box.width / 2, box.y - box.height / 2
         out.append(f'<g class="{classes}" id="op-{index}" data-name="{escape(op.name)}">'
-                   f"<title>{escape(op.name)} ({escape(op.type_name)})</title>"
-                   f'<rect class="box" x="{x0:.1f}" y="{y0:.1f}" width="{box.width:.1f}" '
+                   f"<title>{escape(op.name)} ({escape(op.type_name)})</title>")
+        if op.parallel is not None:  # its channels: boxes stacked behind it
+            for shift in (STACK_STEP * 2, STACK_STEP):
+                out.append(f'<rect class="stack" x="{x0 + shift:.1f}" y="{y0 - shift:.1f}" '
+                           f'width="{box.width:.1f}" height="{box.height:.1f}" rx="5"/>')
+        out.append(f'<rect class="box" x="{x0:.1f}" y="{y0:.1f}" width="{box.width:.1f}" '
                    f'height="{box.height:.1f}" rx="5"/>')
         for n, line in enumerate(box.lines):
             ty = y0 + PAD_Y + LINE_H * n + 11

@@ -1,34 +1,32 @@
 """What a drawing of a graph shows, as plain data: operators, their ports, streams, regions, errors.
 
 Both drawings (``riverbed graph`` and the live console) start from a `GraphView`, so they
-agree on what an operator box says. A valid graph gives its view from the `FrozenGraph`;
-an invalid one has no frozen form, so its view comes from a `Draft` that recorded the
-builder calls the script made (`draft_graph`), with each validation error pinned to the
-operator it names.
+agree on what an operator box says. A valid graph gives its view from the `FrozenGraph`
+(`view_of`); an invalid one has no frozen form, so its view comes from what the script
+declared (`Graph.declared`, carried by the `InvalidGraphError` that ``freeze`` raised),
+with each validation error pinned to the operator it names (`view_of_declared`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import riverbed
-import riverbed.graph
 from riverbed.graph import (
     ConsistentRegion,
+    DeclaredGraph,
+    DeclaredOperator,
+    DeclaredPort,
     FrozenGraph,
-    Graph,
     GraphError,
+    InputPort,
     OperatorDef,
-    PortInput,
-    Stream,
+    ParallelRegion,
 )
 
-__all__ = ["Draft", "EdgeView", "GraphView", "OperatorView", "PortView", "RegionView",
-           "draft_graph", "view_of"]
+__all__ = ["EdgeView", "GraphView", "OperatorView", "ParallelView", "PortView", "RegionView",
+           "view_of", "view_of_declared"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +49,14 @@ class OperatorView:
     event_time: str | None = None
     region: str | None = None
     errors: tuple[str, ...] = ()  # validation errors naming this operator
+    parallel: str | None = None  # the parallel region it runs in
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "type": self.type_name,
                 "inputs": [{"index": p.index, "window": p.window, "partitioned": p.partitioned}
                            for p in self.inputs],
                 "outputs": self.outputs, "error_port": self.error_port, "event_time": self.event_time,
-                "region": self.region, "errors": list(self.errors)}
+                "region": self.region, "parallel": self.parallel, "errors": list(self.errors)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +93,34 @@ class RegionView:
 
 
 @dataclass(frozen=True, slots=True)
+class ParallelView:
+    """A parallel region: ``width`` channels of ``members``, split by ``partition_by`` (an
+    attribute, or a function's name followed by ``()``) or round-robin (None)."""
+
+    name: str
+    width: int
+    partition_by: str | None
+    members: tuple[str, ...]
+
+    @property
+    def how(self) -> str:
+        """The channels in words: ``4 channels, by sensor`` or ``2 channels, round-robin``."""
+        split = f"by {self.partition_by}" if self.partition_by is not None else "round-robin"
+        return f"{self.width} channel{'s' if self.width != 1 else ''}, {split}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "width": self.width, "partition_by": self.partition_by,
+                "members": list(self.members)}
+
+
+@dataclass(frozen=True, slots=True)
 class GraphView:
     name: str
     operators: tuple[OperatorView, ...]
     edges: tuple[EdgeView, ...]
     regions: tuple[RegionView, ...] = ()
     errors: tuple[str, ...] = ()  # every validation error, as the validator words it
+    parallel: tuple[ParallelView, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -114,7 +135,8 @@ class GraphView:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "operators": [o.as_dict() for o in self.operators],
                 "edges": [e.as_dict() for e in self.edges],
-                "regions": [r.as_dict() for r in self.regions], "errors": list(self.errors)}
+                "regions": [r.as_dict() for r in self.regions],
+                "parallel": [p.as_dict() for p in self.parallel], "errors": list(self.errors)}
 
 
 def _clause(window: Any) -> str | None:
@@ -130,124 +152,83 @@ def _region_view(region: ConsistentRegion, members: Sequence[str]) -> RegionView
     return RegionView(region.name, region.trigger, region.period, tuple(members))
 
 
-def _op_view(op: OperatorDef, region: str | None) -> OperatorView:
-    ports = tuple(PortView(i, _clause(p.window), bool(getattr(p.window, "partitioned", False)))
-                  for i, p in enumerate(op.inputs))
-    return OperatorView(op.name, op.kind, type(op.operator).__name__, ports, len(op.outputs),
-                        op.error_port, op.event_time.attribute if op.event_time else None, region)
+def _key_text(key: str | Callable[[Any], Any] | None) -> str | None:
+    if key is None or isinstance(key, str):
+        return key
+    return f"{getattr(key, '__qualname__', None) or type(key).__name__}()"
+
+
+def _parallel_view(region: ParallelRegion) -> ParallelView:
+    return ParallelView(region.name, region.width, _key_text(region.partition_by), region.members)
+
+
+def _op_view(op: OperatorDef | DeclaredOperator, region: str | None, parallel: str | None,
+             errors: Sequence[str] = ()) -> OperatorView:
+    ports = []
+    inputs: Sequence[InputPort | DeclaredPort] = op.inputs
+    for i, port in enumerate(inputs):
+        clause = _clause(port.window)
+        partitioned = getattr(port.window, "partitioned", None)
+        if partitioned is None:  # a clause not parsed yet (an invalid graph): read its text
+            partitioned = clause is not None and "partitioned" in clause
+        ports.append(PortView(i, clause, bool(partitioned)))
+    return OperatorView(op.name, op.kind, type(op.operator).__name__, tuple(ports), len(op.outputs),
+                        op.error_port, op.event_time.attribute if op.event_time else None, region,
+                        tuple(errors), parallel)
+
+
+def _edges(operators: Sequence[OperatorDef | DeclaredOperator]) -> tuple[EdgeView, ...]:
+    edges: list[EdgeView] = []
+    for op in operators:
+        inputs: Sequence[InputPort | DeclaredPort] = op.inputs
+        edges.extend(EdgeView(c.operator, c.port, op.name, i, c.feedback)
+                     for i, port in enumerate(inputs) for c in port.connections)
+    return tuple(edges)
 
 
 def view_of(graph: FrozenGraph) -> GraphView:
     """The view of a valid graph: operators in topological order, streams, regions."""
     owner = {m: r.name for r in graph.regions for m in r.members}
-    operators = tuple(_op_view(op, owner.get(op.name)) for op in graph.operators)
-    edges = tuple(EdgeView(c.operator, c.port, op.name, i, c.feedback)
-                  for op in graph.operators for i, port in enumerate(op.inputs) for c in port.connections)
+    channels = {m: r.name for r in graph.parallel for m in r.members}
+    operators = tuple(_op_view(op, owner.get(op.name), channels.get(op.name)) for op in graph.operators)
     regions = tuple(_region_view(r, r.members) for r in graph.regions)
-    return GraphView(graph.name, operators, edges, regions)
+    return GraphView(graph.name, operators, _edges(graph.operators), regions,
+                     parallel=tuple(_parallel_view(r) for r in graph.parallel))
 
 
-# ------------------------------------------------------------------ invalid graphs
+def view_of_declared(declared: DeclaredGraph, errors: Sequence[GraphError] = ()) -> GraphView:
+    """The view of what a graph declared (valid or not), each error pinned to the operator it
+    names. Consistent regions are drawn with what they would hold: everything downstream of
+    their start operators over streams that are not feedback, autonomous operators (and what
+    only they reach) left out, as ``freeze`` resolves them."""
+    by_operator: dict[str, list[str]] = {}
+    for e in errors:
+        if e.operator is not None:
+            by_operator.setdefault(e.operator, []).append(f"{e.message} [{e.rule}]")
+    downstream: dict[str, list[str]] = {}
+    for op in declared.operators:
+        for port in op.inputs:
+            for c in port.connections:
+                if not c.feedback:
+                    downstream.setdefault(c.operator, []).append(op.name)
+    owner: dict[str, str] = {}
+    for region in declared.regions:
+        for name in _reachable(region.start, downstream, declared.autonomous):
+            owner.setdefault(name, region.name)
+    channels: dict[str, str] = {}
+    for par in declared.parallel:
+        for name in par.members:
+            channels.setdefault(name, par.name)
+    operators = tuple(_op_view(op, owner.get(op.name), channels.get(op.name), by_operator.get(op.name, ()))
+                      for op in declared.operators)
+    names = [op.name for op in declared.operators]
+    regions = tuple(_region_view(r, [n for n in names if owner.get(n) == r.name]) for r in declared.regions)
+    return GraphView(declared.name, operators, _edges(declared.operators), regions,
+                     tuple(str(e) for e in errors), tuple(_parallel_view(r) for r in declared.parallel))
 
 
-@dataclass
-class _Recorded:
-    name: str
-    kind: str
-    operator: Any
-    inputs: list[Any] = field(default_factory=list)
-    outputs: int = 0
-    error_port: bool = False
-    event_time: str | None = None
-
-
-class Draft(Graph):
-    """A `Graph` that also records, through its public builder methods, what the script
-    declared, so a graph that fails validation can still be drawn."""
-
-    def __init__(self, name: str, params: Any = None) -> None:
-        super().__init__(name, params)
-        self.recorded: dict[str, _Recorded] = {}
-        self.recorded_regions: list[ConsistentRegion] = []
-        self.recorded_autonomous: set[str] = set()
-        with _DRAFTS_LOCK:
-            _DRAFTS.append(self)
-
-    def source(self, name: str, operator: Any, **kwargs: Any) -> Stream:
-        stream = super().source(name, operator, **kwargs)
-        event_time = kwargs.get("event_time")
-        self.recorded[name] = _Recorded(name, "source", operator, [], 1, False,
-                                        event_time if isinstance(event_time, str | None)
-                                        else getattr(event_time, "attribute", None))
-        return stream
-
-    def operator(self, name: str, operator: Any, inputs: Any, outputs: Any = (None,),
-                 **kwargs: Any) -> Any:
-        inputs = list(inputs)
-        streams = super().operator(name, operator, inputs, outputs, **kwargs)
-        count = len(streams) if isinstance(streams, tuple) else 1
-        self.recorded[name] = _Recorded(name, "operator", operator, inputs, count,
-                                        bool(kwargs.get("error_port")))
-        return streams
-
-    def sink(self, name: str, operator: Any, inputs: Any, **kwargs: Any) -> Stream | None:
-        inputs = list(inputs)
-        stream = super().sink(name, operator, inputs, **kwargs)
-        self.recorded[name] = _Recorded(name, "sink", operator, inputs, 1 if stream else 0,
-                                        bool(kwargs.get("error_port")))
-        return stream
-
-    def add_input(self, operator: str, arg: Any) -> None:
-        super().add_input(operator, arg)
-        self.recorded[operator].inputs.append(arg)
-
-    def consistent_region(self, start: Any, *, name: str | None = None, **params: Any) -> ConsistentRegion:
-        region = super().consistent_region(start, name=name, **params)
-        self.recorded_regions.append(region)
-        return region
-
-    def autonomous(self, operator: Stream | str) -> None:
-        super().autonomous(operator)
-        self.recorded_autonomous.add(operator.operator if isinstance(operator, Stream) else operator)
-
-    def view(self, errors: Sequence[GraphError] = ()) -> GraphView:
-        """The drawing of what was declared, each error pinned to the operator it names."""
-        by_operator: dict[str, list[str]] = {}
-        for e in errors:
-            if e.operator is not None:
-                by_operator.setdefault(e.operator, []).append(f"{e.message} [{e.rule}]")
-        downstream: dict[str, list[str]] = {}
-        for rec in self.recorded.values():
-            for arg in rec.inputs:
-                port = _as_port_input(arg)
-                for s in port.streams if not port.feedback else ():
-                    downstream.setdefault(s.operator, []).append(rec.name)
-        members = {r.name: _reachable(r.start, downstream, self.recorded_autonomous)
-                   for r in self.recorded_regions}
-        owner: dict[str, str] = {}
-        for region in self.recorded_regions:
-            for name in members[region.name]:
-                owner.setdefault(name, region.name)
-        operators: list[OperatorView] = []
-        edges: list[EdgeView] = []
-        for rec in self.recorded.values():
-            ports: list[PortView] = []
-            for i, arg in enumerate(rec.inputs):
-                port = _as_port_input(arg)
-                clause = _clause(port.window)
-                ports.append(PortView(i, clause, clause is not None and "partitioned" in clause))
-                edges.extend(EdgeView(s.operator, s.port, rec.name, i, port.feedback) for s in port.streams)
-            outputs = rec.outputs
-            operators.append(OperatorView(rec.name, rec.kind, type(rec.operator).__name__, tuple(ports),
-                                          outputs, outputs - 1 if rec.error_port else None,
-                                          rec.event_time, owner.get(rec.name),
-                                          tuple(by_operator.get(rec.name, ()))))
-        regions = tuple(_region_view(r, [n for n in self.recorded if owner.get(n) == r.name])
-                        for r in self.recorded_regions)
-        return GraphView(self.name, tuple(operators), tuple(edges), regions, tuple(str(e) for e in errors))
-
-
-def _reachable(start: Sequence[str], downstream: dict[str, list[str]], autonomous: set[str]) -> set[str]:
+def _reachable(start: Sequence[str], downstream: dict[str, list[str]],
+               autonomous: frozenset[str]) -> set[str]:
     """What a region holds, as the validator resolves it: reachable from its start operators
     over non-feedback streams, autonomous operators (and what only they reach) left out."""
     seen: set[str] = set()
@@ -259,40 +240,3 @@ def _reachable(start: Sequence[str], downstream: dict[str, list[str]], autonomou
         seen.add(name)
         todo.extend(downstream.get(name, ()))
     return seen
-
-
-def _as_port_input(arg: Any) -> PortInput:
-    if isinstance(arg, Stream):
-        return PortInput((arg,))
-    if isinstance(arg, PortInput):
-        return arg
-    return PortInput(tuple(arg))
-
-
-_DRAFTS: list[Draft] = []
-_DRAFTS_LOCK = threading.Lock()
-_PATCH_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def draft_graph() -> Iterator[list[Draft]]:
-    """While open, a script's ``Graph(...)`` (from ``riverbed`` or ``riverbed.graph``) builds a
-    `Draft`; yields the drafts made, newest last.
-
-    The graph package has no public way to read what an unfrozen graph declares, so the
-    public names are swapped for the recording subclass for the time a script runs (one
-    script at a time, under a lock) and restored after.
-    """
-    with _PATCH_LOCK:
-        saved = riverbed.Graph, riverbed.graph.Graph
-        made: list[Draft] = []
-        with _DRAFTS_LOCK:
-            _DRAFTS.clear()
-        riverbed.Graph = riverbed.graph.Graph = Draft  # type: ignore[misc]
-        try:
-            yield made
-        finally:
-            riverbed.Graph, riverbed.graph.Graph = saved  # type: ignore[misc]
-            with _DRAFTS_LOCK:
-                made.extend(_DRAFTS)
-                _DRAFTS.clear()

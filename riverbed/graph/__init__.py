@@ -6,7 +6,20 @@ runs that. Nothing here is tied to a particular executor.
 """
 
 from ._errors import GraphError, GraphValidationError, SchemaError
-from ._model import Connection, EventTime, FrozenGraph, Graph, InputPort, OperatorDef, PortInput, Stream
+from ._model import (
+    Connection,
+    DeclaredGraph,
+    DeclaredOperator,
+    DeclaredPort,
+    EventTime,
+    FrozenGraph,
+    Graph,
+    InputPort,
+    InvalidGraphError,
+    OperatorDef,
+    PortInput,
+    Stream,
+)
 from ._operator import Operator, OperatorContext, Source, SourceContext, WindowPunctuationMode
 from ._parallel import ParallelBlock, ParallelRegion
 from ._punct import CheckpointBarrier, Punct, Watermark
@@ -18,12 +31,16 @@ __all__ = [
     "CheckpointBarrier",
     "Connection",
     "ConsistentRegion",
+    "DeclaredGraph",
+    "DeclaredOperator",
+    "DeclaredPort",
     "EventTime",
     "FrozenGraph",
     "Graph",
     "GraphError",
     "GraphValidationError",
     "InputPort",
+    "InvalidGraphError",
     "Operator",
     "OperatorContext",
     "OperatorDef",

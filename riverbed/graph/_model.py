@@ -5,17 +5,24 @@
 frozen dataclasses naming operators, ports and connections, which is what the
 asyncio runtime executes and what the Spark bridge translates. Nothing here
 knows how a graph is executed.
+
+`Graph.declared` reads back what a script declared, valid or not, as a
+`DeclaredGraph` of immutable records; a graph that fails `freeze` raises
+`InvalidGraphError`, which carries that declaration. Tools that show a graph
+(``riverbed graph`` draws an invalid one with its errors) read it there rather
+than the builder's private state.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Literal
 
 from ..windows import TimeIntervalSpec, WindowError, WindowSpec, parse_window_clause, seconds_to_ns
-from ._errors import GraphError
+from ._errors import GraphError, GraphValidationError
 from ._operator import Operator, Source
 from ._parallel import ParallelBlock, ParallelRegion, parallel_spec, resolve_parallel
 from ._regions import ConsistentRegion, region_spec
@@ -23,10 +30,14 @@ from ._schema import Schema
 
 __all__ = [
     "Connection",
+    "DeclaredGraph",
+    "DeclaredOperator",
+    "DeclaredPort",
     "EventTime",
     "FrozenGraph",
     "Graph",
     "InputPort",
+    "InvalidGraphError",
     "OperatorDef",
     "PortInput",
     "Stream",
@@ -165,6 +176,69 @@ class FrozenGraph:
         reasons = [f"sink {op.name!r} is not transactional" for op in self.operators
                    if op.kind == "sink" and not op.operator.transactional]
         return ("at-least-once" if reasons else "exactly-once"), reasons
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredPort:
+    """An input port as the script declared it: the streams into it and its window clause as
+    given (SPL text not yet parsed, or a spec). Nothing is checked: the stream may come from
+    an operator that does not exist, the clause may not parse."""
+
+    connections: tuple[Connection, ...]
+    window: str | WindowSpec | TimeIntervalSpec | None = None
+    partition_by: PartitionBy | None = None
+    flavor: str = "java"
+    attribute_types: Mapping[str, str] | None = None
+
+    @property
+    def feedback(self) -> bool:
+        return any(c.feedback for c in self.connections)
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredOperator:
+    """An operator as the script declared it. ``outputs`` holds one schema (or None) per
+    output port, the error port included when asked for (``error_port`` is its index)."""
+
+    name: str
+    kind: OperatorKind
+    operator: Operator
+    inputs: tuple[DeclaredPort, ...]
+    outputs: tuple[Schema | None, ...]
+    error_port: int | None = None
+    event_time: EventTime | None = None
+    queue_batches: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredGraph:
+    """What a `Graph` declares, valid or not (`Graph.declared`): operators in the order they
+    were added, the consistent regions as declared (their ``start`` operators; ``members``
+    are resolved only by `Graph.freeze`), the autonomous operators, and the parallel regions
+    with the operators put in them."""
+
+    name: str
+    params: Mapping[str, Any]
+    operators: tuple[DeclaredOperator, ...]
+    regions: tuple[ConsistentRegion, ...] = ()
+    autonomous: frozenset[str] = frozenset()
+    parallel: tuple[ParallelRegion, ...] = ()
+
+    def operator(self, name: str) -> DeclaredOperator:
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+
+class InvalidGraphError(GraphValidationError):
+    """What `Graph.freeze` raises for a graph that breaks rules: every error, as a
+    `GraphValidationError`, and ``declared``, what the graph declared, so a tool can still
+    show the graph the errors are in."""
+
+    def __init__(self, failure: GraphValidationError, declared: DeclaredGraph) -> None:
+        super().__init__(failure.graph, failure.errors)
+        self.declared = declared
 
 
 class Stream:
@@ -377,15 +451,36 @@ class Graph:
                 raise GraphError(name, "input", f"input port {index}: {s!r} belongs to another graph")
         return arg
 
+    def declared(self) -> DeclaredGraph:
+        """What the graph declares so far, valid or not, as immutable records (a snapshot:
+        later builder calls do not change it)."""
+        operators = tuple(
+            DeclaredOperator(name, entry["kind"], entry["operator"],
+                             tuple(_declared_port(p) for p in entry["inputs"]), tuple(entry["outputs"]),
+                             entry["error_port"], entry["event_time"], entry["queue_batches"])
+            for name, entry in self._pending.items())
+        parallel = tuple(replace(b.spec, members=tuple(b.members)) for b in self._parallel)
+        return DeclaredGraph(self.name, MappingProxyType(dict(self.params)), operators,
+                             tuple(self._regions), frozenset(self._autonomous), parallel)
+
     def freeze(self) -> FrozenGraph:
-        """Validate the graph; return it as frozen data or raise `GraphValidationError`."""
+        """Validate the graph; return it as frozen data or raise `InvalidGraphError` (a
+        `GraphValidationError` that carries `declared`)."""
         from ._validate import freeze
 
-        frozen = freeze(self)
-        if not self._parallel:
-            return frozen
-        consistent = {n: r.name for r in frozen.regions for n in r.members}
-        return resolve_parallel(frozen, self._parallel, consistent)
+        try:
+            frozen = freeze(self)
+            if not self._parallel:
+                return frozen
+            consistent = {n: r.name for r in frozen.regions for n in r.members}
+            return resolve_parallel(frozen, self._parallel, consistent)
+        except GraphValidationError as exc:
+            raise InvalidGraphError(exc, self.declared()).with_traceback(exc.__traceback__) from None
+
+
+def _declared_port(port: PortInput) -> DeclaredPort:
+    return DeclaredPort(tuple(Connection(s.operator, s.port, port.feedback) for s in port.streams),
+                        port.window, port.partition_by, port.flavor, port.attribute_types)
 
 
 def _as_schema(name: str, schema: Schema | Mapping[str, str] | None) -> Schema | None:

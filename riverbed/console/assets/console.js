@@ -4,7 +4,7 @@
 "use strict";
 
 const state = {
-  graph: null,        // /api/graph: operators, edges, regions
+  graph: null,        // /api/graph: operators, edges, regions, parallel regions
   samples: [],        // newest last, at most `keep`
   checkpoints: [],    // the checkpoint history, oldest first
   keep: 600,
@@ -52,6 +52,7 @@ async function loadDrawing() {
     state.groups.set(op.name, group);
     group.addEventListener("click", () => select(op.name));
   });
+  document.getElementById("parallel-panel").hidden = !(graph.parallel || []).length;
   state.samples = history.samples.slice(-state.keep);
   state.checkpoints = history.checkpoints;
   if (state.samples.length) show(state.samples[state.samples.length - 1]);
@@ -102,7 +103,31 @@ function show(sample) {
     (errors ? ` · ${number(errors)} errors` : "") +
     (sample.restarts ? ` · ${sample.restarts} process restarts` : "");
   renderRegions(sample.regions);
+  renderChannels(sample.channels || []);
   if (state.selected) renderDetails();
+}
+
+const CHANNELS_SHOWN = 8;  // as riverbed/console/_layout.py leaves room for under a region's label
+
+function channelState(c) { return c.finished ? "finished" : c.alive ? "running" : "ended"; }
+
+function renderChannels(channels) {
+  (state.graph.parallel || []).forEach((region, j) => {
+    const line = document.getElementById(`par-${j}-channels`);
+    if (!line) return;
+    const mine = channels.filter(c => c.region === region.name);
+    const shown = mine.slice(0, CHANNELS_SHOWN).map(c => `ch${c.channel} ${rate(c.in_rate)}`);
+    if (mine.length > CHANNELS_SHOWN) shown.push(`+${mine.length - CHANNELS_SHOWN} more`);
+    line.textContent = shown.join(" \u00b7 ");
+  });
+  const body = document.querySelector("#channels tbody");
+  body.replaceChildren(...channels.map(c => {
+    const tr = el("tr", { class: channelState(c) }, ...[
+      `${c.region}[${c.channel}]`, c.pid === null ? "-" : "pid " + c.pid, channelState(c), number(c.in),
+      rate(c.in_rate), number(c.out), rate(c.out_rate), `${c.in_flight}/${c.capacity}`,
+      `${number(c.waits)} (${rate(c.waits_rate)})`].map(v => el("td", {}, String(v))));
+    return tr;
+  }));
 }
 
 function renderRegions(regions) {
@@ -142,6 +167,12 @@ function renderDetails() {
   const panel = document.getElementById("details");
   const parts = [el("h2", {}, name), el("p", {}, `${op.type} · ${op.kind}` +
     (op.region ? ` · region ${op.region}` : "") + (op.event_time ? ` · event time ${op.event_time}` : ""))];
+  const par = op.parallel ? (state.graph.parallel || []).find(p => p.name === op.parallel) : null;
+  if (par) {
+    parts.push(el("p", {}, `runs in parallel region ${par.name}: ${par.width} channel` +
+      (par.width === 1 ? "" : "s") + (par.partition_by ? `, by ${par.partition_by}` : ", round-robin") +
+      " (each channel's rates below the drawing)"));
+  }
   if (op.inputs.length) {
     const head = el("tr", {}, ...["input", "window", "tuples", "rate", "late", "errors", "puncts"].map(h => el("th", {}, h)));
     parts.push(el("table", {}, head, ...op.inputs.map((p, i) => {

@@ -1,0 +1,35 @@
+"""The console's address, ``[HOST:]PORT``: checked on its own, before anything is loaded.
+
+Apart from the server so that ``riverbed run --console`` can refuse a bad address at once,
+before the graph script runs, without importing the HTTP library.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_HOST", "ConsoleError", "parse_address"]
+
+DEFAULT_HOST = "127.0.0.1"
+
+
+class ConsoleError(RuntimeError):
+    """The console cannot start: a bad address, a port in use, no layout."""
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``PORT``, ``HOST:PORT`` or ``[IPV6]:PORT`` as (host, port); the host defaults to 127.0.0.1."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host = DEFAULT_HOST
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConsoleError(f"{text!r}: write an IPv6 host in brackets, as [::1]:8080")
+    if not host:
+        host = DEFAULT_HOST
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConsoleError(f"{text!r}: expected [HOST:]PORT, such as 8080 or 0.0.0.0:8080") from None
+    if not 0 <= port <= 65535:
+        raise ConsoleError(f"{text!r}: port {port} is not a TCP port (0 to 65535; 0 picks a free one)")
+    return host, port
