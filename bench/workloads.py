@@ -107,7 +107,8 @@ def w4_record(readings: Sequence[Reading]) -> Record:
 
 _MASK = (1 << 61) - 1
 _KEYS = {"W1": ("sensor", "end"), "W2": ("sensor", "start", "count"),
-         "W3": ("sensor", "start", "count"), "W4": ("ts",), "W4inc": ("ts",), "chain": ("sensor", "ts", "hot")}
+         "W3": ("sensor", "start", "count"), "W4": ("ts",), "W4inc": ("ts",),
+         "chain": ("sensor", "ts", "hot")}
 _FLOATS = {"W1": ("sum", "avg"), "W2": ("avg",), "W3": ("avg",), "W4": ("avg",), "W4inc": ("avg",),
            "chain": ("value", "f")}
 
