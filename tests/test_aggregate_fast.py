@@ -79,3 +79,179 @@ def test_float_sum_shortcuts_give_way_where_they_cannot_vouch_for_the_result() -
 def test_sums_of_mixed_values_equal_the_per_value_reference(values: list[Any]) -> None:
     assert same(sum_values(values, "Sum"), reference(values).total())
     assert same(average_values(values), reference(values).mean())
+
+
+# ------------------------------------------ the compiled operator vs its reference
+
+from riverbed.graph import Punct, Watermark  # noqa: E402
+from riverbed.operators._aggregate import Aggregate  # noqa: E402
+from riverbed.operators._aggregate_functions import (  # noqa: E402
+    Any as AnyOf,
+)
+from riverbed.operators._aggregate_functions import (  # noqa: E402
+    ArgMax,
+    ArgMin,
+    Average,
+    Collect,
+    CollectArgMax,
+    CollectArgMin,
+    CollectDistinct,
+    Count,
+    CountAll,
+    CountByDistinct,
+    CountByGroup,
+    CountDistinct,
+    CountGroups,
+    Custom,
+    First,
+    IntervalEnd,
+    IntervalStart,
+    Last,
+    Max,
+    MaxCount,
+    Min,
+    MinCount,
+    PaneIndex,
+    PaneTimingOf,
+    PopulationStdDev,
+    SampleStdDev,
+    Sum,
+)
+from riverbed.testing import at, run_operator  # noqa: E402
+from riverbed.windows import EventType, StreamWindow, TimeIntervalWindow  # noqa: E402
+
+S = 1_000_000_000
+
+
+class Scaled(Sum):
+    """A user's subclass of an SPL function: compiled code must call its own compute."""
+
+    __slots__ = ()
+
+    def compute(self, tuples: Any, scope: Any) -> Any:
+        return 2 * len(tuples) + scope.count_all
+
+
+FUNCTIONS: dict[str, Any] = {
+    "count": Count(), "count_all": CountAll(), "groups": CountGroups(), "by_group": CountByGroup(),
+    "any": AnyOf("v"), "first": First("v"), "last": Last("f"), "first_fn": First(lambda t: t["v"] - 1),
+    "collect": Collect("s"), "distinct": CollectDistinct("s"), "by_distinct": CountByDistinct("s"),
+    "n_distinct": CountDistinct("f"), "sum": Sum("v"), "fsum": Sum("f"), "ssum": Sum("s"),
+    "avg": Average("v"), "favg": Average("f"), "min": Min("v"), "max": Max("f"), "smin": Min("s"),
+    "smax": Max("s"), "fmin": Min("f"), "min_count": MinCount("v"), "max_count": MaxCount("f"),
+    "argmin": ArgMin("v", "s"), "argmax": ArgMax("f", "s"), "cargmin": CollectArgMin("v", "s"),
+    "cargmax": CollectArgMax("f", "s"), "psd": PopulationStdDev("v"), "sd": SampleStdDev("v"),
+    "custom": Custom(lambda: 0, lambda c, t: c + t["v"], lambda c: c),
+    "expr": lambda t: t["v"] * 10, "const": "k", "computed": Sum(lambda t: t["v"] * 2),
+    "computed_avg": Average(lambda t: t["f"] / 2), "scaled": Scaled("v"),
+}
+
+row = st.builds(lambda k, g, v, f, s, d: {"k": k, "g": g, "v": v, "f": f, "s": s, "d": d},
+                st.sampled_from("ab"), st.sampled_from("xyz"), st.integers(-50, 50),
+                st.one_of(st.floats(-1e6, 1e6), st.integers(-3, 3),
+                          st.sampled_from([0.1, 1e300, -1e300, math.inf, math.nan, 2.0 ** -60])),
+                st.sampled_from(["p", "q", "r"]), st.integers(0, 6))
+STREAM_CLAUSES = ["tumbling, count(3)", "tumbling, delta(d, 2)", "tumbling, time(1)", "tumbling, punct()",
+                  "sliding, count(3), count(1)", "sliding, count(4), count(2)", "sliding, time(2), count(1)",
+                  "sliding, delta(d, 2), count(1)", "sliding, count(3), time(1)",
+                  "tumbling, count(2), partitioned, tupleCount(4)",
+                  "sliding, count(3), count(1), partitioned, partitionCount(1)"]
+
+
+def outputs(op_args: dict[str, Any], reference: bool, items: list[Any], **run: Any) -> list[Any]:
+    op = Aggregate(**op_args)
+    op._reference = reference
+    return run_operator(op, items, **run).items
+
+
+def same_items(a: list[Any], b: list[Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, dict) and isinstance(y, dict):
+            if x.keys() != y.keys() or list(x) != list(y):
+                return False
+            if not all(same_value(x[k], y[k]) for k in x):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    return same(a, b)
+
+
+@settings(max_examples=120, deadline=None)
+@given(clause=st.sampled_from(STREAM_CLAUSES), data=st.lists(row, min_size=1, max_size=25),
+       grouped=st.booleans(), partitioned=st.booleans(), incremental=st.booleans(),
+       flavor=st.sampled_from(["java", "cpp"]), marks=st.sets(st.integers(0, 25)),
+       names=st.sets(st.sampled_from(sorted(FUNCTIONS)), min_size=1, max_size=8))
+def test_compiled_rows_equal_the_reference_loop_in_every_stream_window(
+        clause: str, data: list[dict[str, Any]], grouped: bool, partitioned: bool, incremental: bool,
+        flavor: str, marks: set[int], names: set[str]) -> None:
+    if partitioned and "partitioned" not in clause:
+        clause += ", partitioned"
+    items: list[Any] = []
+    for i, tup in enumerate(data):
+        items.append(tup)
+        if i in marks:  # the clock moves, or a window mark (what a punct() window flushes on)
+            items.append(at(0.4 * (i + 1)) if i % 2 else Punct.WINDOW)
+    args: dict[str, Any] = {"output": {n: FUNCTIONS[n] for n in sorted(names)},
+                            "group_by": "g" if grouped else None, "copy": ("k",),
+                            "incremental": incremental}
+    if clause.startswith("sliding"):
+        args["aggregate_incomplete_windows"] = bool(marks)
+    run = {"window": clause, "flavor": flavor, "partition_by": "k" if "partitioned" in clause else None}
+    fast, ref = outputs(args, False, items, **run), outputs(args, True, items, **run)
+    assert same_items(fast, ref), (fast, ref)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.lists(st.tuples(row, st.integers(0, 30)), min_size=1, max_size=25),
+       grouped=st.booleans(), incomplete=st.booleans(),
+       names=st.sets(st.sampled_from(sorted(FUNCTIONS)), min_size=1, max_size=6))
+def test_compiled_rows_equal_the_reference_loop_in_a_time_interval_window(
+        data: list[tuple[dict[str, Any], int]], grouped: bool, incomplete: bool, names: set[str]) -> None:
+    output = {n: FUNCTIONS[n] for n in sorted(names)}
+    output.update({"start": IntervalStart(), "end": IntervalEnd(), "i": PaneIndex(), "t": PaneTimingOf()})
+    items: list[Any] = []
+    for i, (tup, ts) in enumerate(data):
+        items.append({**tup, "ts": 100 * S + ts * S // 2})
+        if i % 4 == 3:
+            items.append(Watermark(100 * S + i * S))
+    args = {"output": output, "group_by": "g" if grouped else None, "copy": ("k",),
+            "aggregate_incomplete_windows": incomplete}
+    run = {"window": "timeInterval, intervalDuration(4), creationPeriod(2), discardAge(3), partitioned",
+           "partition_by": "k", "event_time": "ts"}
+    fast, ref = outputs(args, False, items, **run), outputs(args, True, items, **run)
+    assert same_items(fast, ref), (fast, ref)
+
+
+def test_aggregate_asks_a_window_for_insertions_only_where_it_keeps_state(
+        monkeypatch: Any) -> None:
+    """A tumbling or timeInterval Aggregate, or a sliding one that recomputes without CountAll,
+    hears no INSERTION (the window then takes its eventless insert path); an incremental one
+    hears them directly, not through the host's generic dispatch."""
+    asked: list[set[str]] = []
+    for cls in (StreamWindow, TimeIntervalWindow):
+        original = cls.register_listener
+
+        def spy(self: Any, listener: Any, types: Any = None, original: Any = original) -> None:
+            asked.append({t.name for t in (EventType if types is None else types)})
+            original(self, listener, types)
+
+        monkeypatch.setattr(cls, "register_listener", spy)
+
+    def heard(**run: Any) -> set[str]:
+        asked.clear()
+        op = Aggregate({"s": Sum("v")}, incremental=run.pop("incremental", True))
+        run_operator(op, [{"v": 1, "ts": 100 * S}], **run)
+        return set().union(*asked)
+
+    assert "INSERTION" not in heard(window="tumbling, count(2)")
+    assert "INSERTION" not in heard(window="sliding, count(2), count(1)", incremental=False)
+    assert "INSERTION" not in heard(window="timeInterval, intervalDuration(10)", event_time="ts")
+    assert "INSERTION" in heard(window="sliding, count(2), count(1)")

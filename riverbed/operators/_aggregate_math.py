@@ -128,19 +128,27 @@ class Numbers:
     def total(self) -> int | float:
         if not self.floats:
             return self.ints
-        if self.nan or self.pinf or self.ninf:
-            return self.special()  # type: ignore[return-value]
-        numerator, denominator = self._exact()
-        return _divide(numerator, denominator)
+        if self.scaled or self.nan or self.pinf or self.ninf:
+            if self.nan or self.pinf or self.ninf:
+                return self.special()  # type: ignore[return-value]
+            numerator, denominator = self._exact()
+            return _divide(numerator, denominator)
+        if not self.ints:
+            return self.fast / _FAST_DEN  # below 2**943 * n: no overflow
+        return _divide((self.ints << _FAST_BITS) + self.fast, _FAST_DEN)
 
     def mean(self) -> int | float:
         if not self.floats:
             q = abs(self.ints) // self.n  # SPL integer Average: truncated toward zero
             return q if self.ints >= 0 else -q
-        if self.nan or self.pinf or self.ninf:
-            return self.special()  # type: ignore[return-value]
-        numerator, denominator = self._exact()
-        return _divide(numerator, denominator * self.n)
+        if self.scaled or self.nan or self.pinf or self.ninf:
+            if self.nan or self.pinf or self.ninf:
+                return self.special()  # type: ignore[return-value]
+            numerator, denominator = self._exact()
+            return _divide(numerator, denominator * self.n)
+        if not self.ints:
+            return self.fast / (self.n << _FAST_BITS)  # a mean of floats: no overflow
+        return _divide((self.ints << _FAST_BITS) + self.fast, self.n << _FAST_BITS)
 
 
 def numbers_of(values: Iterable[Any]) -> Numbers | None:
