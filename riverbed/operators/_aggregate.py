@@ -502,7 +502,7 @@ class Aggregate(Operator):
         order = single.tuples
         scope = (Scope(self._total, 1, [len(order)] if self._needs_sizes else [], False, None)
                  if self._needs_scope else None)
-        self.submit(self._build(order, single.accs, scope))
+        self.submit(self._build(order, single.accs, scope, None))
         self.submit_punct(WINDOW_MARK)
 
     def _insert(self, event: StreamWindowEvent[Any]) -> None:
@@ -588,7 +588,7 @@ class Aggregate(Operator):
         submit = self.submit
         scope = self._scope(groups, count_all, pane) if self._needs_scope else None
         for members in groups:
-            submit(build(members, None, scope))
+            submit(build(members, None, scope, pane))
         self.submit_punct(WINDOW_MARK)
 
     def _emit(self, groups: list[_Group], count_all: int, pane: PaneEvent[Any] | None) -> None:
@@ -598,7 +598,7 @@ class Aggregate(Operator):
         scope = (self._scope([g.tuples for g in groups], count_all, pane) if self._needs_scope
                  else None)
         for g in groups:
-            submit(build(g.tuples, g.accs, scope))
+            submit(build(g.tuples, g.accs, scope, pane))
         self.submit_punct(WINDOW_MARK)
 
     def _scope(self, groups: Sequence[Sequence[Any]], count_all: int,
@@ -607,7 +607,7 @@ class Aggregate(Operator):
         return Scope(count_all, len(groups), sizes, self._key_of is not None, pane)
 
     def _build_reference(self, tuples: Sequence[Any], accs: list[Accumulator] | None,
-                         scope: Scope | None) -> dict[str, Any]:
+                         scope: Scope | None, pane: Any) -> dict[str, Any]:
         """One group's row, column by column: the reference the compiled builders follow."""
         assert scope is not None  # the reference always gets one
         row: dict[str, Any] = {}

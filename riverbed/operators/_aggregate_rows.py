@@ -7,7 +7,7 @@ trigger is most of the operator's time. Instead, at setup the clause becomes
 the source of one function, ``build(tuples, accs, scope)``, returning the
 row as a single dict display::
 
-    def build(tuples, accs, scope):
+    def build(tuples, accs, scope, pane):
         last = tuples[-1]
         a0 = accs[0]
         return {name0: last[attr0], name1: a0.result() if not a0.broken else fn1.compute(tuples, scope),
@@ -47,11 +47,15 @@ from ._aggregate_functions import (
     CountDistinct,
     Custom,
     First,
+    IntervalEnd,
+    IntervalStart,
     Last,
     Max,
     MaxCount,
     Min,
     MinCount,
+    PaneIndex,
+    PaneTimingOf,
     PopulationStdDev,
     SampleStdDev,
     Sum,
@@ -67,7 +71,7 @@ Column = tuple[str, str, Any, int]
 """(attribute, kind, object, accumulator index): kind is "function", "incremental",
 "expression" or "constant"; the index is the column's accumulator (incremental only)."""
 
-RowBuilder = Callable[[Sequence[Any], Any, Any], dict[str, Any]]
+RowBuilder = Callable[[Sequence[Any], Any, Any, Any], dict[str, Any]]
 
 # Functions of this package whose compute() never reads the Scope: with only these (and the
 # incremental ones of the same kind) an emit needs no Scope at all.
@@ -79,9 +83,15 @@ _ORDERED_SCALARS = (int, float, str)
 _serial = count()
 
 
+# The pane functions, written out as the pane event's attribute (the builder gets the event).
+_PANE_ATTRIBUTES: dict[type, str] = {IntervalStart: "interval_start", IntervalEnd: "interval_end",
+                                     PaneIndex: "pane_index", PaneTimingOf: "pane_timing"}
+
+
 def reads_scope(columns: Sequence[Column]) -> bool:
     """Whether some column's function may read the Scope (then every emit builds one)."""
     return any(kind in ("function", "incremental") and type(obj) not in _SCOPE_FREE
+               and not (kind == "function" and type(obj) in _PANE_ATTRIBUTES)
                for _attr, kind, obj, _index in columns)
 
 
@@ -103,7 +113,9 @@ def _sum_of(values: list[Any]) -> Any:
 
 
 def compile_rows(columns: Sequence[Column]) -> RowBuilder:
-    """``build(tuples, accs, scope)`` for these columns: the row of one non-empty group."""
+    """``build(tuples, accs, scope, pane)`` for these columns: the row of one non-empty group
+    (``accs`` its accumulators if it has incremental columns, ``scope`` a `Scope` if
+    `reads_scope`, ``pane`` the pane event on a timeInterval window)."""
     env: dict[str, Any] = {"sum_of": _sum_of, "average_of": average_values, "min_of": _min_of,
                            "max_of": _max_of}
     head: list[str] = []
@@ -153,6 +165,8 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
                 expr = f"f{i}({where})"
         elif cls is Count:
             expr = "len(tuples)"
+        elif cls in _PANE_ATTRIBUTES:
+            expr = f"pane.{_PANE_ATTRIBUTES[cls]}"
         elif cls in (Sum, Average, Min, Max):
             values = values_of(obj)
             expr = {Sum: "sum_of", Average: "average_of", Min: "min_of", Max: "max_of"}[cls] + f"({values})"
@@ -161,7 +175,7 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
             env[f"fn{i}"] = obj
             expr = f"fn{i}.compute(tuples, scope)"
         items.append(f"name{i}: {expr}")
-    lines = ["def build(tuples, accs, scope):"]
+    lines = ["def build(tuples, accs, scope, pane):"]
     if uses_last:
         lines.append("    last = tuples[-1]")
     lines += head
