@@ -1,8 +1,17 @@
 """The workloads as riverbed graphs: sources, window operators and sinks written as a user would.
 
-Each operator aggregates the tuples a window event hands it (`workloads`'
-record functions sum them in arrival order), except ``W4inc``, which keeps a
-running sum from the INSERTION and EVICTION events of its sliding window.
+Two ways of writing each windowed workload (``path``):
+
+* ``toolkit``: what the README teaches, the standard toolkit:
+  ``Aggregate`` with its output functions (``Sum``, ``Average``, ``Last``,
+  ``Count``, ``IntervalStart``) on the declared window (W4 and W4inc are the
+  same graph: Aggregate keeps its Average incrementally anyway, with
+  ``aggregate_incomplete_windows=True`` so the first 999 triggers report too);
+  for ``chain``: ``Filter -> Functor -> Functor``.
+* ``listener``: an `Operator` of our own on the window's events, aggregating
+  the tuples a window event hands it (`workloads`' record functions sum them
+  in arrival order), except ``W4inc``, which keeps a running sum from the
+  INSERTION and EVICTION events of its sliding window.
 
 Latency: `latency_graph` builds W1 or W4 with a paced source (`PacedReadings`)
 that stamps each reading with its emission time (``perf_counter_ns``) in an
@@ -18,6 +27,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from workloads import (
+    CHAIN_MIN,
+    HOT_F,
     PANE_MS,
     SLIDE_MS,
     W1_COUNT,
@@ -31,6 +42,7 @@ from workloads import (
 )
 
 from riverbed.graph import Graph, Operator, Schema, Source
+from riverbed.operators import Aggregate, Average, Count, Filter, Functor, IntervalStart, Last, Sum
 from riverbed.windows import EventType, PaneEvent, StreamWindowEvent
 
 EVICTION = EventType.EVICTION
@@ -192,7 +204,27 @@ class LatencySink(Operator):
 # ------------------------------------------------------------------ graphs
 
 
-def _operator(workload: str, stamp: bool = False) -> Operator:
+PATHS = ("toolkit", "listener")
+
+
+def toolkit_operator(workload: str, stamp: bool = False) -> Operator:
+    """The workload's window operator as the README teaches it: an `Aggregate`."""
+    extra = ("emitted",) if stamp else ()
+    if workload == "W1":
+        return Aggregate({"end": Last("ts"), "sum": Sum("value"), "avg": Average("value")},
+                         copy=("sensor", *extra))
+    if workload in ("W2", "W3"):
+        return Aggregate({"start": IntervalStart(), "count": Count(), "avg": Average("value")},
+                         copy=("sensor",))
+    if workload in ("W4", "W4inc"):
+        return Aggregate({"ts": Last("ts"), "avg": Average("value")}, copy=extra,
+                         aggregate_incomplete_windows=True)
+    raise ValueError(f"no Aggregate for workload {workload!r}")
+
+
+def _operator(workload: str, stamp: bool = False, path: str = "listener") -> Operator:
+    if path == "toolkit":
+        return toolkit_operator(workload, stamp)
     if workload == "W1":
         return TumblingAvg(stamp)
     if workload in ("W2", "W3"):
@@ -207,23 +239,32 @@ def _operator(workload: str, stamp: bool = False) -> Operator:
 DECLARE_SCHEMA = True
 
 
-def throughput_graph(workload: str, readings: Sequence[Reading], digest: Digest) -> Graph:
-    g = Graph(f"bench-{workload}")
+def throughput_graph(workload: str, readings: Sequence[Reading], digest: Digest,
+                     path: str = "listener") -> Graph:
+    g = Graph(f"bench-{workload}-{path}")
     # Only the event-time workloads declare event time: it makes the source emit watermarks.
     src = g.source("readings", Readings(readings), schema=READING if DECLARE_SCHEMA else None,
                    event_time="ts" if workload in EVENT_TIME else None, resolution="ms")
-    port = src.window(CLAUSES[workload], partition_by="sensor" if workload in PARTITIONED else None)
-    out = g.operator("agg", _operator(workload), [port])
+    if workload == "chain":
+        if path != "toolkit":
+            raise ValueError("the stateless chain has only the toolkit path")
+        kept = g.operator("filter", Filter(lambda t: t["value"] >= CHAIN_MIN), [src])
+        hot = g.operator("fahrenheit", Functor(output={"f": lambda t: t["value"] * 1.8 + 32.0}), [kept])
+        out = g.operator("hot", Functor(output={"hot": lambda t: t["f"] >= HOT_F}), [hot])
+    else:
+        port = src.window(CLAUSES[workload], partition_by="sensor" if workload in PARTITIONED else None)
+        out = g.operator("agg", _operator(workload, path=path), [port])
     g.sink("sink", DigestSink(digest), [out])
     return g
 
 
-def latency_graph(workload: str, source: PacedReadings, sink: LatencySink) -> Graph:
+def latency_graph(workload: str, source: PacedReadings, sink: LatencySink,
+                  path: str = "listener") -> Graph:
     if workload not in ("W1", "W4", "W4inc"):
         raise ValueError(f"latency is measured for W1, W4 and W4inc, not {workload!r}")
-    g = Graph(f"latency-{workload}")
+    g = Graph(f"latency-{workload}-{path}")
     src = g.source("readings", source, schema=STAMPED)
     port = src.window(CLAUSES[workload], partition_by="sensor" if workload in PARTITIONED else None)
-    out = g.operator("agg", _operator(workload, stamp=True), [port])
+    out = g.operator("agg", _operator(workload, stamp=True, path=path), [port])
     g.sink("sink", sink, [out])
     return g

@@ -3,27 +3,34 @@
 Usage::
 
     .venv/bin/python bench/runtime.py [--n N] [--quick] [--no-bytewax] [--only W1,W4]
-    .venv/bin/python bench/runtime.py --profile W2 [--n N]   # cProfile of riverbed on one workload
+    .venv/bin/python bench/runtime.py --profile W2 [--path listener] [--n N]   # cProfile of riverbed
 
-Four workloads over 1000 sensors (see `workloads` for their exact results),
-each run three ways on the same seeded readings:
+Windowed workloads over 1000 sensors and a stateless chain (see `workloads`
+for their exact results), each run these ways on the same seeded readings:
 
-  (a) riverbed: a graph ``source -> windowed operator -> sink`` run by
-      ``riverbed.runtime.run_graph`` on the real clock;
-  (b) a hand-written Python loop computing the same records;
-  (c) Bytewax 0.21 (``bench/bytewax_flows.py``), in a subprocess running the
-      Python of ``bench/.venv-bytewax``, which ``bench/setup_bytewax.sh``
-      creates on first use. This process never imports bytewax.
+  (a) riverbed "toolkit": a graph ``source -> Aggregate -> sink`` (the
+      chain: ``source -> Filter -> Functor -> Functor -> sink``), what the
+      README teaches, run by ``riverbed.runtime.run_graph`` on the real clock;
+  (b) riverbed "listener": the same graph with an operator of our own on the
+      window's events instead of Aggregate (``bench/riverbed_flows.py``);
+  (c) a hand-written Python loop computing the same records;
+  (d) Bytewax 0.21 (``bench/bytewax_flows.py``) with its own operators
+      (``collect``, ``fold_window``, ``stateful_map``, ``filter``/``map``), in
+      a subprocess running the Python of ``bench/.venv-bytewax``, which
+      ``bench/setup_bytewax.sh`` creates on first use. This process never
+      imports bytewax.
 
 Every variant's records go to the same `workloads.Digest` (count, key hash,
-exact float sum), and the digests must agree. The table gives tuples/s,
-riverbed's slowdown against the loop (loop rate / riverbed rate) and its
-speedup against Bytewax (riverbed rate / Bytewax rate), by wall-clock time
-and again by CPU time (``process_time``), which other processes competing
-for the CPUs disturb less; the script warns when that happened.
+exact float sum), and EVERY timed run's digest must equal the loop's: a
+mismatch is reported, its row gets no ratio, and the script exits 1. The
+table gives tuples/s, each riverbed path's slowdown against the loop (loop
+rate / riverbed rate) and its speedup against Bytewax (riverbed rate /
+Bytewax rate), by wall-clock time and again by CPU time (``process_time``),
+which other processes competing for the CPUs disturb less; the script warns
+when that happened.
 
-Latency: W1, W4 and W4inc run again with a source paced on the real clock
-at half of riverbed's measured throughput for that workload; each result's
+Latency: W1, W4 and W4inc run again (each riverbed path) with a source paced
+on the real clock at half of that path's measured throughput for that workload; each result's
 latency is the time from the emission of the newest reading it includes
 (the one that completed the window, or triggered it) to the sink seeing
 it. Reported as p50/p99 over every result.
@@ -52,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import riverbed_flows
-from riverbed_flows import LatencySink, PacedReadings, latency_graph, throughput_graph
+from riverbed_flows import PATHS, LatencySink, PacedReadings, latency_graph, throughput_graph
 from workloads import DESCRIPTIONS, LOOPS, SEED, WORKLOADS, Digest, Reading, make_readings, same_results
 
 from riverbed.runtime import run_graph
@@ -66,38 +73,49 @@ QUICK_W4_N = 50_000
 LATENCY_WORKLOADS = ("W1", "W4", "W4inc")
 
 
-def run_riverbed(name: str, readings: Sequence[Reading], repeat: int
-                 ) -> tuple[float, float, dict[str, Any]]:
-    """Best wall and CPU seconds of ``repeat`` runs, each on a fresh graph, and the last digest."""
+Timed = tuple[float, float, list[dict[str, Any]]]  # best wall s, best CPU s, every run's digest
+
+
+def run_riverbed(name: str, readings: Sequence[Reading], repeat: int, path: str) -> Timed:
+    """Best wall and CPU seconds of ``repeat`` runs, each on a fresh graph, and every digest."""
     wall = cpu = float("inf")
+    digests = []
     for _ in range(repeat):
         digest = Digest(name)
-        graph = throughput_graph(name, readings, digest)
+        graph = throughput_graph(name, readings, digest, path)
         w0, c0 = time.perf_counter(), time.process_time()
         run_graph(graph)
         wall = min(wall, time.perf_counter() - w0)
         cpu = min(cpu, time.process_time() - c0)
-    return wall, cpu, digest.summary()
+        digests.append(digest.summary())
+    return wall, cpu, digests
 
 
-def run_loop(name: str, readings: Sequence[Reading], repeat: int) -> tuple[float, float, dict[str, Any]]:
+def run_loop(name: str, readings: Sequence[Reading], repeat: int) -> Timed:
     wall = cpu = float("inf")
+    digests = []
     for _ in range(repeat):
         digest = Digest(name)
         w0, c0 = time.perf_counter(), time.process_time()
         LOOPS[name](readings, digest.add)
         wall = min(wall, time.perf_counter() - w0)
         cpu = min(cpu, time.process_time() - c0)
-    return wall, cpu, digest.summary()
+        digests.append(digest.summary())
+    return wall, cpu, digests
 
 
-def run_latency(name: str, readings: Sequence[Reading], rate: float, seconds: float
+def first_mismatch(digests: Sequence[dict[str, Any]], reference: dict[str, Any]) -> int | None:
+    """The index of the first run whose digest differs from ``reference``, or None."""
+    return next((i for i, d in enumerate(digests) if not same_results(d, reference)), None)
+
+
+def run_latency(name: str, readings: Sequence[Reading], rate: float, seconds: float, path: str
                 ) -> tuple[list[int], float]:
     """Latencies (ns) of every result, and the emission rate the paced source achieved."""
     count = min(len(readings), max(1, int(rate * seconds)))
     source = PacedReadings(readings[:count], rate)
     sink = LatencySink()
-    graph = latency_graph(name, source, sink)
+    graph = latency_graph(name, source, sink, path)
     gc.collect()
     gc.freeze()  # the source's stamped copies are input, not runtime state
     run_graph(graph)
@@ -135,16 +153,20 @@ def fmt_x(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def profile(name: str, readings: Sequence[Reading], top: int) -> None:
+def profile(name: str, readings: Sequence[Reading], top: int, path: str) -> None:
     digest = Digest(name)
-    graph = throughput_graph(name, readings, digest)
+    graph = throughput_graph(name, readings, digest, path)
     prof = cProfile.Profile()
     prof.enable()
     run_graph(graph)
     prof.disable()
-    print(f"riverbed {name} ({DESCRIPTIONS[name]}), {len(readings):,} readings, under cProfile:")
+    print(f"riverbed {path} {name} ({DESCRIPTIONS[name]}), {len(readings):,} readings, under cProfile:")
     stats = pstats.Stats(prof)
     stats.sort_stats("tottime").print_stats(top)
+
+
+def paths_of(name: str) -> tuple[str, ...]:
+    return ("toolkit",) if name == "chain" else PATHS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,11 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--repeat", type=int, default=2, help="runs per variant, best time kept (default 2)")
     ap.add_argument("--only", default=",".join(WORKLOADS), help="workloads, comma-separated")
+    ap.add_argument("--paths", default=",".join(PATHS),
+                    help="riverbed paths: toolkit (Aggregate, Filter, Functor) and/or listener")
     ap.add_argument("--no-bytewax", action="store_true", help="skip Bytewax (and its installation)")
+    ap.add_argument("--no-latency", action="store_true", help="skip the paced latency runs")
     ap.add_argument("--no-schema", action="store_true",
                     help="riverbed's source declares no schema (no per-tuple check), like the others")
     ap.add_argument("--latency-seconds", type=float, help="paced run length per workload (default 5)")
     ap.add_argument("--profile", metavar="W", help="only profile riverbed on workload W (cProfile)")
+    ap.add_argument("--path", default="toolkit", choices=PATHS, help="the riverbed path --profile runs")
     ap.add_argument("--top", type=int, default=25, help="lines of profile to print")
     args = ap.parse_args(argv)
     if args.no_schema:
@@ -170,15 +196,20 @@ def main(argv: list[str] | None = None) -> int:
     w4_n = min(n, args.w4_n or (QUICK_W4_N if args.quick else DEFAULT_W4_N))
     lat_seconds = args.latency_seconds or (2.0 if args.quick else 5.0)
     only = [w.strip() for w in args.only.split(",") if w.strip()]
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     for w in only + ([args.profile] if args.profile else []):
         if w not in WORKLOADS:
             ap.error(f"unknown workload {w!r}: expected some of {', '.join(WORKLOADS)}")
+    for p in paths:
+        if p not in PATHS:
+            ap.error(f"unknown path {p!r}: expected some of {', '.join(PATHS)}")
 
     readings = make_readings(n, args.seed)
     gc.collect()
     gc.freeze()  # the input list is not garbage: keep the collector from rescanning it
     if args.profile:
-        profile(args.profile, readings[:w4_n] if args.profile == "W4" else readings, args.top)
+        path = "toolkit" if args.profile == "chain" else args.path
+        profile(args.profile, readings[:w4_n] if args.profile == "W4" else readings, args.top, path)
         return 0
 
     print(f"riverbed runtime bench: N={n:,} readings ({w4_n:,} for W4), 1000 sensors, seed {args.seed}, "
@@ -194,19 +225,31 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for name in only:
         data = readings[:w4_n] if name == "W4" else readings
-        rb_s, rb_cpu, rb_digest = run_riverbed(name, data, args.repeat)
-        loop_s, loop_cpu, loop_digest = run_loop(name, data, args.repeat)
-        same = same_results(rb_digest, loop_digest)
-        ok &= same
         n_data = len(data)
-        rows.append({"name": name, "n": n_data, "rb": n_data / rb_s, "loop": n_data / loop_s, "bw": None,
-                     "rb_cpu": n_data / rb_cpu, "loop_cpu": n_data / loop_cpu, "bw_cpu": None,
-                     "busy": min(rb_cpu / rb_s, loop_cpu / loop_s),
-                     "records": rb_digest["records"], "check": "ok" if same else "MISMATCH",
-                     "digests": {"riverbed": rb_digest, "loop": loop_digest}})
-        print(f"  {name}: riverbed {len(data) / rb_s:,.0f}/s, loop {len(data) / loop_s:,.0f}/s, "
-              f"{rb_digest['records']:,} records, {'same results' if same else 'RESULTS DIFFER'}",
-              flush=True)
+        loop_s, loop_cpu, loop_digests = run_loop(name, data, args.repeat)
+        reference = loop_digests[0]
+        row: dict[str, Any] = {"name": name, "n": n_data, "loop": n_data / loop_s,
+                               "loop_cpu": n_data / loop_cpu, "bw": None, "bw_cpu": None,
+                               "busy": loop_cpu / loop_s, "records": reference["records"],
+                               "bad": [], "digests": {"loop": loop_digests}}
+        bad = first_mismatch(loop_digests, reference)
+        if bad is not None:
+            row["bad"].append(f"loop run {bad}")
+        line = f"  {name}: loop {n_data / loop_s:,.0f}/s"
+        for path in paths:
+            if path not in paths_of(name):
+                continue
+            rb_s, rb_cpu, rb_digests = run_riverbed(name, data, args.repeat, path)
+            row[path], row[path + "_cpu"] = n_data / rb_s, n_data / rb_cpu
+            row["busy"] = min(row["busy"], rb_cpu / rb_s)
+            row["digests"][path] = rb_digests
+            bad = first_mismatch(rb_digests, reference)
+            if bad is not None:
+                row["bad"].append(f"{path} run {bad}")
+            line += f", {path} {n_data / rb_s:,.0f}/s{'' if bad is None else ' RESULTS DIFFER'}"
+        ok &= not row["bad"]
+        rows.append(row)
+        print(f"{line}, {reference['records']:,} records", flush=True)
 
     bytewax_version = None
     if bytewax_note is None:
@@ -223,31 +266,33 @@ def main(argv: list[str] | None = None) -> int:
                 row["bw"] = res["n"] / res["seconds"]
                 row["bw_cpu"] = res["n"] / res["cpu_seconds"]
                 row["busy"] = min(row["busy"], res["cpu_seconds"] / res["seconds"])
-                row["digests"]["bytewax"] = res
-                if not same_results(row["digests"]["riverbed"], res):
-                    row["check"] = "MISMATCH(bytewax)"
+                row["digests"]["bytewax"] = res["runs"]
+                bad = first_mismatch(res["runs"], row["digests"]["loop"][0])
+                if bad is not None:
+                    row["bad"].append(f"bytewax run {bad}")
                     ok = False
 
-    print(f"\nthroughput (tuples/s); Bytewax {bytewax_version or 'n/a'}"
-          f"{'' if bytewax_note is None else ' - ' + bytewax_note}")
-    head = (f"{'workload':<7} {'N':>10} {'riverbed':>11} {'loop':>11} {'bytewax':>11} "
-            f"{'rb/loop slowdown':>17} {'rb/bytewax speedup':>19} {'records':>10}  check")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        slowdown = r["loop"] / r["rb"]
-        speedup = r["rb"] / r["bw"] if r["bw"] else None
-        print(f"{r['name']:<7} {r['n']:>10,} {fmt_rate(r['rb']):>11} {fmt_rate(r['loop']):>11} "
-              f"{fmt_rate(r['bw']):>11} {fmt_x(slowdown):>17} {fmt_x(speedup):>19} {r['records']:>10,}  "
-              f"{r['check']}")
-    print("\nthe same per CPU second (process_time; steadier when other processes share the CPUs)")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        speedup = r["rb_cpu"] / r["bw_cpu"] if r["bw_cpu"] else None
-        print(f"{r['name']:<7} {r['n']:>10,} {fmt_rate(r['rb_cpu']):>11} {fmt_rate(r['loop_cpu']):>11} "
-              f"{fmt_rate(r['bw_cpu']):>11} {fmt_x(r['loop_cpu'] / r['rb_cpu']):>17} {fmt_x(speedup):>19} "
-              f"{r['records']:>10,}  {r['check']}")
+    def ratio(r: dict[str, Any], a: str, b: str) -> str:
+        if r["bad"] or r.get(a) is None or r.get(b) is None:
+            return "-"
+        return fmt_x(r[a] / r[b])
+
+    for title, suffix in (("throughput (tuples/s)", ""),
+                          ("the same per CPU second (process_time; steadier when other processes "
+                           "share the CPUs)", "_cpu")):
+        print(f"\n{title}; Bytewax {bytewax_version or 'n/a'}"
+              f"{'' if bytewax_note is None else ' - ' + bytewax_note}")
+        head = (f"{'workload':<7} {'N':>10} {'toolkit':>11} {'listener':>11} {'loop':>11} "
+                f"{'bytewax':>11} {'loop/toolkit':>13} {'loop/listener':>14} {'toolkit/bw':>11} "
+                f"{'listener/bw':>12} {'records':>10}  check")
+        print(head)
+        print("-" * len(head))
+        for r in rows:
+            tk, ls, lp, bw = ("toolkit" + suffix, "listener" + suffix, "loop" + suffix, "bw" + suffix)
+            print(f"{r['name']:<7} {r['n']:>10,} {fmt_rate(r.get(tk)):>11} {fmt_rate(r.get(ls)):>11} "
+                  f"{fmt_rate(r[lp]):>11} {fmt_rate(r.get(bw)):>11} {ratio(r, lp, tk):>13} "
+                  f"{ratio(r, lp, ls):>14} {ratio(r, tk, bw):>11} {ratio(r, ls, bw):>12} "
+                  f"{r['records']:>10,}  {'MISMATCH: ' + ', '.join(r['bad']) if r['bad'] else 'ok'}")
     for r in rows:
         print(f"  {r['name']}: {DESCRIPTIONS[r['name']]}")
     busy = min(r["busy"] for r in rows) if rows else 1.0
@@ -256,24 +301,30 @@ def main(argv: list[str] | None = None) -> int:
               "competing for the CPUs, so wall-clock rates (and latencies) are pessimistic.")
     if not ok:
         for r in rows:
-            if r["check"] != "ok":
-                print(f"digests of {r['name']}: {json.dumps(r['digests'])}")
+            if r["bad"]:
+                print(f"RESULTS DIFFER in {r['name']} ({', '.join(r['bad'])}): digests "
+                      f"{json.dumps(r['digests'])}")
 
-    lat_rows = [r for r in rows if r["name"] in LATENCY_WORKLOADS]
+    lat_rows = [] if args.no_latency else [r for r in rows if r["name"] in LATENCY_WORKLOADS]
     if lat_rows:
         print(f"\nriverbed end-to-end latency at half its max rate ({lat_seconds:g} s paced on the real "
               "clock)")
-        print(f"{'workload':<7} {'rate/s':>10} {'achieved':>10} {'results':>9} {'p50 ms':>9} "
+        print(f"{'workload':<7} {'path':<9} {'rate/s':>10} {'achieved':>10} {'results':>9} {'p50 ms':>9} "
               f"{'p99 ms':>9} {'max ms':>9}")
         for r in lat_rows:
-            rate = r["rb"] / 2
-            found, achieved = run_latency(r["name"], readings, rate, lat_seconds)
-            lat = sorted(found)
-            if not lat:
-                print(f"{r['name']:<7} {rate:>10,.0f} {achieved:>10,.0f}  no result within the run")
-                continue
-            print(f"{r['name']:<7} {rate:>10,.0f} {achieved:>10,.0f} {len(lat):>9,} "
-                  f"{percentile(lat, 0.5):>9.2f} {percentile(lat, 0.99):>9.2f} {lat[-1] / 1e6:>9.2f}")
+            for path in paths:
+                if r.get(path) is None:
+                    continue
+                rate = r[path] / 2
+                found, achieved = run_latency(r["name"], readings, rate, lat_seconds, path)
+                lat = sorted(found)
+                if not lat:
+                    print(f"{r['name']:<7} {path:<9} {rate:>10,.0f} {achieved:>10,.0f}  no result within "
+                          "the run")
+                    continue
+                print(f"{r['name']:<7} {path:<9} {rate:>10,.0f} {achieved:>10,.0f} {len(lat):>9,} "
+                      f"{percentile(lat, 0.5):>9.2f} {percentile(lat, 0.99):>9.2f} "
+                      f"{lat[-1] / 1e6:>9.2f}")
     return 0 if ok else 1
 
 

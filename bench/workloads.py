@@ -25,6 +25,11 @@ Workloads (every variant emits dict records; a `Digest` sums them up):
   over the last (up to) 1000 readings. ``W4`` sums the window on every
   trigger, as a straightforward user would; ``W4inc`` keeps a running sum
   (subtract the evicted value, then add the new one) and is labelled so.
+  Issue 18's "W4" (4.8 M/s by hand) is ``W4inc``: the same records, computed
+  the way a fast hand loop (and riverbed's Aggregate) computes them.
+* chain: no window: keep readings with ``value >= 25``, add ``f`` (the value
+  in Fahrenheit), then ``hot`` (``f >= 150``) -> ``{sensor, value, ts, f, hot}``
+  (riverbed: source -> Filter -> Functor -> Functor -> sink).
 
 Each aggregate sums the window's readings in arrival order, in every engine,
 so results are bit-identical and the digests can be compared exactly.
@@ -51,13 +56,17 @@ PANE_MS = 10_000
 SLIDE_MS = 5_000
 W4_COUNT = 1000
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W4inc")
+CHAIN_MIN = 25.0
+HOT_F = 150.0
+
+WORKLOADS = ("W1", "W2", "W3", "W4", "W4inc", "chain")
 DESCRIPTIONS = {
     "W1": "per-sensor tumbling count(100): sum, avg",
     "W2": "per-sensor event-time tumbling 10 s: count, avg",
     "W3": "per-sensor event-time sliding 10 s every 5 s: count, avg",
     "W4": "sliding count(1000) per tuple: avg, summing the window each time",
     "W4inc": "sliding count(1000) per tuple: avg, running sum (incremental)",
+    "chain": "stateless: Filter value >= 25, Functor f = value * 1.8 + 32, Functor hot = f >= 150",
 }
 
 
@@ -98,8 +107,10 @@ def w4_record(readings: Sequence[Reading]) -> Record:
 
 _MASK = (1 << 61) - 1
 _KEYS = {"W1": ("sensor", "end"), "W2": ("sensor", "start", "count"),
-         "W3": ("sensor", "start", "count"), "W4": ("ts",), "W4inc": ("ts",)}
-_FLOATS = {"W1": ("sum", "avg"), "W2": ("avg",), "W3": ("avg",), "W4": ("avg",), "W4inc": ("avg",)}
+         "W3": ("sensor", "start", "count"), "W4": ("ts",), "W4inc": ("ts",),
+         "chain": ("sensor", "ts", "hot")}
+_FLOATS = {"W1": ("sum", "avg"), "W2": ("avg",), "W3": ("avg",), "W4": ("avg",), "W4inc": ("avg",),
+           "chain": ("value", "f")}
 
 
 @dataclass
@@ -218,6 +229,14 @@ def loop_w4inc(readings: Iterable[Reading], emit: Emit) -> None:
         emit({"ts": r["ts"], "avg": total / len(window)})
 
 
+def loop_chain(readings: Iterable[Reading], emit: Emit) -> None:
+    for r in readings:
+        if r["value"] >= CHAIN_MIN:
+            f = r["value"] * 1.8 + 32.0
+            emit({**r, "f": f, "hot": f >= HOT_F})
+
+
 LOOPS: dict[str, Callable[[Iterable[Reading], Emit], None]] = {
     "W1": loop_w1, "W2": loop_w2, "W3": loop_w3, "W4": loop_w4, "W4inc": loop_w4inc,
+    "chain": loop_chain,
 }

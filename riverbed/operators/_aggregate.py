@@ -32,6 +32,7 @@ schema to complete.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -48,8 +49,9 @@ from ..windows import (
     decode_partition_key,
     encode_partition_key,
 )
-from ._aggregate_functions import Accumulator, AggregateFunction, Last, Scope
-from ._aggregate_math import freeze
+from ._aggregate_functions import Accumulator, AggregateFunction, Average, Last, Scope, Sum
+from ._aggregate_math import SumAccumulator, freeze
+from ._aggregate_rows import Column, RowBuilder, compile_rows, reads_scope
 from ._params import OperatorParameterError, spl_aliases
 
 __all__ = ["Aggregate"]
@@ -66,6 +68,9 @@ OutputValue = AggregateFunction | Callable[[Any], Any] | object
 
 # Column kinds: how one output attribute is computed for one group.
 _FUNCTION, _INCREMENTAL, _EXPRESSION, _CONSTANT = range(4)
+_KIND_NAMES = {_FUNCTION: "function", _INCREMENTAL: "incremental", _EXPRESSION: "expression",
+               _CONSTANT: "constant"}
+WINDOW_MARK = Punct.WINDOW
 _DEFAULTS: dict[str, Any] = {"output": None, "group_by": None, "copy": (),
                              "aggregate_incomplete_windows": False,
                              "aggregate_evicted_partitions": False, "incremental": True}
@@ -180,6 +185,30 @@ def _group_key(key_of: Callable[[Any], Hashable], t: Any) -> Hashable:
     return k
 
 
+def _grouped(key_of: Callable[[Any], Hashable], tuples: Iterable[Any]) -> list[Sequence[Any]]:
+    """The tuples by group key, in first-occurrence order; unhashable keys by content."""
+    by_key: dict[Hashable, list[Any]] = {}
+    get = by_key.get
+    try:
+        for t in tuples:
+            k = key_of(t)
+            members = get(k)  # a TypeError for an unhashable key
+            if members is None:
+                by_key[k] = [t]
+            else:
+                members.append(t)
+    except TypeError:  # a list-valued key (or key_of failing): again, each key frozen
+        by_key = {}
+        for t in tuples:
+            k = _group_key(key_of, t)
+            members = by_key.get(k)
+            if members is None:
+                by_key[k] = [t]
+            else:
+                members.append(t)
+    return list(by_key.values())
+
+
 class Aggregate(Operator):
     """SPL ``Aggregate``: per group, one tuple of aggregations at each flush/trigger, then a mark.
 
@@ -233,9 +262,19 @@ class Aggregate(Operator):
 
     State: which partitions have been full, and the window's tuple count
     (for ``CountAll``); accumulators are rebuilt from the restored window.
+
+    Speed: Aggregate asks the host for no window events
+    (``window_events`` is empty) and, at setup, registers with the window
+    one handler per event type it needs: a tumbling or timeInterval window
+    raises it no INSERTION at all (so the window takes its eventless insert
+    path), a sliding window calls a handler made for insertions only. Each
+    output row comes from a function compiled from the output clause
+    (`riverbed.operators._aggregate_rows`). `on_window_event` still takes
+    any event, for a host that calls it directly.
     """
 
     window_punctuation = "generating"
+    window_events: frozenset[EventType] = frozenset()  # type: ignore[misc]
 
     def __init__(self, output: Mapping[str, OutputValue] | None = None, *,
                  group_by: GroupBy | None = None, copy: Iterable[str] | Schema = (),
@@ -264,10 +303,14 @@ class Aggregate(Operator):
         self._columns = _columns(output, copy, group_names)
         self._functions = [obj for _n, kind, obj in self._columns if kind == _FUNCTION]
         self._needs_sizes = any(f.needs_group_sizes for f in self._functions)
-        self._handler: Callable[[StreamWindowEvent[Any]], None] = self._not_set_up
+        self._handlers: dict[EventType, Callable[[StreamWindowEvent[Any]], None]] = {}
         self._incremental = False
-        self._counts_insertions = False  # sliding windows: INSERTION events update the state
+        self._counts_total = False  # sliding windows: INSERTION and EVICTION events count tuples
         self._plan: list[tuple[str, int, Any, int]] = []
+        self._build: RowBuilder = self._build_reference
+        self._needs_scope = True
+        self._reference = False  # True: the generic column loop (property tests compare both)
+        self._window: Any = None
         self._reset()
 
     def _reset(self) -> None:
@@ -288,17 +331,11 @@ class Aggregate(Operator):
         tumbling = False
         incremental = False
         if isinstance(window, TimeIntervalWindow):
-            self._handler = self._pane_event
             where = window.spec.clause()
         elif isinstance(window, StreamWindow):
             where = window.spec.clause()
             tumbling = window.spec.type is WindowType.TUMBLING
-            if tumbling:
-                self._handler = self._tumbling_event
-            else:
-                self._handler = self._sliding_event
-                self._counts_insertions = True
-                incremental = self.incremental
+            incremental = self.incremental and not tumbling
         else:
             raise OperatorParameterError(f"Aggregate {name!r}: unsupported window {window!r}: "
                                          f"{_WINDOWS_ALLOWED}")
@@ -321,103 +358,211 @@ class Aggregate(Operator):
                         f"pane; the window is '{where}'")
         self._incremental = incremental
         plan: list[tuple[str, int, Any, int]] = []
-        self._acc_functions: list[AggregateFunction] = []
+        # One accumulator per incremental column, except that Sum and Average of one expression
+        # share one exact sum (`SumAccumulator` has both total() and mean()).
+        self._acc_makers: list[Callable[[], Accumulator]] = []
+        shared: dict[Hashable, int] = {}
         for attr, kind, obj in self._columns:
             if incremental and kind == _FUNCTION and obj.accumulator() is not None:
-                plan.append((attr, _INCREMENTAL, obj, len(self._acc_functions)))
-                self._acc_functions.append(obj)
+                key: Hashable = None
+                if type(obj) in (Sum, Average) and not self._reference:
+                    key = obj.value if isinstance(obj.value, str) else id(obj.value)
+                    if key in shared:
+                        plan.append((attr, _INCREMENTAL, obj, shared[key]))
+                        continue
+                    shared[key] = len(self._acc_makers)
+                    self._acc_makers.append(functools.partial(SumAccumulator, obj.read))
+                else:
+                    self._acc_makers.append(obj.accumulator)
+                plan.append((attr, _INCREMENTAL, obj, len(self._acc_makers) - 1))
             else:
                 plan.append((attr, kind, obj, -1))
         self._plan = plan
+        columns: list[Column] = [(attr, _KIND_NAMES[kind], obj, index) for attr, kind, obj, index in plan]
+        self._needs_scope = self._reference or reads_scope(columns)
+        self._build = self._build_reference if self._reference else compile_rows(columns)
+        self._window = window
+        self._listen(window, tumbling)
+
+    def _listen(self, window: Any, tumbling: bool) -> None:
+        """Register with the window, per event type, the handler this window mode needs."""
+        handlers: dict[EventType, Callable[[StreamWindowEvent[Any]], None]]
+        if isinstance(window, TimeIntervalWindow):
+            handlers = {TRIGGER: self._pane_trigger, INITIAL_FULL: self._initial_full}
+        elif tumbling:
+            handlers = {EVICTION: self._flush, EMPTY_WINDOW_PUNCT: self._empty_flush}
+            if self.aggregate_evicted_partitions:
+                handlers[PARTITION_EVICTION] = self._flush
+        else:
+            # CountAll (or a function that may read it) needs the window's tuple count; the
+            # incremental state needs every insertion anyway.
+            self._counts_total = self._incremental or self._needs_scope
+            handlers = {EVICTION: self._sliding_evict, TRIGGER: self._sliding_trigger,
+                        INITIAL_FULL: self._initial_full, PARTITION_EVICTION: self._partition_evicted}
+            if self._incremental and self._key_of is None:  # one group: handlers of its own
+                handlers.update({INSERTION: self._insert_single, EVICTION: self._evict_single,
+                                 TRIGGER: self._trigger_single})
+            elif self._incremental:
+                handlers[INSERTION] = self._insert
+            elif self._counts_total:
+                handlers[INSERTION] = self._count_insertion
+        self._handlers = handlers
+        by_handler: dict[Any, set[EventType]] = {}
+        for etype, handler in handlers.items():
+            by_handler.setdefault(handler, set()).add(etype)
+        for handler, types in by_handler.items():
+            window.register_listener(handler, types)
 
     def _make_accs(self) -> list[Accumulator]:
-        return [f.accumulator() for f in self._acc_functions]  # type: ignore[misc]
+        return [make() for make in self._acc_makers]
 
     # ----------------------------------------------------------------- events
 
     def on_window_event(self, event: StreamWindowEvent[Any], port: int) -> None:
-        if event.type is INSERTION and self._counts_insertions:
-            # A sliding window's insertion, the event of every tuple: handled here, inline.
-            self._total += 1
-            if self._incremental:
-                state = self._states.get(event.partition)
-                if state is None:  # a new partition, or one whose state was dropped: from the window
-                    window: Any = self.context.window(0)
-                    self._rebuild(event.partition, window.contents(event.partition))
-                else:
-                    t = event.tuples[0]
-                    single = state.single
-                    if single is None:
-                        state.insert(t)
-                    else:
-                        single.tuples.append(t)
-                        for add in single.adds:
-                            add(t)
-            return
-        self._handler(event)
-
-    def _not_set_up(self, event: StreamWindowEvent[Any]) -> None:
-        raise RuntimeError("Aggregate: a window event arrived before setup()")
+        """Any window event, for a host that calls it: the handler `setup` registered for its
+        type (the window calls those directly)."""
+        if not self._handlers:
+            raise RuntimeError("Aggregate: a window event arrived before setup()")
+        handler = self._handlers.get(event.type)
+        if handler is not None:
+            handler(event)
 
     def on_punct(self, punct: Punct, port: int) -> None:
         """Window marks: consumed by a punct() window (the runtime gives them to it first),
         ignored otherwise; final: pending windows are not flushed."""
 
-    def _tumbling_event(self, event: StreamWindowEvent[Any]) -> None:
-        etype = event.type
-        if etype is INSERTION:
+    # tumbling
+
+    def _flush(self, event: StreamWindowEvent[Any]) -> None:
+        """A tumble (EVICTION) or, with aggregate_evicted_partitions, a PARTITION_EVICTION."""
+        tuples = event.tuples
+        self._aggregate(tuples, len(tuples), None)
+
+    def _empty_flush(self, event: StreamWindowEvent[Any]) -> None:
+        self.submit_punct(WINDOW_MARK)
+
+    # sliding
+
+    def _insert_single(self, event: StreamWindowEvent[Any]) -> None:
+        """INSERTION without group_by: the tuple joins its partition's one group."""
+        self._total += 1
+        state = self._states.get(event.partition)
+        if state is None:  # a new partition, or one whose state was dropped: from the window
+            self._rebuild(event.partition, self._window.contents(event.partition))
             return
-        if etype is EVICTION:
-            self._aggregate(event.tuples, len(event.tuples), None)
-        elif etype is EMPTY_WINDOW_PUNCT:
-            self.submit_punct(Punct.WINDOW)
-        elif etype is PARTITION_EVICTION and self.aggregate_evicted_partitions:
-            self._aggregate(event.tuples, len(event.tuples), None)
+        t = event.tuples[0]
+        single = state.single
+        assert single is not None
+        single.tuples.append(t)
+        for add in single.adds:
+            add(t)
 
-    def _sliding_event(self, event: StreamWindowEvent[Any]) -> None:
-        etype = event.type  # INSERTION: see `on_window_event`
-        if etype is EVICTION:
-            tuples = event.tuples
-            self._total -= len(tuples)
-            key = event.partition
-            state = self._states.get(key)
-            if state is not None:
-                if not state.evict(tuples):
-                    self._resyncs += 1
-                    del self._states[key]
-                elif not state.order:
-                    del self._states[key]
-        elif etype is TRIGGER:
-            key = event.partition
-            if key not in self._full and not self.aggregate_incomplete_windows:
+    def _evict_single(self, event: StreamWindowEvent[Any]) -> None:
+        """EVICTION without group_by (incremental): the oldest tuples leave the group."""
+        tuples = event.tuples
+        self._total -= len(tuples)
+        key = event.partition
+        state = self._states.get(key)
+        if state is None:
+            return
+        single = state.single
+        assert single is not None
+        order = single.tuples
+        removes = single.removes
+        for t in tuples:
+            if not order or order[0] is not t:  # not the oldest: the state is stale
+                self._resyncs += 1
+                del self._states[key]
                 return
-            tuples = event.tuples
-            if not tuples:
-                self.submit_punct(Punct.WINDOW)
-                return
-            if not self._incremental:
-                self._aggregate(tuples, self._total, None)
-                return
-            state = self._states.get(key)
-            if state is None or not state.matches(tuples):
-                self._resyncs += state is not None
+            order.popleft()
+            for remove in removes:
+                remove(t)
+        if not order:
+            del self._states[key]
+
+    def _trigger_single(self, event: StreamWindowEvent[Any]) -> None:
+        """TRIGGER without group_by (incremental): the group's row from its accumulators."""
+        key = event.partition
+        if key not in self._full and not self.aggregate_incomplete_windows:
+            return
+        tuples = event.tuples
+        if not tuples:
+            self.submit_punct(WINDOW_MARK)
+            return
+        state = self._states.get(key)
+        if state is None:
+            state = self._rebuild(key, tuples)
+        else:
+            order = state.order
+            if len(order) != len(tuples) or order[0] is not tuples[0] or order[-1] is not tuples[-1]:
+                self._resyncs += 1
                 state = self._rebuild(key, tuples)
-            self._emit(state.output_groups(), self._total, None)
-        elif etype is INITIAL_FULL:
-            self._full.add(event.partition)
-        elif etype is PARTITION_EVICTION:
-            self._total -= len(event.tuples)
-            self._states.pop(event.partition, None)
-            self._full.discard(event.partition)
+        single = state.single
+        assert single is not None
+        order = single.tuples
+        scope = (Scope(self._total, 1, [len(order)] if self._needs_sizes else [], False, None)
+                 if self._needs_scope else None)
+        self.submit(self._build(order, single.accs, scope, None))
+        self.submit_punct(WINDOW_MARK)
 
-    def _pane_event(self, event: StreamWindowEvent[Any]) -> None:
-        etype = event.type
-        if etype is TRIGGER:
-            if event.partition in self._full or self.aggregate_incomplete_windows:
-                pane = event if isinstance(event, PaneEvent) else None
-                self._aggregate(event.tuples, len(event.tuples), pane)
-        elif etype is INITIAL_FULL:
-            self._full.add(event.partition)
+    def _insert(self, event: StreamWindowEvent[Any]) -> None:
+        self._total += 1
+        state = self._states.get(event.partition)
+        if state is None:
+            self._rebuild(event.partition, self._window.contents(event.partition))
+        else:
+            state.insert(event.tuples[0])
+
+    def _count_insertion(self, event: StreamWindowEvent[Any]) -> None:
+        self._total += 1
+
+    def _sliding_evict(self, event: StreamWindowEvent[Any]) -> None:
+        tuples = event.tuples
+        if self._counts_total:
+            self._total -= len(tuples)
+        if not self._incremental:
+            return
+        key = event.partition
+        state = self._states.get(key)
+        if state is not None:
+            if not state.evict(tuples):
+                self._resyncs += 1
+                del self._states[key]
+            elif not state.order:
+                del self._states[key]
+
+    def _sliding_trigger(self, event: StreamWindowEvent[Any]) -> None:
+        key = event.partition
+        if key not in self._full and not self.aggregate_incomplete_windows:
+            return
+        tuples = event.tuples
+        if not tuples:
+            self.submit_punct(WINDOW_MARK)
+            return
+        if not self._incremental:
+            self._aggregate(tuples, self._total, None)
+            return
+        state = self._states.get(key)
+        if state is None or not state.matches(tuples):
+            self._resyncs += state is not None
+            state = self._rebuild(key, tuples)
+        self._emit(state.output_groups(), self._total, None)
+
+    def _initial_full(self, event: StreamWindowEvent[Any]) -> None:
+        self._full.add(event.partition)
+
+    def _partition_evicted(self, event: StreamWindowEvent[Any]) -> None:
+        if self._counts_total:
+            self._total -= len(event.tuples)
+        self._states.pop(event.partition, None)
+        self._full.discard(event.partition)
+
+    # timeInterval
+
+    def _pane_trigger(self, event: StreamWindowEvent[Any]) -> None:
+        if event.partition in self._full or self.aggregate_incomplete_windows:
+            pane = event if isinstance(event, PaneEvent) else None
+            self._aggregate(event.tuples, len(event.tuples), pane)
 
     # ------------------------------------------------------------ aggregation
 
@@ -431,44 +576,52 @@ class Aggregate(Operator):
     def _aggregate(self, tuples: Sequence[Any], count_all: int, pane: PaneEvent[Any] | None) -> None:
         """Recompute: group ``tuples`` (first-occurrence order) and output them, then a mark."""
         if not tuples:
-            self.submit_punct(Punct.WINDOW)
+            self.submit_punct(WINDOW_MARK)
             return
         key_of = self._key_of
+        groups: list[Sequence[Any]]
         if key_of is None:
-            groups = [_Group(tuples, None)]
+            groups = [tuples]
         else:
-            by_key: dict[Hashable, list[Any]] = {}
-            for t in tuples:
-                k = _group_key(key_of, t)
-                members = by_key.get(k)
-                if members is None:
-                    by_key[k] = [t]
-                else:
-                    members.append(t)
-            groups = [_Group(members, None) for members in by_key.values()]
-        self._emit(groups, count_all, pane)
+            groups = _grouped(key_of, tuples)
+        build = self._build
+        submit = self.submit
+        scope = self._scope(groups, count_all, pane) if self._needs_scope else None
+        for members in groups:
+            submit(build(members, None, scope, pane))
+        self.submit_punct(WINDOW_MARK)
 
     def _emit(self, groups: list[_Group], count_all: int, pane: PaneEvent[Any] | None) -> None:
-        sizes = [len(g.tuples) for g in groups] if self._needs_sizes else []
-        scope = Scope(count_all, len(groups), sizes, self._key_of is not None, pane)
-        plan = self._plan
+        """Output incrementally kept groups, then a mark."""
+        build = self._build
         submit = self.submit
+        scope = (self._scope([g.tuples for g in groups], count_all, pane) if self._needs_scope
+                 else None)
         for g in groups:
-            tuples = g.tuples
-            row: dict[str, Any] = {}
-            for attr, kind, obj, index in plan:
-                if kind == _INCREMENTAL:
-                    accs = g.accs
-                    acc = accs[index] if accs is not None else None
-                    row[attr] = obj.compute(tuples, scope) if acc is None or acc.broken else acc.result()
-                elif kind == _FUNCTION:
-                    row[attr] = obj.compute(tuples, scope)
-                elif kind == _EXPRESSION:
-                    row[attr] = obj(tuples[-1])
-                else:
-                    row[attr] = obj
-            submit(row)
-        self.submit_punct(Punct.WINDOW)
+            submit(build(g.tuples, g.accs, scope, pane))
+        self.submit_punct(WINDOW_MARK)
+
+    def _scope(self, groups: Sequence[Sequence[Any]], count_all: int,
+               pane: PaneEvent[Any] | None) -> Scope:
+        sizes = [len(g) for g in groups] if self._needs_sizes else []
+        return Scope(count_all, len(groups), sizes, self._key_of is not None, pane)
+
+    def _build_reference(self, tuples: Sequence[Any], accs: list[Accumulator] | None,
+                         scope: Scope | None, pane: Any) -> dict[str, Any]:
+        """One group's row, column by column: the reference the compiled builders follow."""
+        assert scope is not None  # the reference always gets one
+        row: dict[str, Any] = {}
+        for attr, kind, obj, index in self._plan:
+            if kind == _INCREMENTAL:
+                acc = accs[index] if accs is not None else None
+                row[attr] = obj.compute(tuples, scope) if acc is None or acc.broken else acc.result()
+            elif kind == _FUNCTION:
+                row[attr] = obj.compute(tuples, scope)
+            elif kind == _EXPRESSION:
+                row[attr] = obj(tuples[-1])
+            else:
+                row[attr] = obj
+        return row
 
     # ------------------------------------------------------------------ state
 

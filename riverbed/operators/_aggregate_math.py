@@ -7,6 +7,18 @@ correctly rounded). An incremental sum can then add and subtract floats for
 ever without drifting, and it equals a sum recomputed from scratch bit for
 bit. IEEE infinities and NaN are counted aside.
 
+Two shortcuts compute the same exact values faster, and fall back to the
+above whenever they cannot vouch for exactness:
+
+* an accumulator scales a float by 2**80 only (``_FAST_BITS``): one float
+  multiplication and an ``int()``, exact whenever the product is a whole
+  number (any float from about 4e-9 to 1e280 with a full mantissa, and
+  many more), against a rational decomposition and a 1100-bit shift;
+* a whole list of floats (a tumbling flush, a recompute) is summed by
+  `math.fsum`, which is correctly rounded, so it *is* the exact sum rounded
+  once; for a mean, ``fsum`` twice more checks that the exact sum is the sum
+  of two floats (hi + lo), whose quotient by n is then divided as integers.
+
 The folds (`extreme`, `count_extreme`, `arg_extreme`, `collect_arg_extreme`)
 reproduce IBM's ``Aggregate.h`` loops: seeded with the first value, updated
 on a strict comparison, so ties keep the oldest value.
@@ -20,6 +32,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from math import fsum
 from typing import Any
 
 __all__ = [
@@ -42,6 +55,10 @@ __all__ = [
 
 _SCALE_BITS = 1074
 _SCALE = 1 << _SCALE_BITS
+_FAST_BITS = 80
+_FAST = float(1 << _FAST_BITS)
+_FAST_DEN = 1 << _FAST_BITS
+_FAST_TO_SCALE = _SCALE_BITS - _FAST_BITS
 
 
 def _scaled(x: float) -> int:
@@ -60,11 +77,12 @@ def _divide(numerator: int, denominator: int) -> float:
 class Numbers:
     """The exact sum of ints and floats, with the IEEE special values counted aside."""
 
-    __slots__ = ("floats", "ints", "n", "nan", "ninf", "other", "pinf", "scaled")
+    __slots__ = ("fast", "floats", "ints", "n", "nan", "ninf", "other", "pinf", "scaled")
 
     def __init__(self) -> None:
         self.ints = 0  # sum of the integers
-        self.scaled = 0  # sum of the finite floats, times 2**1074
+        self.fast = 0  # sum of the finite floats that are whole numbers times 2**80, times 2**80
+        self.scaled = 0  # sum of the other finite floats, times 2**1074
         self.n = 0
         self.floats = 0  # how many floats (finite or not): any makes the result a float
         self.nan = self.pinf = self.ninf = 0
@@ -100,22 +118,37 @@ class Numbers:
             return -math.inf
         return None
 
+    def _exact(self) -> tuple[int, int]:
+        """The exact sum of the finite values as numerator and (power of two) denominator."""
+        if self.scaled:
+            return ((self.ints << _SCALE_BITS) + (self.fast << _FAST_TO_SCALE) + self.scaled,
+                    _SCALE)
+        return (self.ints << _FAST_BITS) + self.fast, _FAST_DEN
+
     def total(self) -> int | float:
         if not self.floats:
             return self.ints
-        special = self.special()
-        if special is not None:
-            return special
-        return _divide(self.ints * _SCALE + self.scaled, _SCALE)
+        if self.scaled or self.nan or self.pinf or self.ninf:
+            if self.nan or self.pinf or self.ninf:
+                return self.special()  # type: ignore[return-value]
+            numerator, denominator = self._exact()
+            return _divide(numerator, denominator)
+        if not self.ints:
+            return self.fast / _FAST_DEN  # below 2**943 * n: no overflow
+        return _divide((self.ints << _FAST_BITS) + self.fast, _FAST_DEN)
 
     def mean(self) -> int | float:
         if not self.floats:
             q = abs(self.ints) // self.n  # SPL integer Average: truncated toward zero
             return q if self.ints >= 0 else -q
-        special = self.special()
-        if special is not None:
-            return special
-        return _divide(self.ints * _SCALE + self.scaled, _SCALE * self.n)
+        if self.scaled or self.nan or self.pinf or self.ninf:
+            if self.nan or self.pinf or self.ninf:
+                return self.special()  # type: ignore[return-value]
+            numerator, denominator = self._exact()
+            return _divide(numerator, denominator * self.n)
+        if not self.ints:
+            return self.fast / (self.n << _FAST_BITS)  # a mean of floats: no overflow
+        return _divide((self.ints << _FAST_BITS) + self.fast, self.n << _FAST_BITS)
 
 
 def numbers_of(values: Iterable[Any]) -> Numbers | None:
@@ -127,8 +160,55 @@ def numbers_of(values: Iterable[Any]) -> Numbers | None:
     return acc
 
 
+def float_sum(values: list[Any]) -> float | None:
+    """The exact sum of ``values`` rounded once, if they are all finite floats and ``fsum`` can
+    tell (it is correctly rounded); None otherwise (call `Numbers` instead)."""
+    try:
+        total = fsum(values)
+    except (OverflowError, ValueError):  # an intermediate overflow, inf - inf
+        return None
+    if total - total != 0.0:
+        return None  # NaN or an infinity among the values (or an overflow): counted aside
+    return total + 0.0  # an exact zero is +0.0, as `Numbers.total` gives it
+
+
+def float_mean(values: list[Any]) -> float | None:
+    """The exact mean of finite floats ``values`` rounded once, or None when this shortcut
+    cannot vouch for it (the exact sum is not hi + lo of two floats, or a value is not finite)."""
+    try:
+        hi = fsum(values)
+        if hi - hi != 0.0:
+            return None
+        rest = [*values, -hi]
+        lo = fsum(rest)  # the exact sum minus hi, rounded
+        if lo:
+            rest.append(-lo)
+            if fsum(rest) != 0.0:  # zero only if the exact sum is hi + lo
+                return None
+    except (OverflowError, ValueError):
+        return None
+    n = len(values)
+    if not lo:
+        return hi / n if hi else 0.0  # hi and n exact: IEEE division rounds once
+    a, b = hi.as_integer_ratio()
+    c, d = lo.as_integer_ratio()
+    return _divide(a * d + c * b, b * d * n)
+
+
+def _only(values: list[Any], cls: type) -> bool:
+    types = set(map(type, values))
+    return len(types) == 1 and cls in types
+
+
 def sum_values(values: list[Any], fname: str) -> Any:
     first = values[0]
+    cls = type(first)
+    if cls is float and _only(values, float):
+        total = float_sum(values)
+        if total is not None:
+            return total
+    elif cls is int and _only(values, int):
+        return sum(values)
     if isinstance(first, str):
         return "".join(values)
     if isinstance(first, list):
@@ -144,6 +224,15 @@ def sum_values(values: list[Any], fname: str) -> Any:
 
 def average_values(values: list[Any]) -> Any:
     first = values[0]
+    cls = type(first)
+    if cls is float and _only(values, float):
+        mean = float_mean(values)
+        if mean is not None:
+            return mean
+    elif cls is int and _only(values, int):
+        total = sum(values)
+        q = abs(total) // len(values)  # SPL integer Average: truncated toward zero
+        return q if total >= 0 else -q
     if isinstance(first, list):
         return [average_values(list(column)) for column in columns(values, "Average")]
     acc = numbers_of(values)
@@ -246,7 +335,7 @@ def distinct(values: Iterable[Any]) -> dict[Hashable, Any]:
 
 
 class SumAccumulator(Numbers):
-    """Sum of a FIFO window's values: exact, with a fast path for ints and finite floats."""
+    """Sum of a FIFO window's values: exact, with a fast path for ints and most finite floats."""
 
     __slots__ = ("broken", "read")
 
@@ -258,12 +347,20 @@ class SumAccumulator(Numbers):
     def add(self, tup: Any) -> None:
         v = self.read(tup)
         tv = type(v)
-        if tv is int:
+        if tv is float:
+            y = v * _FAST
+            try:
+                i = int(y)
+            except (OverflowError, ValueError):  # an infinity or NaN (or beyond 2**943)
+                i = None
+            if i == y:  # exact: v * 2**80 is a whole number
+                self.fast += i  # type: ignore[operator]
+                self.floats += 1
+                self.n += 1
+                return
+            self.take(v, 1)
+        elif tv is int:
             self.ints += v
-            self.n += 1
-        elif tv is float and v - v == 0.0:
-            self.scaled += _scaled(v)
-            self.floats += 1
             self.n += 1
         elif not self.broken:
             self.take(v, 1)
@@ -272,12 +369,20 @@ class SumAccumulator(Numbers):
     def remove(self, tup: Any) -> None:
         v = self.read(tup)
         tv = type(v)
-        if tv is int:
+        if tv is float:
+            y = v * _FAST
+            try:
+                i = int(y)
+            except (OverflowError, ValueError):
+                i = None
+            if i == y:
+                self.fast -= i  # type: ignore[operator]
+                self.floats -= 1
+                self.n -= 1
+                return
+            self.take(v, -1)
+        elif tv is int:
             self.ints -= v
-            self.n -= 1
-        elif tv is float and v - v == 0.0:
-            self.scaled -= _scaled(v)
-            self.floats -= 1
             self.n -= 1
         elif not self.broken:
             self.take(v, -1)
