@@ -129,7 +129,8 @@ def test_spark_explain_needs_no_spark_and_refusals_exit_2(tmp_path: Any, capsys:
     assert main(["spark", "explain", "examples/stock_moving_average.py"]) == 0
     out = capsys.readouterr().out
     assert "graph 'stocks': keyed mode" in out
-    assert "average: keyed stage: groupBy(hash(sym) mod 2).applyInPandasWithState" in out
+    assert ("average [executors, stage 1]: keyed stage 1: groupBy(hash(sym) mod 2)"
+            ".applyInPandasWithState") in out
     script = tmp_path / "loop.py"
     script.write_text(
         "from riverbed.graph import Graph\n"

@@ -218,6 +218,7 @@ def test_refusals_name_the_operator_and_why(spark: Any) -> None:
                     [a.window("tumbling, count(2), partitioned", partition_by="k")])
     g.operator("w2", Aggregate({"n": Count()}),
                [w1.window("tumbling, count(2), partitioned", partition_by="j")])
+    g.sink("tap", ListSink(), [w1])  # w1's stream branches: w2 is not on the line of stages
     with pytest.raises(TranslationError, match=r"operator 'w2': cannot run keyed: 2 windowed operators"):
         deploy(g, spark, mode="keyed")
 
