@@ -169,3 +169,12 @@ def test_a_punct_window_fed_by_groups_making_their_own_marks_is_refused() -> Non
         plan(g.freeze(), "keyed", groups=2)
     assert plan(g.freeze(), groups=2).mode == "driver"
     assert "why: the whole graph runs in the driver (b: a punct() window" in plan(g.freeze()).explain()
+
+
+def test_join_exposes_its_equality_keys_as_functions_of_a_tuple() -> None:
+    from riverbed.operators import Join
+
+    keys = Join(equality_lhs=["room", "floor"], equality_rhs=["r", "f"]).equality_keys
+    assert keys is not None
+    assert keys[0]({"room": 1, "floor": 2}) == keys[1]({"r": 1, "f": 2}) == (1, 2)
+    assert Join().equality_keys is None
