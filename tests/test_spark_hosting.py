@@ -118,7 +118,7 @@ def test_untranslatable_constructs_are_refused_naming_the_operator(tmp_path: Any
     j = g.operator("j", Join(equality_lhs="k", equality_rhs="k"),
                    [a.window("sliding, count(2)"), b.window("sliding, count(2)")])
     g.sink("sink", ListSink(), [j])
-    with pytest.raises(TranslationError, match=r"operator .j.: cannot run keyed: a windowed operator "):
+    with pytest.raises(TranslationError, match=r"operator .j.: cannot run keyed: its port 0 window "):
         plan(g.freeze(), "keyed")
     assert plan(g.freeze()).mode == "driver"  # auto: the exact fallback
 

@@ -178,3 +178,74 @@ def test_join_exposes_its_equality_keys_as_functions_of_a_tuple() -> None:
     assert keys is not None
     assert keys[0]({"room": 1, "floor": 2}) == keys[1]({"r": 1, "f": 2}) == (1, 2)
     assert Join().equality_keys is None
+
+
+def _join_bridge(graph: FrozenGraph, *, groups: int, rows_per_batch: int) -> Any:
+    """A keyed Join batch by batch as deploy builds it: the sources merged in order (the
+    feeder), routed per row (the router), each group's rows hosted, the bundles to the driver."""
+    import heapq
+
+    import pandas as pd
+
+    from riverbed.spark_bridge._deploy import _join_keys
+    from riverbed.spark_bridge._stages import host_joined_group, make_join_router
+
+    p = plan(graph, "keyed", groups=groups)
+    labels = [5, 2, 7][:groups]
+    hosts, stage = stage_hosts(graph, p, labels, None)
+    hosted, nxt = hosts[0]
+    assert nxt is None
+    merged = list(heapq.merge(*[[(*r, i) for r in source_rows(graph, name, i)]
+                                for i, name in enumerate(p.sources)], key=lambda r: r[0]))
+    route = make_join_router(_join_keys(graph, p), labels)
+    states: dict[int, bytes] = {}
+    for batch_id, start in enumerate(range(0, len(merged), rows_per_batch)):
+        frame = pd.DataFrame(merged[start:start + rows_per_batch],
+                             columns=["ord", "kind", "time", "value", "data", "stream"])
+        by_group: dict[int, list[tuple[Any, ...]]] = {}
+        for routed in route(iter([frame])):
+            for row in routed.itertuples(index=False):
+                by_group.setdefault(int(row.grp), []).append(tuple(row)[:6])
+        out: list[tuple[Any, ...]] = []
+        for label, rows in by_group.items():
+            produced, states[label], _tail = host_joined_group(hosted, (label,), rows, states.get(label))
+            out += bundle_rows(produced, label)
+        stage.process(FakeBatch(arrow_batch(out, KEYED_OUT_DDL)), batch_id)
+    stage.close()
+    return p
+
+
+@pytest.mark.parametrize(("groups", "rows_per_batch"), [(2, 7), (3, 40)])
+def test_sensor_join_keyed_by_room_writes_the_runtimes_file(tmp_path: Path, groups: int,
+                                                            rows_per_batch: int) -> None:
+    params = {"seconds": 6, "rooms": 4}
+    example = EXAMPLES / "sensor_join.py"
+    run_graph(load_graph(example, {**params, "out": str(tmp_path / "ref.csv")}), clock=VirtualClock())
+    p = _join_bridge(load_graph(example, {**params, "out": str(tmp_path / "out.csv")}),
+                     groups=groups, rows_per_batch=rows_per_batch)
+    assert (p.keyed, p.keyed_chain, p.groups, p.driver) == ("join", ["comfort"], groups, ["file"])
+    assert "join [executors, stage 1]: keyed stage 1: a Join keyed by its equality keys" in p.explain()
+    ref = (tmp_path / "ref.csv").read_text()
+    assert len(ref.splitlines()) > 100
+    assert (tmp_path / "out.csv").read_text() == ref
+
+
+def test_joins_that_a_key_group_cannot_hold_alone_run_in_the_driver() -> None:
+    from riverbed.operators import Join
+
+    def graph(algorithm: str = "inner", window: str = "sliding, time(2)", keys: bool = True) -> Any:
+        g = Graph("j")
+        a = g.source("a", ListSource([]))
+        b = g.source("b", ListSource([]))
+        eq = {"equality_lhs": "k", "equality_rhs": "k"} if keys else {}
+        j = g.operator("j", Join(algorithm=algorithm, **eq), [a.window(window), b.window("sliding, time(2)")])
+        g.sink("sink", ListSink(), [j])
+        return g.freeze()
+
+    assert plan(graph(), groups=2).mode == "keyed"
+    for g, why in [(graph("leftOuter"), "a leftOuter Join outputs unmatched tuples when time evicts"),
+                   (graph(window="sliding, count(3)"), "port 0 window 'sliding, count(3), count(1)' holds"),
+                   (graph(keys=False), "a Join without equality keys")]:
+        p = plan(g, groups=2)
+        assert p.mode == "driver" and why in (p.why_not_keyed or ""), p.why_not_keyed
+        assert f"why: the whole graph runs in the driver (j: {why}" in p.explain()

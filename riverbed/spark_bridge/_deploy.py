@@ -23,7 +23,13 @@ from ._pipeline import PipelinedStage
 from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
 from ._source import BUNDLE_ITEMS, dump_payload, route_of
-from ._stages import NextStage, stage_processor
+from ._stages import (
+    JOIN_ROUTED_DDL,
+    NextStage,
+    joined_group_function,
+    make_join_router,
+    stage_processor,
+)
 
 __all__ = ["Deployment", "deploy", "keyed_stages", "stage_hosts"]
 
@@ -102,7 +108,8 @@ def stage_hosts(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str |
                         partition_by if isinstance(partition_by, str) else None,
                         tuple(labels[:st.groups]),
                         channels=before.groups if before else 1,
-                        copied_marks=_copies(graph, before.members) if before else True)
+                        copied_marks=_copies(graph, before.members) if before else True,
+                        entries=tuple(p.entries) if n == 0 else ())
         nxt = None
         if n + 1 < len(stages):
             after = stages[n + 1]
@@ -115,6 +122,16 @@ def stage_hosts(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str |
                         [last.groups] * n_out, state_dir=state_dir,
                         copied_marks=_copies(graph, last.members))
     return hosts, stage
+
+
+def _join_keys(graph: FrozenGraph, p: Plan) -> list[Any]:
+    """For each source stream of a keyed Join, the equality key of the side it feeds."""
+    assert p.keyed is not None
+    join = graph.operator(p.keyed)
+    op: Any = join.operator  # a Join (the plan checked)
+    keys = op.equality_keys
+    by_source = {inp.connections[0].operator: port for port, inp in enumerate(join.inputs)}
+    return [keys[by_source[name]] for name in p.sources]
 
 
 class _Fixed:
@@ -261,7 +278,16 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
         assert p.keyed is not None
         most = max(st.groups for st in p.stages)
         labels = _key_groups(checkpoint, saved, n_groups, most, lambda: spread_labels(spark, most))
-        if p.pre_chain:  # the stateless chain runs first, then routes its output
+        hosts, stage = stage_hosts(frozen, p, labels, stage_dir(checkpoint))
+        (hosted, nxt), later = hosts[0], hosts[1:]
+        if p.entries:  # a Join: both sources in one stream, routed by each side's equality key
+            source = _source_frame(spark, frozen, [(name, i) for i, name in enumerate(p.sources)],
+                                   max_rows=max_records_per_batch, spool=checkpoint, feeders=feeders,
+                                   stream_column=True)
+            df = source.mapInPandas(make_join_router(_join_keys(frozen, p), labels[:p.groups]),
+                                    JOIN_ROUTED_DDL).groupBy("grp").applyInPandasWithState(
+                joined_group_function(hosted, nxt), KEYED_OUT_DDL, STATE_DDL, "append", "NoTimeout")
+        elif p.pre_chain:  # the stateless chain runs first, then routes its output
             router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
                                  labels=labels[:p.groups])
             source = _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=max_records_per_batch,
@@ -273,11 +299,10 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
             routed = _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=rounds * p.groups,
                                    spool=checkpoint, feeders=feeders, round_rows=p.groups,
                                    route=route_of(frozen, p.keyed, p.groups, size, labels[:p.groups]))
-        hosts, stage = stage_hosts(frozen, p, labels, stage_dir(checkpoint))
-        (hosted, nxt), later = hosts[0], hosts[1:]
-        df = routed.groupBy("grp").applyInPandasWithState(
-            group_function(_Fixed(hosted), bundle_output=True, next_stage=nxt), KEYED_OUT_DDL,
-            STATE_DDL, "append", "NoTimeout")
+        if not p.entries:
+            df = routed.groupBy("grp").applyInPandasWithState(
+                group_function(_Fixed(hosted), bundle_output=True, next_stage=nxt), KEYED_OUT_DDL,
+                STATE_DDL, "append", "NoTimeout")
         for hosted, nxt in later:  # each later stage: its input repartitioned by its key
             df = df.withColumnRenamed("stream", "grp").groupBy("grp").transformWithStateInPandas(
                 stage_processor(hosted, nxt), KEYED_OUT_DDL, "append", "None")

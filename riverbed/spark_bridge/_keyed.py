@@ -187,6 +187,7 @@ class Hosted:
     labels: tuple[int, ...] = ()
     channels: int = 1
     copied_marks: bool = True
+    entries: tuple[tuple[str, int], ...] = ()  # a keyed Join: stream i's items enter at entries[i]
 
     def guard(self, label: int) -> tuple[Callable[[str, list[Any]], None] | None, frozenset[str]]:
         key, labels = self.key, self.labels

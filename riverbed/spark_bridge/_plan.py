@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..graph import FrozenGraph, InputPort, Operator, OperatorDef, Source
+from ..graph import Connection, FrozenGraph, InputPort, Operator, OperatorDef, Source
 from ..windows import Punct as PunctPolicy
 from ..windows import TimeIntervalSpec, WindowSpec
 from ._errors import TranslationError
@@ -62,6 +62,8 @@ class Plan:
     keyed_chain: list[str] = field(default_factory=list)  # keyed: operators after it, same groups
     groups: int = 1
     later: list[Stage] = field(default_factory=list)  # keyed: the stages after the first, in order
+    # keyed Join: stream i of the (merged) source rows enters the first stage at entries[i]
+    entries: list[tuple[str, int]] = field(default_factory=list)
     driver: list[str] = field(default_factory=list)
     notes: dict[str, str] = field(default_factory=dict)  # operator -> how it was translated
     why_not_keyed: str | None = None
@@ -231,13 +233,18 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
     if not windowed:
         return None, "no windowed operator: nothing to key"
     w = windowed[0]
-    if len(w.inputs) != 1:
-        return w.name, "a windowed operator with several input ports (Join) runs in the driver stage"
-    if len(p.sources) != 1:
-        return None, f"{len(p.sources)} sources; keyed mode takes one"
     chain: list[str] = []
-    upstream = w.inputs[0].connections
-    while True:
+    if len(w.inputs) != 1:
+        why = _joinable(graph, w, p.sources)
+        if why is not None:
+            return w.name, why
+        p.entries = [(name, 0) for name in p.sources]
+        upstream: tuple[Connection, ...] = ()
+    elif len(p.sources) != 1:
+        return None, f"{len(p.sources)} sources; keyed mode takes one (or two into a Join)"
+    else:
+        upstream = w.inputs[0].connections
+    while upstream:
         if len(upstream) != 1:
             return w.name, "its input merges several streams"
         up = graph.operator(upstream[0].operator)
@@ -259,6 +266,8 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
     while nxt is not None:
         inp = nxt.inputs[0]
         one = "unpartitioned window: one key group" if inp.partition_by is None else _spans(inp)
+        if p.entries and nxt is w:  # a Join, keyed by its equality keys
+            one = None
         g = 1 if one else groups
         if stages and stages[-1].groups > 1 and _punct_window(nxt) \
                 and not _preserving(graph, stages[-1].members):
@@ -292,7 +301,15 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
         inp = head.inputs[0]
         key = inp.partition_by if isinstance(inp.partition_by, str) else "a key function"
         spec = _describe_window(inp.window)
-        if n == 1:
+        if n == 1 and p.entries:
+            how = ("a Join keyed by its equality keys: the sources' rows (one stream in order) "
+                   "routed in the sources' task (mapInPandas), a tuple by its side's equality key "
+                   f"mod {stage.groups}, marks copied to every group; then groupBy(group)"
+                   ".applyInPandasWithState hosting windows "
+                   + " and ".join(repr(_describe_window(i.window)) if i.windowed else "none (lookup)"
+                                  for i in head.inputs)
+                   + " and the operator; state in the RocksDB state store")
+        elif n == 1:
             how = (f"groupBy(hash({key}) mod {stage.groups}).applyInPandasWithState hosting window "
                    f"{spec!r} and the operator; state in the RocksDB state store")
         else:
@@ -308,6 +325,44 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
             p.notes[name] = (f"keyed stage {n}, after {head.name!r} in the same key group"
                              + (f": window {_describe_window(op.inputs[0].window)!r} on the same key"
                                 if op.inputs[0].windowed else ": stateless"))
+    return None
+
+
+def _joinable(graph: FrozenGraph, w: OperatorDef, sources: list[str]) -> str | None:
+    """Why the Join ``w`` cannot be keyed by its equality keys (None: it can). Keyed, each group
+    holds the window contents of its keys only: exact when a window's contents do not depend
+    on other keys' tuples (a time eviction, or no window) and nothing comes out but what an
+    arrival causes (an inner join: an outer one outputs unmatched tuples as time evicts them,
+    in every group at once, with no order across groups)."""
+    from ..operators import Join
+    from ..windows import Time, WindowType
+
+    op = w.operator
+    if not isinstance(op, Join):
+        return "a windowed operator with several input ports (not a Join) runs in the driver stage"
+    if op.equality_keys is None:
+        return "a Join without equality keys matches every pair: nothing to key it by"
+    if op.algorithm != "inner":
+        return (f"a {op.algorithm} Join outputs unmatched tuples when time evicts them, in every "
+                "key group at once, with no order across groups; only an inner Join is keyed")
+    if len(sources) != 2 or len(w.inputs) != 2:
+        return "a keyed Join takes its two inputs straight from two sources"
+    fed: list[str] = []
+    for i, inp in enumerate(w.inputs):
+        if len(inp.connections) != 1 or graph.operator(inp.connections[0].operator).kind != "source":
+            return f"its input port {i} is not fed straight by one source"
+        src = inp.connections[0].operator
+        if len(graph.consumers(src, 0)) != 1:
+            return f"source {src!r} also feeds other operators"
+        fed.append(src)
+        spec = inp.window
+        if inp.windowed and not (isinstance(spec, WindowSpec) and spec.type is WindowType.SLIDING
+                                 and isinstance(spec.eviction, Time) and not spec.partitioned):
+            return (f"its port {i} window {_describe_window(spec)!r} holds tuples of every key "
+                    "together (count or delta eviction, or partitions): a key group would hold "
+                    "other contents; only unpartitioned sliding time windows (or none) are keyed")
+    if sorted(fed) != sorted(sources):
+        return "a keyed Join takes its two inputs straight from two sources"
     return None
 
 

@@ -44,10 +44,20 @@ from ._rows import (
     decode,
     derived_ord,
     encode,
+    item_of,
     source_ord,
 )
 
-__all__ = ["NextStage", "host_merged_group", "next_stage_rows", "stage_processor"]
+__all__ = [
+    "JOIN_ROUTED_DDL",
+    "NextStage",
+    "host_joined_group",
+    "host_merged_group",
+    "joined_group_function",
+    "make_join_router",
+    "next_stage_rows",
+    "stage_processor",
+]
 
 _LAST = 0xFFFFFFFF  # the index of a stage's closing time mark: after all it derived from its cause
 
@@ -230,3 +240,107 @@ def stage_processor(hosted: Hosted, nxt: NextStage | None) -> Any:
             pass
 
     return StageProcessor()
+
+
+# ------------------------------------------------------------------ a Join keyed by its equality keys
+
+JOIN_ROUTED_DDL = "ord BINARY, kind INT, time LONG, value LONG, data BINARY, stream INT, grp INT"
+
+
+def make_join_router(keys: Sequence[Callable[[Any], Any]], labels: Sequence[int]) -> Any:
+    """The mapInPandas function ahead of a keyed Join: the sources' rows (one stream in order,
+    ``stream`` naming the source) each to a key group, a tuple by the equality key of the side
+    its source feeds (``keys[stream]``), every other row to every group; each task ends with a
+    time mark to every group, so every group runs in every micro-batch."""
+    spread = list(labels)
+    groups = len(spread)
+    columns = ["ord", "kind", "time", "value", "data", "stream", "grp"]
+
+    def route(batches: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+
+        last: tuple[bytes, int, int] | None = None
+        for pdf in batches:
+            out: list[tuple[Any, ...]] = []
+            for o, kind, at, value, data, stream in zip(pdf["ord"], pdf["kind"], pdf["time"],
+                                                        pdf["value"], pdf["data"], pdf["stream"],
+                                                        strict=True):
+                row = (o, int(kind), int(at), int(value), data, int(stream))
+                if row[1] == KIND_TUPLE:
+                    try:
+                        label = spread[group_of(keys[row[5]](decode(data)), groups)]
+                    except (KeyError, TypeError, IndexError):
+                        label = spread[0]  # no usable key: the Join raises (or routes it) there
+                    out.append((*row, label))
+                else:
+                    out.extend((*row, label) for label in spread)
+                last = (o, row[2], row[5])
+            yield pd.DataFrame(out, columns=columns)
+        if last is not None:
+            yield pd.DataFrame([(last[0], KIND_TIME, last[1], 0, None, last[2], label) for label in spread],
+                               columns=columns)
+
+    return route
+
+
+def host_joined_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple[Any, ...]],
+                      stored: bytes | None) -> tuple[list[tuple[Any, ...]], bytes, tuple[bytes, int] | None]:
+    """One group of a keyed Join, one micro-batch: ``rows`` are ``(ord, kind, time, value, data,
+    stream)``, in any order; each item enters at ``hosted.entries[stream]``. Returns what
+    `host_merged_group` returns."""
+    graph, members, entries = hosted.graph, list(hosted.members), hosted.entries
+    group = int(key[-1])
+    extra = tuple(key[:-1])
+    label = f"{members[0]}/{group}"
+    ordered = sorted(rows, key=_first)
+    out: list[tuple[Any, ...]] = []
+
+    def taken(cause: bytes, at: int) -> None:
+        out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, cause, at))
+
+    if stored is not None:
+        host = SyncGraph(graph, members, state=decode_value(stored, checkpoint_id=0, key=label))
+    else:
+        host = SyncGraph(graph, members, now=int(ordered[0][2]) if ordered else 0)
+        taken(b"", host.clock.now())
+    for o, kind_, time_, value, data, stream in ordered:
+        kind, at = int(kind_), int(time_)
+        host.advance(at, lambda when: taken(source_ord(when, 0, 0), when))
+        op, port = entries[int(stream)]
+        if kind == KIND_TUPLE:
+            host.feed(op, port, [decode(data)])
+        elif kind != KIND_TIME:
+            host.feed(op, port, item_of(kind, int(value), None))
+        taken(o, at)
+    tail = (ordered[-1][0], int(ordered[-1][2])) if ordered else None
+    return out, encode_value(host.state(), checkpoint_id=0, key=label), tail
+
+
+def _first(row: tuple[Any, ...]) -> Any:
+    return row[0]
+
+
+def joined_group_function(hosted: Hosted, nxt: NextStage | None) -> Any:
+    """The ``applyInPandasWithState`` function of a keyed Join's groups (output as the first
+    stage's: bundles for the driver stage, or for the next stage)."""
+
+    def run(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        from ._keyed import bundle_rows
+
+        frame = pd.concat(list(frames), ignore_index=True)
+        rows = list(zip(*(frame[c].tolist() for c in ("ord", "kind", "time", "value", "data", "stream")),
+                        strict=True))
+        stored = state.get[0] if state.exists else None
+        gc.disable()
+        try:
+            out, new, tail = host_joined_group(hosted, tuple(key), rows, stored)
+        finally:
+            gc.enable()
+        state.update((new,))
+        group = int(key[-1])
+        bundles = next_stage_rows(out, group, nxt, tail) if nxt is not None else bundle_rows(out, group)
+        yield pd.DataFrame(bundles, columns=list(KEYED_OUT_COLUMNS))
+
+    return run

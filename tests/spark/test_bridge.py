@@ -95,7 +95,7 @@ def _files(tmp_path: Path) -> Path:
     ("stock_moving_average.py", {"seconds": 6, "symbols": 4}, "keyed"),
     ("sensors.py", {"sensors": 20, "seconds": 3}, "keyed"),
     ("per_file_totals.py", {}, "driver"),
-    ("sensor_join.py", {"seconds": 3, "rooms": 3}, "driver"),
+    ("sensor_join.py", {"seconds": 3, "rooms": 3}, "keyed"),
 ])
 def test_examples_write_the_same_file_on_spark_as_in_the_runtime(
         spark: Any, tmp_path: Path, example: str, params: dict[str, Any], mode: str) -> None:

@@ -80,3 +80,19 @@ def test_a_second_stage_that_failed_mid_stream_resumes_from_the_checkpoint(
     second.await_termination()
     assert len(ref.read_text().splitlines()) > 20
     assert out.read_text() == ref.read_text()
+
+
+def test_sensor_join_runs_keyed_by_room_on_the_executors_and_writes_the_runtimes_file(
+        spark: Any, tmp_path: Path) -> None:
+    params = {"seconds": 8, "rooms": 5}
+    example = EXAMPLES / "sensor_join.py"
+    ref, out = tmp_path / "runtime.csv", tmp_path / "spark.csv"
+    run_graph(load_graph(example, {**params, "out": str(ref)}), clock=VirtualClock())
+    d = deploy(load_graph(example, {**params, "out": str(out)}), spark, checkpoint=str(tmp_path / "ck"),
+               max_records_per_batch=30, groups=2)
+    d.await_termination()
+    assert (d.plan.mode, d.plan.keyed, d.plan.entries) == ("keyed", "join", [("temperature", 0),
+                                                                             ("humidity", 0)])
+    assert d.stage.batches >= 5  # windows and pairs cross micro-batches
+    assert len(ref.read_text().splitlines()) > 150
+    assert out.read_text() == ref.read_text()
