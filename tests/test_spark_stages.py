@@ -244,7 +244,7 @@ def test_joins_that_a_key_group_cannot_hold_alone_run_in_the_driver() -> None:
 
     assert plan(graph(), groups=2).mode == "keyed"
     for g, why in [(graph("leftOuter"), "a leftOuter Join outputs unmatched tuples when time evicts"),
-                   (graph(window="sliding, count(3)"), "port 0 window 'sliding, count(3), count(1)' holds"),
+                   (graph(window="sliding, count(3)"), "its port 0 window 'sliding, count(3), count(1)'"),
                    (graph(keys=False), "a Join without equality keys")]:
         p = plan(g, groups=2)
         assert p.mode == "driver" and why in (p.why_not_keyed or ""), p.why_not_keyed

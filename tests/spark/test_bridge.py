@@ -443,7 +443,7 @@ def test_a_scripts_spark_inputs_hook_replaces_its_source_and_a_bad_hook_is_refus
     said: list[str] = []
     params = ["out=x.csv", "pq=x"]
     assert spark_command("explain", str(script), params=params, echo=said.append) == 0
-    assert "src: a Spark stream (SparkInput)" in said[0]
+    assert "src [executors, Spark stream]: a Spark stream (SparkInput)" in said[0]
     script.write_text(_HOOKED_SCRIPT + "\n\ndef spark_inputs(spark, params):\n    return ['src']\n")
     assert spark_command("explain", str(script), params=params, echo=said.append) == 2
     assert "spark_inputs() must return a dict of operator names to SparkInput" in capsys.readouterr().err
