@@ -118,7 +118,7 @@ def test_untranslatable_constructs_are_refused_naming_the_operator(tmp_path: Any
     j = g.operator("j", Join(equality_lhs="k", equality_rhs="k"),
                    [a.window("sliding, count(2)"), b.window("sliding, count(2)")])
     g.sink("sink", ListSink(), [j])
-    with pytest.raises(TranslationError, match=r"operator .j.: cannot run keyed: a windowed operator "):
+    with pytest.raises(TranslationError, match=r"operator .j.: cannot run keyed: its port 0 window "):
         plan(g.freeze(), "keyed")
     assert plan(g.freeze()).mode == "driver"  # auto: the exact fallback
 
@@ -129,7 +129,8 @@ def test_spark_explain_needs_no_spark_and_refusals_exit_2(tmp_path: Any, capsys:
     assert main(["spark", "explain", "examples/stock_moving_average.py"]) == 0
     out = capsys.readouterr().out
     assert "graph 'stocks': keyed mode" in out
-    assert "average: keyed stage: groupBy(hash(sym) mod 2).applyInPandasWithState" in out
+    assert ("average [executors, stage 1]: keyed stage 1: groupBy(hash(sym) mod 2)"
+            ".applyInPandasWithState") in out
     script = tmp_path / "loop.py"
     script.write_text(
         "from riverbed.graph import Graph\n"

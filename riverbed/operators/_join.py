@@ -270,6 +270,13 @@ class Join(Operator):
         self._arrive: list[Callable[[Hashable, Any], None]] = []
         self._evict: list[Callable[[Hashable, Sequence[Any]], None]] = []
 
+    @property
+    def equality_keys(self) -> tuple[Callable[[Any], Hashable], Callable[[Any], Hashable]] | None:
+        """The equality key of each side as a function of a tuple (left, right), or None without
+        ``equality_lhs``/``equality_rhs``: a host that splits the join's input by key (the Spark
+        bridge's keyed stage) routes each side's tuples by these, so pairs meet in one place."""
+        return self._keys
+
     # ------------------------------------------------------------------ set-up
 
     def setup(self) -> None:

@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +23,15 @@ from ._pipeline import PipelinedStage
 from ._plan import Mode, Plan, plan
 from ._rows import ROW_DDL
 from ._source import BUNDLE_ITEMS, dump_payload, route_of
+from ._stages import (
+    JOIN_ROUTED_DDL,
+    NextStage,
+    joined_group_function,
+    make_join_router,
+    stage_processor,
+)
 
-__all__ = ["Deployment", "deploy", "keyed_stages"]
+__all__ = ["Deployment", "deploy", "keyed_stages", "stage_hosts"]
 
 
 @dataclass
@@ -77,18 +84,54 @@ class Deployment:
 
 def keyed_stages(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str | None
                  ) -> tuple[Hosted, DriverStage]:
-    """Keyed mode's two hosts: what each key group runs, and the driver stage after them."""
+    """Keyed mode's first stage (what each of its key groups runs) and the driver stage after
+    the last stage."""
+    hosts, stage = stage_hosts(graph, p, labels, state_dir)
+    return hosts[0][0], stage
+
+
+def _copies(graph: FrozenGraph, members: Sequence[str]) -> bool:
+    """Whether every window mark out of a stage is a copy that each of its groups forwards."""
+    return all(graph.operator(m).operator.window_punctuation == "preserving" for m in members)
+
+
+def stage_hosts(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str | None
+                ) -> tuple[list[tuple[Hosted, NextStage | None]], DriverStage]:
+    """Every keyed stage's host with how its output reaches the next stage (None: the driver
+    stage), and the driver stage. A stage of G groups uses the first G ``labels``."""
+    stages = p.stages
+    hosts: list[tuple[Hosted, NextStage | None]] = []
+    for n, st in enumerate(stages):
+        partition_by = graph.operator(st.members[0]).inputs[0].partition_by
+        before = stages[n - 1] if n else None
+        hosted = Hosted(graph, tuple(st.members), st.entry,
+                        partition_by if isinstance(partition_by, str) else None,
+                        tuple(labels[:st.groups]),
+                        channels=before.groups if before else 1,
+                        copied_marks=_copies(graph, before.members) if before else True,
+                        entries=tuple(p.entries) if n == 0 else ())
+        nxt = None
+        if n + 1 < len(stages):
+            after = stages[n + 1]
+            key = graph.operator(after.members[0]).inputs[0].partition_by
+            nxt = NextStage(key, after.groups, tuple(labels[:after.groups]))
+        hosts.append((hosted, nxt))
+    last = stages[-1]
+    n_out = len(graph.operator(last.members[-1]).outputs)
+    stage = DriverStage(graph, p.driver, [(last.members[-1], port) for port in range(n_out)],
+                        [last.groups] * n_out, state_dir=state_dir,
+                        copied_marks=_copies(graph, last.members))
+    return hosts, stage
+
+
+def _join_keys(graph: FrozenGraph, p: Plan) -> list[Any]:
+    """For each source stream of a keyed Join, the equality key of the side it feeds."""
     assert p.keyed is not None
-    members = (p.keyed, *p.keyed_chain)
-    entry = (p.pre_chain[-1] if p.pre_chain else p.sources[0], 0)
-    partition_by = graph.operator(p.keyed).inputs[0].partition_by
-    hosted = Hosted(graph, members, entry, partition_by if isinstance(partition_by, str) else None,
-                    tuple(labels))
-    n_out = len(graph.operator(members[-1]).outputs)
-    copied = all(graph.operator(m).operator.window_punctuation == "preserving" for m in members)
-    stage = DriverStage(graph, p.driver, [(members[-1], port) for port in range(n_out)],
-                        [p.groups] * n_out, state_dir=state_dir, copied_marks=copied)
-    return hosted, stage
+    join = graph.operator(p.keyed)
+    op: Any = join.operator  # a Join (the plan checked)
+    keys = op.equality_keys
+    by_source = {inp.connections[0].operator: port for port, inp in enumerate(join.inputs)}
+    return [keys[by_source[name]] for name in p.sources]
 
 
 class _Fixed:
@@ -233,10 +276,20 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
                             state_dir=stage_dir(checkpoint), emitted=set(inputs))
     else:
         assert p.keyed is not None
-        labels = _key_groups(checkpoint, saved, n_groups, p.groups, lambda: spread_labels(spark, p.groups))
-        if p.pre_chain:  # the stateless chain runs first, then routes its output
+        most = max(st.groups for st in p.stages)
+        labels = _key_groups(checkpoint, saved, n_groups, most, lambda: spread_labels(spark, most))
+        hosts, stage = stage_hosts(frozen, p, labels, stage_dir(checkpoint))
+        (hosted, nxt), later = hosts[0], hosts[1:]
+        if p.entries:  # a Join: both sources in one stream, routed by each side's equality key
+            source = _source_frame(spark, frozen, [(name, i) for i, name in enumerate(p.sources)],
+                                   max_rows=max_records_per_batch, spool=checkpoint, feeders=feeders,
+                                   stream_column=True)
+            df = source.mapInPandas(make_join_router(_join_keys(frozen, p), labels[:p.groups]),
+                                    JOIN_ROUTED_DDL).groupBy("grp").applyInPandasWithState(
+                joined_group_function(hosted, nxt), KEYED_OUT_DDL, STATE_DDL, "append", "NoTimeout")
+        elif p.pre_chain:  # the stateless chain runs first, then routes its output
             router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
-                                 labels=labels)
+                                 labels=labels[:p.groups])
             source = _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=max_records_per_batch,
                                    spool=checkpoint, feeders=feeders)
             routed = source.mapInPandas(router, ROUTED_DDL)
@@ -245,11 +298,14 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
             rounds = max(1, max_records_per_batch // size)
             routed = _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=rounds * p.groups,
                                    spool=checkpoint, feeders=feeders, round_rows=p.groups,
-                                   route=route_of(frozen, p.keyed, p.groups, size, labels))
-        hosted, stage = keyed_stages(frozen, p, labels, stage_dir(checkpoint))
-        df = routed.groupBy("grp").applyInPandasWithState(
-            group_function(_Fixed(hosted), bundle_output=True), KEYED_OUT_DDL, STATE_DDL, "append",
-            "NoTimeout")
+                                   route=route_of(frozen, p.keyed, p.groups, size, labels[:p.groups]))
+        if not p.entries:
+            df = routed.groupBy("grp").applyInPandasWithState(
+                group_function(_Fixed(hosted), bundle_output=True, next_stage=nxt), KEYED_OUT_DDL,
+                STATE_DDL, "append", "NoTimeout")
+        for hosted, nxt in later:  # each later stage: its input repartitioned by its key
+            df = df.withColumnRenamed("stream", "grp").groupBy("grp").transformWithStateInPandas(
+                stage_processor(hosted, nxt), KEYED_OUT_DDL, "append", "None")
     pipeline = PipelinedStage(stage, log_dir(checkpoint))
 
     def on_batch(batch: Any, batch_id: int) -> None:

@@ -27,6 +27,7 @@ millisecond past the last one's.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import itertools
 import json
 import os
@@ -36,6 +37,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -58,9 +60,12 @@ class SourceFeeder:
 
     Each payload (`_source.dump_payload`) is ``(graph, name, index, route)``: the feeder's
     process builds the rows from it with `_source.source_rows`. With ``streams``, the rows of
-    ``payloads[i]`` get a last column ``stream = streams[i]``: several sources share a file, so
-    every micro-batch holds the same share of each, as they would arrive side by side (Spark
-    would otherwise take each source's files as they happen to be ready).
+    ``payloads[i]`` get a last column ``stream = streams[i]`` and the sources share each file
+    (Spark would otherwise take each source's files as they happen to be ready): their rows
+    merged into one stream by order key, each file the next ``size`` rows of it. So a
+    micro-batch holds every source's rows up to one point of the stamped time, never a later
+    stretch of one source before an earlier stretch of another (a file of ``size`` rows of
+    each, as before, did that to sources of different rates).
     """
 
     def __init__(self, payloads: list[str], directory: str, ddl: str, *, first: int, size: int,
@@ -205,15 +210,21 @@ class _Publisher:
                 pass  # published before the restart
             sources.append(rows)
         limit = size if files else first
+        if streams is None:
+            merged: Iterator[tuple[Any, ...]] = sources[0]
+        else:  # one stream in order (each source's rows are in order already), each row tagged
+            position = {stream: i for i, stream in enumerate(streams)}
+            tagged = [_tagged(rows, stream) for rows, stream in zip(sources, streams, strict=True)]
+            merged = heapq.merge(*tagged, key=_ord)
         while True:
-            chunks = [list(itertools.islice(rows, limit)) for rows in sources]
-            if not any(chunks) or not self._wait_for_room():
+            chunk = list(itertools.islice(merged, limit))
+            if not chunk or not self._wait_for_room():
                 return
-            rows_done = [done + len(chunk) for done, chunk in zip(rows_done, chunks, strict=True)]
             if streams is None:
-                chunk = chunks[0]
+                rows_done[0] += len(chunk)
             else:
-                chunk = [(*row, stream) for rows, stream in zip(chunks, streams, strict=True) for row in rows]
+                for row in chunk:
+                    rows_done[position[row[-1]]] += 1
             self._publish(chunk, files, rows_done)
             files += 1
             limit = size
@@ -289,6 +300,14 @@ class _Publisher:
                 os.fsync(f.fileno())
         os.replace(f"{progress}.tmp", progress)
         os.replace(hidden, os.path.join(self.directory, name))
+
+
+def _tagged(rows: Iterator[tuple[Any, ...]], stream: int) -> Iterator[tuple[Any, ...]]:
+    return ((*row, stream) for row in rows)
+
+
+def _ord(row: tuple[Any, ...]) -> bytes:
+    return row[0]  # type: ignore[no-any-return]
 
 
 def _file_name(index: int) -> str:

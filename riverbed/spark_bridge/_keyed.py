@@ -176,13 +176,18 @@ class ItemHooks(Protocol):
 class Hosted:
     """What a key group hosts: ``members`` of ``graph`` (the windowed operator first, then
     those after it in the same group), fed by stream ``entry``. With ``key``, tuples reaching a
-    later windowed member must still belong to this group (``labels[i]`` is group i's label)."""
+    later windowed member must still belong to this group (``labels[i]`` is group i's label).
+    A later stage of a chain (`_stages`) takes its input over ``channels`` parallel groups of
+    the stage before, whose window marks are copies (``copied_marks``) or their own events."""
 
     graph: FrozenGraph
     members: tuple[str, ...]
     entry: tuple[str, int]
     key: str | None = None
     labels: tuple[int, ...] = ()
+    channels: int = 1
+    copied_marks: bool = True
+    entries: tuple[tuple[str, int], ...] = ()  # a keyed Join: stream i's items enter at entries[i]
 
     def guard(self, label: int) -> tuple[Callable[[str, list[Any]], None] | None, frozenset[str]]:
         key, labels = self.key, self.labels
@@ -212,7 +217,8 @@ class KeyGroupError(RuntimeError):
 
 def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
                rows: list[tuple[Any, ...]], stored: bytes | None, *,
-               timer_order: bool = True) -> tuple[list[tuple[Any, ...]], bytes]:
+               timer_order: bool = True,
+               tail: list[tuple[bytes, int]] | None = None) -> tuple[list[tuple[Any, ...]], bytes]:
     """One key group's micro-batch: restore its host, run its rows in order, store it again.
 
     ``rows`` are ``(ord, kind, time, value, data)``, in any order. Returns
@@ -224,7 +230,7 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     before the items stamped with that time: where the runtime would have
     raised it, not after the next row that happened to reach this group. The
     trace host turns that off: it attributes events to the step that let time
-    pass.
+    pass. ``tail`` (a list) gets (ord, time) of the last item handled.
     """
     graph, members, entry = hosted.graph, list(hosted.members), hosted.entry
     keyed = members[0]
@@ -278,6 +284,8 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
             if item is not None:
                 host.feed(*entry, item)
         out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
+    if tail is not None and items:
+        tail.append((items[-1][0], int(items[-1][2])))
     return out, encode_value(host.state(), checkpoint_id=0, key=label)
 
 
@@ -334,7 +342,7 @@ def _first(row: tuple[Any, ...]) -> Any:
 
 def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks | None = None,
                    key_columns: Sequence[str] = (), *, timer_order: bool = True,
-                   bundle_output: bool = False) -> Any:
+                   bundle_output: bool = False, next_stage: Any = None) -> Any:
     """The ``applyInPandasWithState`` function hosting one operator per key group (see `host_group`).
 
     ``hosted(key)`` names what a group hosts: the graph, the operator and the
@@ -347,6 +355,9 @@ def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
     variables or TTL are used, while its costs are: a Python process on the
     driver to plan every query (0.7 s a start here) and a socket round trip to
     the JVM for each state read and write.
+
+    With ``next_stage`` (a `_stages.NextStage`), the output goes to the next keyed stage's
+    groups instead, one bundle per group (`_stages.next_stage_rows`).
     """
 
     columns = [*KEYED_OUT_COLUMNS, *key_columns]
@@ -361,13 +372,18 @@ def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
         # Decoding a bundle makes objects by the hundred thousand and keeps them all: every
         # pass of the cycle collector would walk them again. Cycles wait until the batch is done.
         gc.disable()
+        tail: list[tuple[bytes, int]] = []
         try:
             out, new = host_group(hosted(tuple(key)), hooks, tuple(key), rows, stored,
-                                  timer_order=timer_order)
+                                  timer_order=timer_order, tail=tail)
         finally:
             gc.enable()
         state.update((new,))
-        if bundle_output:
+        if next_stage is not None:
+            from ._stages import next_stage_rows
+
+            out = next_stage_rows(out, int(key[-1]), next_stage, tail[-1] if tail else None)
+        elif bundle_output:
             out = bundle_rows(out, int(key[-1]))
         else:
             out = [(o, k, t, v, None if d is None else encode(d), *rest) for o, k, t, v, d, *rest in out]

@@ -6,14 +6,19 @@ Two shapes are exact:
   in the driver, per micro-batch (``foreachBatch``), with their state stored
   under the query's checkpoint by batch id. Any graph whose sources the
   bridge can host runs this way, unchanged: it is the reference.
-- **keyed**: one windowed operator, fed by one source through stateless
-  single-port operators, and after it a straight line of operators that are
-  stateless or windowed on the same partition key. The stateless ones before
-  it run in the source's task and route each tuple to a key group (a hash of
-  its partition key); the window and the line after it run per key group in
-  Spark's ``applyInPandasWithState``, windows and state in the RocksDB
-  state store; sinks and everything else run in the driver stage. Marks and
-  watermarks are sent to every key group.
+- **keyed**: a windowed operator fed by one source through stateless
+  single-port operators, then a straight line of keyed stages. The stateless
+  operators before the first window run in the source's task and route each
+  tuple to a key group (a hash of its partition key). A stage is a windowed
+  operator and the operators after it that are stateless or windowed on the
+  same partition key; each windowed operator keyed differently (another
+  partition attribute, or none: one group) starts the next stage, whose input
+  Spark repartitions by its key, all in one query: the first stage runs in
+  ``applyInPandasWithState``, the later ones in ``transformWithStateInPandas``
+  (Spark allows one of the former per query). Marks, watermarks and time are
+  copied to every key group of every stage, and each stage merges its
+  predecessor's groups as parallel channels (E30). Sinks and everything else
+  run in the driver stage.
 
 ``mode="auto"`` takes keyed where it is exact and says why not otherwise;
 ``mode="keyed"`` refuses a graph it cannot key, naming the operator and why.
@@ -24,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..graph import FrozenGraph, InputPort, Operator, OperatorDef, Source
+from ..graph import Connection, FrozenGraph, InputPort, Operator, OperatorDef, Source
 from ..windows import Punct as PunctPolicy
 from ..windows import TimeIntervalSpec, WindowSpec
 from ._errors import TranslationError
@@ -36,6 +41,18 @@ Mode = Literal["auto", "driver", "keyed"]
 
 
 @dataclass
+class Stage:
+    """A keyed stage: ``members`` (its windowed operator first) run per key group, fed by the
+    stream ``entry``; ``groups`` key groups (1 when the window spans its partitions: ``one``
+    says why)."""
+
+    members: list[str]
+    entry: tuple[str, int]
+    groups: int
+    one: str | None = None
+
+
+@dataclass
 class Plan:
     graph: FrozenGraph
     mode: Literal["driver", "keyed"]
@@ -44,16 +61,48 @@ class Plan:
     keyed: str | None = None  # keyed: the windowed operator
     keyed_chain: list[str] = field(default_factory=list)  # keyed: operators after it, same groups
     groups: int = 1
+    later: list[Stage] = field(default_factory=list)  # keyed: the stages after the first, in order
+    # keyed Join: stream i of the (merged) source rows enters the first stage at entries[i]
+    entries: list[tuple[str, int]] = field(default_factory=list)
     driver: list[str] = field(default_factory=list)
     notes: dict[str, str] = field(default_factory=dict)  # operator -> how it was translated
     why_not_keyed: str | None = None
 
+    @property
+    def stages(self) -> list[Stage]:
+        """Every keyed stage, the first included (empty in driver mode)."""
+        if self.keyed is None:
+            return []
+        first = self.pre_chain[-1] if self.pre_chain else self.sources[0]
+        return [Stage([self.keyed, *self.keyed_chain], (first, 0), self.groups), *self.later]
+
+    def where(self, name: str) -> str:
+        """Where operator ``name`` runs: ``feeder``, ``source task``, ``stage <n>`` (keyed, on
+        the executors), ``spark`` (a SparkInput's stream) or ``driver``."""
+        op = self.graph.operator(name)
+        if op.kind == "source":
+            return "feeder" if name in self.notes and "feeder" in self.notes[name] else "spark"
+        if name in self.pre_chain:
+            return "source task"
+        for n, stage in enumerate(self.stages, 1):
+            if name in stage.members:
+                return f"stage {n}"
+        return "driver"
+
     def explain(self) -> str:
-        lines = [f"graph {self.graph.name!r}: {self.mode} mode"]
+        stages = self.stages
+        head = f"graph {self.graph.name!r}: {self.mode} mode"
+        if stages:
+            head += f", {len(stages)} keyed stage{'s' if len(stages) > 1 else ''} on the executors"
+        lines = [head]
         if self.why_not_keyed:
             lines.append(f"  (not keyed: {self.why_not_keyed})")
         for op in self.graph.operators:
-            lines.append(f"  {op.name}: {self.notes.get(op.name, '?')}")
+            where = self.where(op.name)
+            tag = {"feeder": "[feeder]", "source task": "[executors, source task]",
+                   "spark": "[executors, Spark stream]",
+                   "driver": "[driver]"}.get(where, f"[executors, {where}]")
+            lines.append(f"  {op.name} {tag}: {self.notes.get(op.name, '?')}")
         return "\n".join(lines)
 
 
@@ -146,12 +195,36 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
         op = graph.operator(name)
         window = "; windows " + ", ".join(repr(_describe_window(i.window)) for i in op.inputs if i.windowed) \
             if any(i.windowed for i in op.inputs) else ""
-        p.notes[name] = f"driver stage (foreachBatch; state stored per batch id){window}"
+        p.notes[name] = (f"driver stage (foreachBatch; state stored per batch id){window}; "
+                         f"{_why_driver(p, op)}")
         if isinstance(op.operator, SparkWriter):
             out = op.operator.output
             p.notes[name] += (f"; Spark's {out.format} writer (SparkOutput): each commit's tuples "
                               f"to {out.path}/commit=<n>, rows {op.operator.ddl}")
     return p
+
+
+def _why_driver(p: Plan, op: OperatorDef) -> str:
+    """Why ``op`` runs in the driver, naming what decided it."""
+    if p.mode == "driver":
+        return f"why: the whole graph runs in the driver ({p.why_not_keyed or 'mode=driver was asked'})"
+    if op.kind == "sink":
+        return "why: a sink (its effects happen once, in one place: the driver)"
+    if isinstance(op.operator, SparkWriter):
+        return "why: a Spark writer"
+    last = p.stages[-1].members[-1]
+    return (f"why: it is not on the straight line of keyed stages (after {last!r}, the line ends "
+            "at a branch, a sink, an error port or an operator with several inputs); the driver "
+            "stage merges the key groups' streams for it")
+
+
+def _preserving(graph: FrozenGraph, members: list[str]) -> bool:
+    """Whether every window mark out of a stage is a copy each of its groups forwards."""
+    return all(graph.operator(m).operator.window_punctuation == "preserving" for m in members)
+
+
+def _punct_window(op: OperatorDef) -> bool:
+    return any(isinstance(i.window, WindowSpec) and "punct" in i.window.clause() for i in op.inputs)
 
 
 def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str] | None:
@@ -160,13 +233,18 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
     if not windowed:
         return None, "no windowed operator: nothing to key"
     w = windowed[0]
-    if len(w.inputs) != 1:
-        return w.name, "a windowed operator with several input ports (Join) runs in the driver stage"
-    if len(p.sources) != 1:
-        return None, f"{len(p.sources)} sources; keyed mode takes one"
     chain: list[str] = []
-    upstream = w.inputs[0].connections
-    while True:
+    if len(w.inputs) != 1:
+        why = _joinable(graph, w, p.sources)
+        if why is not None:
+            return w.name, why
+        p.entries = [(name, 0) for name in p.sources]
+        upstream: tuple[Connection, ...] = ()
+    elif len(p.sources) != 1:
+        return None, f"{len(p.sources)} sources; keyed mode takes one (or two into a Join)"
+    else:
+        upstream = w.inputs[0].connections
+    while upstream:
         if len(upstream) != 1:
             return w.name, "its input merges several streams"
         up = graph.operator(upstream[0].operator)
@@ -182,39 +260,126 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
             return up.name, "its output also feeds other operators"
         chain.insert(0, up.name)
         upstream = up.inputs[0].connections
-    spec = w.inputs[0].window
-    inp = w.inputs[0]
-    one_group = "unpartitioned window: one key group" if inp.partition_by is None else _spans(inp)
-    g = 1 if one_group else groups
-    after = _co_partitioned(graph, w, g)
-    hosted = {w.name, *after}
+    stages: list[Stage] = []
+    entry = (chain[-1] if chain else p.sources[0], 0)
+    nxt: OperatorDef | None = w
+    while nxt is not None:
+        inp = nxt.inputs[0]
+        one = "unpartitioned window: one key group" if inp.partition_by is None else _spans(inp)
+        if p.entries and nxt is w:  # a Join, keyed by its equality keys
+            one = None
+        g = 1 if one else groups
+        if stages and stages[-1].groups > 1 and _punct_window(nxt) \
+                and not _preserving(graph, stages[-1].members):
+            return nxt.name, ("a punct() window after a keyed stage whose groups make their own "
+                              "window marks: those have no order across groups")
+        stages.append(Stage([nxt.name, *_co_partitioned(graph, nxt, g)], entry, g, one))
+        entry = (stages[-1].members[-1], 0)
+        nxt = _next_window(graph, stages[-1].members[-1])
+    hosted = {m for s in stages for m in s.members}
     rest = [op.name for op in windowed if op.name not in hosted]
     if rest:
-        return rest[0], (f"{len(windowed)} windowed operators; keyed mode hosts one, with the "
-                         "operators after it that keep its partition key (this one is not among them)")
-    if g > 1:
+        return rest[0], (f"{len(windowed)} windowed operators; keyed stages host a straight line of "
+                         "single-port windowed operators after the source (with the stateless "
+                         "ones between them), and this one is not on it")
+    last = stages[-1]
+    if last.groups > 1 and not _preserving(graph, last.members):
         for op in graph.operators:
-            if op.name in (*hosted, *chain) or op.kind == "source":
-                continue
-            for i in op.inputs:
-                if isinstance(i.window, WindowSpec) and "punct" in i.window.clause():
-                    return op.name, ("a punct() window after the keyed stage: window marks are per "
-                                     "key group there and have no order across groups")
-    p.pre_chain, p.keyed, p.keyed_chain, p.groups = chain, w.name, after, g
+            if op.name not in hosted and op.name not in chain and op.kind != "source" \
+                    and _punct_window(op):
+                return op.name, ("a punct() window after the keyed stages: the last stage's groups "
+                                 "make their own window marks, which have no order across groups")
+    first = stages[0]
+    p.pre_chain, p.keyed, p.keyed_chain, p.groups = chain, first.members[0], first.members[1:], first.groups
+    p.later = stages[1:]
     p.driver = [op.name for op in graph.operators
                 if op.kind != "source" and op.name not in (*hosted, *chain)]
-    for name in after:
-        op = graph.operator(name)
-        p.notes[name] = (f"keyed stage, after {w.name!r} in the same key group"
-                         + (f": window {_describe_window(op.inputs[0].window)!r} on the same key"
-                            if op.inputs[0].windowed else ": stateless"))
     for name in chain:
         p.notes[name] = "stateless: runs in the source's task (mapInPandas), before the key routing"
-    key = inp.partition_by if isinstance(inp.partition_by, str) else "a key function"
-    p.notes[w.name] = (f"keyed stage: groupBy(hash({key}) mod {g}).applyInPandasWithState hosting "
-                       f"window {_describe_window(spec)!r} and the operator; state in the RocksDB "
-                       "state store" + (f" ({one_group})" if one_group else ""))
+    for n, stage in enumerate(stages, 1):
+        head = graph.operator(stage.members[0])
+        inp = head.inputs[0]
+        key = inp.partition_by if isinstance(inp.partition_by, str) else "a key function"
+        spec = _describe_window(inp.window)
+        if n == 1 and p.entries:
+            how = ("a Join keyed by its equality keys: the sources' rows (one stream in order) "
+                   "routed in the sources' task (mapInPandas), a tuple by its side's equality key "
+                   f"mod {stage.groups}, marks copied to every group; then groupBy(group)"
+                   ".applyInPandasWithState hosting windows "
+                   + " and ".join(repr(_describe_window(i.window)) if i.windowed else "none (lookup)"
+                                  for i in head.inputs)
+                   + " and the operator; state in the RocksDB state store")
+        elif n == 1:
+            how = (f"groupBy(hash({key}) mod {stage.groups}).applyInPandasWithState hosting window "
+                   f"{spec!r} and the operator; state in the RocksDB state store")
+        else:
+            how = (f"repartitioned by its key: groupBy(hash({key}) mod {stage.groups})."
+                   f"transformWithStateInPandas hosting window {spec!r} and the operator, merging the "
+                   f"{stages[n - 2].groups} key group(s) of stage {n - 1} as parallel channels "
+                   "(final once all sent it, watermarks at their minimum, window marks "
+                   + ("by count: copies" if _preserving(graph, stages[n - 2].members) else
+                      "each: the groups make their own") + "); state in the RocksDB state store")
+        p.notes[head.name] = f"keyed stage {n}: {how}" + (f" ({stage.one})" if stage.one else "")
+        for name in stage.members[1:]:
+            op = graph.operator(name)
+            p.notes[name] = (f"keyed stage {n}, after {head.name!r} in the same key group"
+                             + (f": window {_describe_window(op.inputs[0].window)!r} on the same key"
+                                if op.inputs[0].windowed else ": stateless"))
     return None
+
+
+def _joinable(graph: FrozenGraph, w: OperatorDef, sources: list[str]) -> str | None:
+    """Why the Join ``w`` cannot be keyed by its equality keys (None: it can). Keyed, each group
+    holds the window contents of its keys only: exact when a window's contents do not depend
+    on other keys' tuples (a time eviction, or no window) and nothing comes out but what an
+    arrival causes (an inner join: an outer one outputs unmatched tuples as time evicts them,
+    in every group at once, with no order across groups)."""
+    from ..operators import Join
+    from ..windows import Time, WindowType
+
+    op = w.operator
+    if not isinstance(op, Join):
+        return "a windowed operator with several input ports (not a Join) runs in the driver stage"
+    if op.equality_keys is None:
+        return "a Join without equality keys matches every pair: nothing to key it by"
+    if op.algorithm != "inner":
+        return (f"a {op.algorithm} Join outputs unmatched tuples when time evicts them, in every "
+                "key group at once, with no order across groups; only an inner Join is keyed")
+    if len(sources) != 2 or len(w.inputs) != 2:
+        return "a keyed Join takes its two inputs straight from two sources"
+    fed: list[str] = []
+    for i, inp in enumerate(w.inputs):
+        if len(inp.connections) != 1 or graph.operator(inp.connections[0].operator).kind != "source":
+            return f"its input port {i} is not fed straight by one source"
+        src = inp.connections[0].operator
+        if len(graph.consumers(src, 0)) != 1:
+            return f"source {src!r} also feeds other operators"
+        fed.append(src)
+        spec = inp.window
+        if inp.windowed and not (isinstance(spec, WindowSpec) and spec.type is WindowType.SLIDING
+                                 and isinstance(spec.eviction, Time) and not spec.partitioned):
+            return (f"its port {i} window {_describe_window(spec)!r} holds tuples of every key "
+                    "together (count or delta eviction, or partitions): a key group would hold "
+                    "other contents; only unpartitioned sliding time windows (or none) are keyed")
+    if sorted(fed) != sorted(sources):
+        return "a keyed Join takes its two inputs straight from two sources"
+    return None
+
+
+def _next_window(graph: FrozenGraph, last: str) -> OperatorDef | None:
+    """The single-port windowed operator that alone takes the stream of stage member ``last``
+    (its only output), if there is one: it starts the next keyed stage."""
+    cur = graph.operator(last)
+    if len(cur.outputs) != 1 or cur.error_port is not None:
+        return None
+    consumers = graph.consumers(last, 0)
+    if len(consumers) != 1:
+        return None
+    nxt = graph.operator(consumers[0][0])
+    if (nxt.kind == "sink" or len(nxt.inputs) != 1 or len(nxt.inputs[0].connections) != 1
+            or not nxt.inputs[0].windowed):
+        return None
+    return nxt
 
 
 def _spans(inp: InputPort) -> str | None:

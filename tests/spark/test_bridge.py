@@ -95,7 +95,7 @@ def _files(tmp_path: Path) -> Path:
     ("stock_moving_average.py", {"seconds": 6, "symbols": 4}, "keyed"),
     ("sensors.py", {"sensors": 20, "seconds": 3}, "keyed"),
     ("per_file_totals.py", {}, "driver"),
-    ("sensor_join.py", {"seconds": 3, "rooms": 3}, "driver"),
+    ("sensor_join.py", {"seconds": 3, "rooms": 3}, "keyed"),
 ])
 def test_examples_write_the_same_file_on_spark_as_in_the_runtime(
         spark: Any, tmp_path: Path, example: str, params: dict[str, Any], mode: str) -> None:
@@ -218,6 +218,7 @@ def test_refusals_name_the_operator_and_why(spark: Any) -> None:
                     [a.window("tumbling, count(2), partitioned", partition_by="k")])
     g.operator("w2", Aggregate({"n": Count()}),
                [w1.window("tumbling, count(2), partitioned", partition_by="j")])
+    g.sink("tap", ListSink(), [w1])  # w1's stream branches: w2 is not on the line of stages
     with pytest.raises(TranslationError, match=r"operator 'w2': cannot run keyed: 2 windowed operators"):
         deploy(g, spark, mode="keyed")
 
@@ -442,7 +443,7 @@ def test_a_scripts_spark_inputs_hook_replaces_its_source_and_a_bad_hook_is_refus
     said: list[str] = []
     params = ["out=x.csv", "pq=x"]
     assert spark_command("explain", str(script), params=params, echo=said.append) == 0
-    assert "src: a Spark stream (SparkInput)" in said[0]
+    assert "src [executors, Spark stream]: a Spark stream (SparkInput)" in said[0]
     script.write_text(_HOOKED_SCRIPT + "\n\ndef spark_inputs(spark, params):\n    return ['src']\n")
     assert spark_command("explain", str(script), params=params, echo=said.append) == 2
     assert "spark_inputs() must return a dict of operator names to SparkInput" in capsys.readouterr().err

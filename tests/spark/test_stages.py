@@ -1,0 +1,98 @@
+"""Chained keyed stages on a local Spark: two windowed operators keyed differently in one query."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from riverbed.graph import Graph, Schema
+from riverbed.operators import Aggregate, Count, FileSink, Functor, Sum
+from riverbed.run import load_graph
+from riverbed.runtime import VirtualClock, run_graph
+from riverbed.spark_bridge._deploy import deploy
+from riverbed.testing import ListSource
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_sensor_sites_runs_as_two_keyed_stages_and_writes_the_runtimes_file(
+        spark: Any, tmp_path: Path) -> None:
+    params = {"sites": 3, "per_site": 4, "seconds": 4}
+    ref, out = tmp_path / "runtime.csv", tmp_path / "spark.csv"
+    run_graph(load_graph(EXAMPLES / "sensor_sites.py", {**params, "out": str(ref)}), clock=VirtualClock())
+    d = deploy(load_graph(EXAMPLES / "sensor_sites.py", {**params, "out": str(out)}), spark,
+               checkpoint=str(tmp_path / "ck"), max_records_per_batch=200, groups=2)
+    d.await_termination()
+    assert [(s.members, s.groups) for s in d.plan.stages] == [(["panes", "spread"], 2), (["sites"], 2)]
+    assert d.stage.batches >= 5  # 960 readings, 200 a batch: panes and sites cross batches
+    assert len(ref.read_text().splitlines()) == 24
+    assert out.read_text() == ref.read_text()
+
+
+class _CrashOnce:
+    """A Functor expression failing once at one value while ``flag`` exists (removed as it fails)."""
+
+    def __init__(self, flag: Path, at: int) -> None:
+        self.flag, self.at = str(flag), at
+
+    def __call__(self, t: Any) -> Any:
+        if t["s"] == self.at and Path(self.flag).exists():
+            Path(self.flag).unlink()
+            raise RuntimeError("crash in the second stage")
+        return t["n"]
+
+
+def _two_stage_crash(out: Path, flag: Path, at: int = -1) -> Graph:
+    g = Graph("restart2")
+    src = g.source("src", ListSource([{"k": f"k{i % 5}", "v": i} for i in range(1200)]))
+    sums = g.operator("sums", Aggregate({"s": Sum("v"), "n": Count()}, copy=("k",)),
+                      [src.window("sliding, count(5), count(2), partitioned", partition_by="k")],
+                      outputs=[Schema(k="rstring", s="int64", n="int64")])
+    parity = g.operator("parity", Functor(output={"p": lambda t: t["s"] % 3}), [sums],
+                        [Schema(k="rstring", s="int64", n="int64", p="int64")])
+    per_p = g.operator("per_p", Aggregate({"s": Sum("s"), "n": Count()}, copy=("p",)),
+                       [parity.window("tumbling, count(4), partitioned", partition_by="p")],
+                       outputs=[Schema(p="int64", s="int64", n="int64")])
+    checked = g.operator("check", Functor(output={"n": _CrashOnce(flag, at)}), [per_p])
+    g.sink("file", FileSink(str(out), format="csv"), [checked])
+    return g
+
+
+def test_a_second_stage_that_failed_mid_stream_resumes_from_the_checkpoint(
+        spark: Any, tmp_path: Path) -> None:
+    """Both stages' groups resume from Spark's state store, the failed batch is replayed, the
+    file equals an uninterrupted run's (the crash comes at an output two thirds in)."""
+    ref = tmp_path / "ref.csv"
+    run_graph(_two_stage_crash(ref, tmp_path / "no-flag"), clock=VirtualClock())
+    lines = ref.read_text().splitlines()
+    at = int(lines[len(lines) * 2 // 3].split(",")[1])
+    out, flag, ck = tmp_path / "out.csv", tmp_path / "flag", str(tmp_path / "ck")
+    flag.touch()
+    first = deploy(_two_stage_crash(out, flag, at), spark, checkpoint=ck, max_records_per_batch=100)
+    assert [s.members for s in first.plan.stages] == [["sums", "parity"], ["per_p", "check"]]
+    with pytest.raises(Exception, match="crash in the second stage"):
+        first.await_termination()
+    partial = out.read_text() if out.exists() else ""
+    assert 0 < len(partial) < len(ref.read_text())  # some batches were committed, not all
+    second = deploy(_two_stage_crash(out, flag, at), spark, checkpoint=ck, max_records_per_batch=100)
+    second.await_termination()
+    assert len(ref.read_text().splitlines()) > 20
+    assert out.read_text() == ref.read_text()
+
+
+def test_sensor_join_runs_keyed_by_room_on_the_executors_and_writes_the_runtimes_file(
+        spark: Any, tmp_path: Path) -> None:
+    params = {"seconds": 8, "rooms": 5}
+    example = EXAMPLES / "sensor_join.py"
+    ref, out = tmp_path / "runtime.csv", tmp_path / "spark.csv"
+    run_graph(load_graph(example, {**params, "out": str(ref)}), clock=VirtualClock())
+    d = deploy(load_graph(example, {**params, "out": str(out)}), spark, checkpoint=str(tmp_path / "ck"),
+               max_records_per_batch=30, groups=2)
+    d.await_termination()
+    assert (d.plan.mode, d.plan.keyed, d.plan.entries) == ("keyed", "join", [("temperature", 0),
+                                                                             ("humidity", 0)])
+    assert d.stage.batches >= 5  # windows and pairs cross micro-batches
+    assert len(ref.read_text().splitlines()) > 150
+    assert out.read_text() == ref.read_text()
