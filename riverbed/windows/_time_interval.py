@@ -243,6 +243,8 @@ class TimeIntervalWindow(Generic[T]):
         state = self._state
         panes = state.panes
         period, duration, offset, drop = config.period, config.duration, config.offset, self._drop
+        if period == duration:
+            return self._insert_tumbling(tuples, read, key_of if partitioned else None)
         stored = 0
         for i, tup in enumerate(tuples):
             try:
@@ -273,6 +275,51 @@ class TimeIntervalWindow(Generic[T]):
                     part.append(tup)
                 pane.updated[key] = None
                 start -= period
+            stored += 1
+        return stored
+
+    def _insert_tumbling(self, tuples: Sequence[T], read: Callable[[T], Any],
+                         key_of: Callable[[T], Hashable] | None) -> int:
+        """`insert_batch` for panes that do not overlap (period == duration): a tuple lands in
+        exactly one pane, and runs of tuples in the same pane (the usual case: event time
+        mostly moves forward) find it without a lookup."""
+        state = self._state
+        panes = state.panes
+        period, duration, offset, drop = (self._config.period, self._config.duration,
+                                          self._config.offset, self._drop)
+        stored = 0
+        pane_start = -1
+        parts: dict[Any, list[T]] = {}
+        updated: dict[Any, None] = {}
+        key: Any = None
+        for i, tup in enumerate(tuples):
+            try:
+                t = read(tup)
+                if key_of is not None:
+                    key = key_of(tup)
+                    if type(key) is not str and type(key) is not int:
+                        hash(key)
+            except Exception:  # `insert` below reads it again and raises the typed error
+                t = None
+            if type(t) is not int or t < 0 or t > EVENT_TIME_MAX:
+                stored += self._insert_one(tup, None, i)
+                pane_start = -1  # `insert` may have made or closed panes
+                continue
+            if t < drop:
+                state.dropped += 1
+                continue
+            start = t - (t - offset) % period
+            if start != pane_start:
+                pane = panes.get(start)
+                if pane is None:
+                    pane = panes[start] = Pane(start, start + duration)
+                pane_start, parts, updated = start, pane.parts, pane.updated
+            part = parts.get(key)
+            if part is None:
+                parts[key] = [tup]
+            else:
+                part.append(tup)
+            updated[key] = None
             stored += 1
         return stored
 
