@@ -44,7 +44,7 @@ from typing import Any
 from riverbed.graph import Graph, Operator, Punct, Source
 from riverbed.operators._join import Join
 from riverbed.runtime import run_graph
-from riverbed.windows import EventType, StreamWindowEvent
+from riverbed.windows import EventType
 
 SEED = 20250611
 
@@ -101,10 +101,12 @@ class RecordingJoin(Join):
         super().__init__(**kw)
         self.order = order
 
-    def on_window_event(self, event: StreamWindowEvent[Any], port: int) -> None:
-        if event.type is EventType.INSERTION:
-            self.order.append(port)
-        super().on_window_event(event, port)
+    def setup(self) -> None:
+        super().setup()
+        for port in (0, 1):
+            window: Any = self.context.window(port)
+            window.register_listener(lambda event, port=port: self.order.append(port),
+                                     (EventType.INSERTION,))
 
 
 def graph(left: Sequence[dict[str, Any]], right: Sequence[dict[str, Any]], window: int, digest: Digest,

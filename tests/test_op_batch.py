@@ -341,3 +341,29 @@ def test_bind_one_builds_what_bind_builds(tup: Any, names: list[str], kinds: dic
     if one[0] == "ok" and isinstance(one[1], dict):
         assert list(one[1]) == list(ref[1])  # the same attribute order
     assert rec_one.calls == rec_ref.calls
+
+
+# ------------------------------------------------ marked batches, counted
+
+
+@pytest.mark.parametrize("schema", [None, Schema(v="int64")])
+def test_marks_inside_a_batch_are_counted_once_each_with_or_without_a_schema(
+        schema: Schema | None) -> None:
+    items: list[Any] = [{"v": v} for v in range(10)]
+    out, metrics = run_job(Punctor(lambda x: x["v"] % 3 == 0, "after"), items, error_port=False,
+                           schemas=[schema])
+    assert out[0] == [x for v in range(10) for x in ([{"v": v}, W] if v % 3 == 0 else [{"v": v}])] \
+        + [Punct.FINAL]
+    port = metrics.operators["op"].outputs[0]
+    assert (port.tuples_submitted, port.window_puncts_submitted) == (10, 4)
+    assert metrics.operators["out0"].inputs[0].window_puncts_processed == 4
+
+
+def test_an_event_time_source_s_marks_and_watermarks_are_counted_apart() -> None:
+    g = Graph("et")
+    src = g.source("in", ListSource([{"t": 1}, W, {"t": 2}, {"t": 3}, W]), event_time="t",
+                   resolution="ms", minimum_gap=0.0)
+    g.sink("sink", ListSink(), [src])
+    port = run_graph(g, clock=VirtualClock()).operators["in"].outputs[0]
+    assert (port.tuples_submitted, port.window_puncts_submitted) == (3, 2)
+    assert port.watermarks_submitted == 4  # 1, 2, 3 and the maximum before final

@@ -314,7 +314,10 @@ class OperatorCore:
         if punct is not Punct.WINDOW:
             raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "
                              "punctuation is sent by the runtime when the inputs end")
-        self.outputs[port].mark(Punct.WINDOW)
+        out = self.outputs[port]  # `OutputPort.mark` inlined: a mark after each join arrival
+        out.buf.append(punct)
+        out.marks += 1
+        out.window_marks += 1
 
     def submit_watermark(self, value: int) -> None:
         """Send a watermark on (operators that hold tuples and so hold watermarks with them)."""
@@ -686,7 +689,7 @@ class OperatorCore:
         self.final_state = None
         for out in self.outputs:
             out.buf.clear()
-            out.marks = 0
+            out.marks = out.window_marks = 0
             out.pending.clear()
         if state is not None:
             self.restore(state)
@@ -839,7 +842,12 @@ class OperatorCore:
         window = self.windows[port]
         if isinstance(window, StreamWindow):
             self.guard(window.window_mark, port)
-        self.guard(self.op.on_punct, port, Punct.WINDOW, port)
+        try:  # `guard` inlined: a mark can follow every tuple (Join's after each arrival)
+            self.op.on_punct(Punct.WINDOW, port)
+        except OperatorError:
+            raise
+        except Exception as exc:
+            raise OperatorError(self.name, port, None, exc) from exc
         if self.op.window_punctuation == "preserving":
             for p in self._data_ports:
                 self.outputs[p].mark(Punct.WINDOW)

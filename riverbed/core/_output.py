@@ -28,13 +28,15 @@ __all__ = ["MarkedBatch", "OutputPort", "split_marked"]
 
 class MarkedBatch(list[Any]):
     """A batch whose tuples are interleaved with window marks (`Punct.WINDOW`) and watermarks,
-    in the order they were submitted; ``tuples`` counts the tuples among them."""
+    in the order they were submitted; ``tuples`` counts the tuples among them and
+    ``window_marks`` the window marks (None: not counted, `OutputPort.count_delivered` looks)."""
 
-    __slots__ = ("tuples",)
+    __slots__ = ("tuples", "window_marks")
 
-    def __init__(self, items: list[Any], tuples: int) -> None:
+    def __init__(self, items: list[Any], tuples: int, window_marks: int | None = None) -> None:
         super().__init__(items)
         self.tuples = tuples
+        self.window_marks = window_marks
 
 
 def split_marked(batch: MarkedBatch) -> list[Any]:
@@ -58,12 +60,14 @@ class OutputPort:
     """``buf`` takes submitted tuples (hosts bind ``buf.append`` once: it lives as long as the
     port); ``pending`` holds sealed batches (lists) and control items, in order."""
 
-    __slots__ = ("buf", "first_invalid", "marks", "metrics", "on_invalid", "pending", "validate")
+    __slots__ = ("buf", "first_invalid", "marks", "metrics", "on_invalid", "pending", "validate",
+                 "window_marks")
 
     def __init__(self, schema: Schema | None, metrics: OutputPortMetrics,
                  on_invalid: Callable[[Any, str], None]) -> None:
         self.buf: list[Any] = []
         self.marks = 0  # window marks and watermarks in ``buf``
+        self.window_marks = 0  # the window marks among them
         self.pending: list[Any] = []
         self.validate = schema.validator() if schema is not None else None
         self.first_invalid = schema.batch_checker() if schema is not None else None
@@ -85,8 +89,15 @@ class OutputPort:
         buf.clear()
 
     def _seal_marked(self) -> None:
-        """Seal a batch holding marks: each run of tuples is checked on its own."""
+        """Seal a batch holding marks: each run of tuples is checked on its own (without a
+        schema, nothing to check: the buffer is the batch)."""
         buf = self.buf
+        if self.first_invalid is None:
+            marks, window_marks = self.marks, self.window_marks
+            self.marks = self.window_marks = 0
+            self.pending.append(MarkedBatch(buf, len(buf) - marks, window_marks))
+            buf.clear()
+            return
         items: list[Any] = []
         tuples = 0
         for entry in split_marked(MarkedBatch(buf, 0)):
@@ -103,7 +114,7 @@ class OutputPort:
                 items.append(entry)
         buf.clear()
         self.buf = buf  # the same list: hosts hold its bound ``append``
-        self.marks = 0
+        self.marks = self.window_marks = 0
         self.pending.append(MarkedBatch(items, tuples))
 
     def _drop_invalid(self, first: int) -> None:
@@ -131,6 +142,8 @@ class OutputPort:
         """A window mark or watermark, in line with the tuples around it (`MarkedBatch`)."""
         self.buf.append(item)
         self.marks += 1
+        if item is Punct.WINDOW:
+            self.window_marks += 1
 
     @property
     def has_output(self) -> bool:
@@ -151,6 +164,10 @@ class OutputPort:
             m.tuples_submitted += len(entry)
         elif type(entry) is MarkedBatch:
             m.tuples_submitted += entry.tuples
+            if entry.window_marks is not None:  # counted as they were submitted
+                m.window_puncts_submitted += entry.window_marks
+                m.watermarks_submitted += len(entry) - entry.tuples - entry.window_marks
+                return
             for item in entry:
                 if item is Punct.WINDOW:
                     m.window_puncts_submitted += 1
