@@ -483,3 +483,4 @@ def test_a_subclass_overriding_on_window_event_still_sees_insertions_and_evictio
     assert ran.out == [{"k": 1, "a": 1, "b": 1}, W, {"k": 1, "a": 1, "b": 2}, W]
     assert [s for s in op.seen if s[0] in ("INSERTION", "EVICTION")] == [
         ("INSERTION", 0), ("INSERTION", 1), ("EVICTION", 1), ("INSERTION", 1)]
+    assert op.seen.count(("TRIGGER", 1)) == 2  # every event, as from the host

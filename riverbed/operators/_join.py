@@ -74,6 +74,7 @@ from ..windows import (
     encode_partition_key,
 )
 from ._params import OperatorParameterError, spl_aliases
+from ._utility_support import every_event
 
 __all__ = ["Join", "JoinStateError"]
 
@@ -323,10 +324,21 @@ class Join(Operator):
         self._evict = [self._eviction_handler(side) for side in self._sides]
         for side in self._sides:  # insertions and evictions straight from the windows
             own = side.window
-            if own is not None and all(own is not w for w in self._listening):
-                self._listening.append(own)
-                own.register_listener(self._listener(side, self._arrive[side.port]), (INSERTION,))
-                own.register_listener(self._listener(side, self._evict[side.port]), (EVICTION,))
+            if own is None or any(own is w for w in self._listening):
+                continue
+            self._listening.append(own)
+            if type(self).on_window_event is not Join.on_window_event:
+                # A subclass's on_window_event sees every event, as from the host (which
+                # delivers PARTITION_EVICTION itself).
+                types = [t for t in every_event(own) if t is not PARTITION_EVICTION]
+                own.register_listener(self._forward(side.port), types)
+                continue
+            own.register_listener(self._listener(side, self._arrive[side.port]), (INSERTION,))
+            own.register_listener(self._listener(side, self._evict[side.port]), (EVICTION,))
+
+    def _forward(self, port: int) -> Callable[[StreamWindowEvent[Any]], None]:
+        on_event = self.on_window_event
+        return lambda event: on_event(event, port)
 
     def _listener(self, side: _Side, handle: Callable[[StreamWindowEvent[Any]], None]
                   ) -> Callable[[StreamWindowEvent[Any]], None]:
@@ -335,8 +347,6 @@ class Join(Operator):
         the host's listener, `on_window_event`'s dispatch and then the handler. A compiled
         handler looks at the restore itself, and is the listener."""
         port, on_event = side.port, self.on_window_event
-        if type(self).on_window_event is not Join.on_window_event:  # a subclass's: it sees all
-            return lambda event: on_event(event, port)
         if handle in self._compiled:
             return handle
 

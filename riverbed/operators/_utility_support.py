@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..graph import Operator, Schema
+from ..windows import EventType, TimeIntervalWindow
 from ._params import OperatorParameterError, spl_aliases
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "PortShape",
     "batch_submit",
     "check_callable",
+    "every_event",
     "freeze_key",
     "has_nan",
     "int_param",
@@ -187,6 +189,15 @@ def batch_submit(op: Operator, port: int = 0) -> Callable[[Iterable[Any]], None]
             submit(tup, port)
 
     return submit_each
+
+
+def every_event(window: Any) -> tuple[EventType, ...]:
+    """The event types a listener registers to see everything ``window`` raises (what a host's
+    listener sees when the operator's ``window_events`` is None): a timeInterval window raises
+    pane events only."""
+    if isinstance(window, TimeIntervalWindow):
+        return (EventType.INITIAL_FULL, EventType.TRIGGER, EventType.CLOSE)
+    return tuple(EventType)
 
 
 # ---------------------------------------------------------------- output clauses
