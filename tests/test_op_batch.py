@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from riverbed.core import OperatorError
 from riverbed.graph import EventTime, Graph, Operator, Punct, Schema
 from riverbed.operators._relational import Custom, Filter, Functor, Punctor
-from riverbed.operators._utility import Split, ThreadedSplit, Union
+from riverbed.operators._utility import DeDuplicate, Split, ThreadedSplit, Union
 from riverbed.operators._utility_support import OutputClause
 from riverbed.runtime import JobError, JobMetrics, VirtualClock, run_graph
-from riverbed.testing import ListSink, ListSource
+from riverbed.testing import ListSink, ListSource, at
 
 W = Punct.WINDOW
 
@@ -58,11 +58,14 @@ def counts(metrics: JobMetrics) -> Any:
 
 def same_both_ways(make: Callable[[Any], Operator], op_type: type[Operator],
                    items: list[Any], **kw: Any) -> list[list[Any]]:
-    """Run the batch handler and the per-tuple reference; they must agree; the outputs."""
-    fast, fast_metrics = run_job(make(op_type), items, **kw)
-    slow, slow_metrics = run_job(make(per_tuple(op_type)), items, **kw)
+    """Run the batch handler and the per-tuple reference; they must agree (outputs, metrics,
+    the state each operator ended with); the outputs."""
+    fast_op, slow_op = make(op_type), make(per_tuple(op_type))
+    fast, fast_metrics = run_job(fast_op, items, **kw)
+    slow, slow_metrics = run_job(slow_op, items, **kw)
     assert fast == slow
     assert counts(fast_metrics) == counts(slow_metrics)
+    assert fast_op.snapshot() == slow_op.snapshot()
     return fast
 
 
@@ -367,3 +370,40 @@ def test_an_event_time_source_s_marks_and_watermarks_are_counted_apart() -> None
     port = run_graph(g, clock=VirtualClock()).operators["in"].outputs[0]
     assert (port.tuples_submitted, port.window_puncts_submitted) == (3, 2)
     assert port.watermarks_submitted == 4  # 1, 2, 3 and the maximum before final
+
+
+# ------------------------------------------------------------- DeDuplicate
+
+keys = st.one_of(st.integers(0, 4), st.sampled_from(["a", "b"]), st.just([1, 2]),
+                 st.just(float("nan")), st.just(1.5), st.just(None))
+dedup_items = st.lists(st.one_of(st.tuples(keys, st.integers(0, 30)), st.just(W),
+                                 st.integers(0, 3).map(lambda s: at(s))), max_size=40)
+
+
+@settings(max_examples=80, deadline=None)
+@given(dedup_items, st.sampled_from(["count", "delta", "time_out"]), st.booleans(), st.booleans(),
+       st.booleans())
+def test_deduplicate(raw: list[Any], mode: str, reset: bool, duplicates: bool, clause: bool) -> None:
+    items: list[Any] = []
+    clock = 0.0
+    for x in raw:
+        if isinstance(x, tuple):
+            items.append({"k": x[0], "d": x[1]})
+        elif x is W:
+            items.append(W)
+        else:
+            clock += x.time_ns / 1e9
+            items.append(at(clock))
+
+    def key(t: Any) -> Any:
+        if t["k"] is None:
+            raise ValueError("no key")
+        return t["k"]
+
+    def make(t: Any) -> Any:
+        bound: dict[str, Any] = {"count": {"count": 3}, "time_out": {"time_out": 1.5},
+                                 "delta": {"delta_attribute": "d", "delta": 4}}[mode]
+        return t(key, reset_on_duplicate=reset, **bound,
+                 output={"twice": lambda x: x["d"] * 2} if clause else None)
+    out = same_both_ways(make, DeDuplicate, items, outputs=2 if duplicates else 1)
+    assert all(isinstance(x, Punct) or "k" in x or "tuple" in x for port in out for x in port)

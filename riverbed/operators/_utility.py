@@ -424,13 +424,16 @@ class DeDuplicate(Operator):
         self.flush_on_punctuation: bool = p["flush_on_punctuation"] is True
         self.clause = OutputClause("DeDuplicate", 0, p["output"])
         self._build: Callable[..., Any] = self.clause.bind(None)
+        self._copies = False
         self._duplicates = False
         self._seen: OrderedDict[Hashable, Any] = OrderedDict()  # oldest first
         self._n = 0
 
     def setup(self) -> None:
         self._duplicates = port_shape(self, inputs=(1, 1), outputs=(1, 2)).outputs == 2
-        self._build = self.clause.bind(output_schema(self, 0))
+        schema = output_schema(self, 0)
+        self._build = self.clause.bind_one(schema)
+        self._copies = self.clause.passes_input(schema)
 
     def _value(self, tup: Any) -> Any:
         if self.mode == "time_out":
@@ -467,6 +470,52 @@ class DeDuplicate(Operator):
             if value - oldest <= diff:
                 break
             seen.popitem(last=False)
+
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        """`on_tuple` for a run of tuples, with the per-tuple steps inlined (a plain int or
+        string key needs no freezing and cannot be NaN)."""
+        seen, diff, reset, duplicates = self._seen, self.diff, self.reset_on_duplicate, self._duplicates
+        key_of, build, submit, move_to_end = self.key, self._build, self.submit, seen.move_to_end
+        by_count, by_time = self.mode == "count", self.mode == "time_out"
+        now, delta_of = self.context.now, self.delta_of
+        copied = self._copies  # no output clause, no schema: the tuple itself goes out
+        n = self._n
+        try:
+            for tup in tuples:
+                if by_count:
+                    value = n
+                    n += 1
+                elif by_time:
+                    value = now()
+                else:
+                    assert delta_of is not None
+                    value = delta_of(tup)
+                key = key_of(tup) if key_of is not None else tup
+                kind = type(key)
+                if kind is not int and kind is not str:
+                    key = freeze_key(key)
+                    if has_nan(key):
+                        submit(tup if copied else build(tup), 0)
+                        continue
+                old = seen.get(key, _ABSENT)
+                if old is _ABSENT or value - old > diff:
+                    submit(tup if copied else build(tup), 0)
+                    seen[key] = value
+                    move_to_end(key)
+                else:
+                    if reset:
+                        seen[key] = value
+                        move_to_end(key)
+                    if duplicates:
+                        submit(tup, 1)
+                # Forget what has expired, oldest first, as IBM's operator does after every tuple.
+                while seen:
+                    oldest = next(iter(seen.values()))
+                    if value - oldest <= diff:
+                        break
+                    seen.popitem(last=False)
+        finally:
+            self._n = n
 
     def on_punct(self, punct: Punct, port: int) -> None:
         if self.flush_on_punctuation:

@@ -270,6 +270,10 @@ class OutputClause:
         return build
 
 
+    def passes_input(self, schema: Schema | None) -> bool:
+        """The builder for this schema returns its (one) input tuple itself: nothing to build."""
+        return schema is None and not self.assign
+
     def bind_one(self, schema: Schema | None) -> Callable[[Any], Any]:
         """`bind` for an operator with one input: ``f(tup) -> output tuple``, generated for the
         clause (one dict display, no loop over the attributes), with the same result.
