@@ -377,7 +377,7 @@ def test_an_event_time_source_s_marks_and_watermarks_are_counted_apart() -> None
 keys = st.one_of(st.integers(0, 4), st.sampled_from(["a", "b"]), st.just([1, 2]),
                  st.just(float("nan")), st.just(1.5), st.just(None))
 dedup_items = st.lists(st.one_of(st.tuples(keys, st.integers(0, 30)), st.just(W),
-                                 st.integers(0, 3).map(lambda s: at(s))), max_size=40)
+                                 st.integers(0, 3).map(at)), max_size=40)
 
 
 @settings(max_examples=80, deadline=None)
