@@ -126,6 +126,11 @@ class Operator:
     State: `snapshot` returns the operator's own state as plain data and
     `restore` takes it back; windows on its ports are persisted by the host
     (SPL rule C1), not by the operator.
+
+    Tuples on a plain port go to `on_tuple` one at a time, or, when the
+    operator defines `on_tuples`, a whole run of them (between two marks) in
+    one call: the stateless standard operators do, to pay one call per batch
+    instead of one per tuple, with the same per-tuple results and errors.
     """
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
