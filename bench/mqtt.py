@@ -23,6 +23,10 @@ Two shapes: **batched** (``B`` records per message, an array) and
   sink (p50/p99 over all window results): publish -> broker -> source ->
   window -> result, without a backlog.
 
+Every run is checked before its figures are printed (`check`): the record
+count, full windows, and the temperatures summing to what was published; a
+difference exits with status 1.
+
 The three processes (publisher, broker, riverbed) share the machine's CPUs,
 as they would on one box. Numbers vary with machine load (see
 ``notes/dependencies.md``: a 2-vCPU VM, 1.4 k msgs/s through aiomqtt).
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import statistics
 import sys
 import time
@@ -61,11 +66,15 @@ class Latencies(Operator):
         self.records = 0
         self.last_ns = 0
         self.first_pub = sys.maxsize
+        self.temps: list[float] = []  # each result's temperature sum (average x count)
+        self.short = 0  # results of fewer than WINDOW records (a tumbling count never has one)
 
     def on_tuple(self, tup: Any, port: int) -> None:
         now = time.time_ns()
         self.ages.append(now - tup["pub"])
         self.records += tup["n"]
+        self.temps.append(tup["avg"] * tup["n"])
+        self.short += tup["n"] != WINDOW
         self.last_ns = now
         self.first_pub = min(self.first_pub, tup["first"])
 
@@ -91,7 +100,7 @@ async def _publish(port: int, n: int, batch: int, fmt: str, rate: float) -> None
                     await asyncio.sleep(delay)
             count = min(batch, n - seq)
             pub = time.time_ns()
-            records = [{"sensor": f"s{(seq + i) % SENSORS}", "seq": seq + i, "temp": 20.0 + (seq + i) % 7,
+            records = [{"sensor": f"s{(seq + i) % SENSORS}", "seq": seq + i, "temp": temp_of(seq + i),
                         "pub": pub} for i in range(count)]
             payload = codec.encode(records, batch=batch > 1)
             pending.append(asyncio.ensure_future(client.publish(f"bench/s{msg % SENSORS}", payload, 1)))
@@ -104,6 +113,31 @@ async def _publish(port: int, n: int, batch: int, fmt: str, rate: float) -> None
 
 
 # ------------------------------------------------------------------ one measured run
+
+
+def temp_of(seq: int) -> float:
+    """The temperature the publisher sends with record ``seq``."""
+    return 20.0 + seq % 7
+
+
+def check(lat: Latencies, n: int) -> None:
+    """Every run's results, before any figure of it is printed: as many records as complete
+    windows hold, each result of WINDOW records, and (when every record falls in a complete
+    window, whatever the arrival order) the temperatures summing to what was sent: a record
+    lost, or delivered twice in place of another, shows. A difference exits with status 1."""
+    expected = n - n % WINDOW
+    problem = None
+    if lat.records != expected:
+        problem = f"{lat.records} records in window results, expected {expected}"
+    elif lat.short:
+        problem = f"{lat.short} window results hold fewer than {WINDOW} records"
+    elif n % WINDOW == 0:
+        sent = math.fsum(temp_of(seq) for seq in range(n))
+        got = math.fsum(lat.temps)
+        if not math.isclose(got, sent, rel_tol=1e-9):
+            problem = f"the results' temperatures sum to {got}, the records sent to {sent}"
+    if problem is not None:
+        raise SystemExit(f"MISMATCH, no figures printed: {n} records published: {problem}")
 
 
 def run_once(port: int, n: int, batch: int, fmt: str, rate: float) -> dict[str, float]:
@@ -126,7 +160,7 @@ def run_once(port: int, n: int, batch: int, fmt: str, rate: float) -> dict[str, 
         await pub.wait()
 
     asyncio.run(main())
-    assert lat.records == n - n % WINDOW, (lat.records, n)
+    check(lat, n)
     secs = (lat.last_ns - lat.first_pub) / 1e9
     ages = sorted(lat.ages)
     q = statistics.quantiles(ages, n=100, method="inclusive") if len(ages) > 1 else ages * 99

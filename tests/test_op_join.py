@@ -460,3 +460,27 @@ def test_restoring_later_evicts_overdue_tuples_and_outputs_the_unmatched_ones(fl
     assert run_until_crash(Job(build(second), clock=VirtualClock(10 * S), checkpoints=store), None)
     assert second[0].rows == [{"a": 1, "b": 1}, "mark", {"a": 3, "b": 3}, "mark"]
     assert second[1].rows == [{"b": 2}, {"b": 4}]  # b=4 when it expires at 18 s
+
+
+# ------------------------------------------------- listeners on the windows
+
+
+class Recording(Join):
+    """A subclass that looks at every window event, as one written against on_window_event."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.seen: list[tuple[str, int]] = []
+
+    def on_window_event(self, event: Any, port: int) -> None:
+        self.seen.append((event.type.name, port))
+        super().on_window_event(event, port)
+
+
+def test_a_subclass_overriding_on_window_event_still_sees_insertions_and_evictions() -> None:
+    op = Recording(equality_lhs="k", equality_rhs="k")
+    ran = run_join(op, [L(k=1, a=1), R(k=1, b=1), R(k=1, b=2)], right="sliding, count(1)")
+    assert ran.out == [{"k": 1, "a": 1, "b": 1}, W, {"k": 1, "a": 1, "b": 2}, W]
+    assert [s for s in op.seen if s[0] in ("INSERTION", "EVICTION")] == [
+        ("INSERTION", 0), ("INSERTION", 1), ("EVICTION", 1), ("INSERTION", 1)]
+    assert op.seen.count(("TRIGGER", 1)) == 2  # every event, as from the host

@@ -260,3 +260,34 @@ def test_snapshot_of_a_progressive_sort_holds_its_sorted_partitions_as_plain_dat
     for k, rows in state["partitions"]:
         assert len(rows) == min(4, len([i for i in range(sent) if i % 3 == k]))
         assert [r["v"] for r in rows] == sorted((r["v"] for r in rows), reverse=True)
+
+
+# ------------------------------------- listeners of its own = the generic path
+
+
+class EveryEvent(Sort):
+    """Sort seeing every event through `on_window_event`: the generic path, the reference."""
+
+    def on_window_event(self, event: Any, port: int) -> None:
+        super().on_window_event(event, port)
+
+
+@settings(max_examples=50, deadline=None)
+@given(items=st.lists(st.one_of(st.tuples(st.integers(0, 2), st.integers(0, 5)), st.just(W)),
+                      max_size=30),
+       window=st.sampled_from(["tumbling, count(3)", "tumbling, punct()", "tumbling, delta(t, 2)",
+                               "sliding, count(3)", "sliding, count(2)"]),
+       partitioned=st.booleans(), descending=st.booleans(),
+       flavor=st.sampled_from(["java", "cpp"]))
+def test_the_sort_s_own_listeners_give_exactly_what_every_event_gives(
+        items: list[Any], window: str, partitioned: bool, descending: bool, flavor: str) -> None:
+    tuples = [x if x is W else {"p": x[0], "v": x[1], "t": i} for i, x in enumerate(items)]
+    order = "descending" if descending else "ascending"
+    clause = window + (", partitioned" if partitioned else "")
+    kw: dict[str, Any] = {"window": clause, "flavor": flavor,
+                          "partition_by": "p" if partitioned else None}
+    fast = run_operator(Sort(sort_by="v", order=order), tuples, **kw)
+    reference = run_operator(EveryEvent(sort_by="v", order=order), tuples, **kw)
+    assert fast.items == reference.items
+    assert fast.metrics.operators["op"].outputs[0].window_puncts_submitted == \
+        reference.metrics.operators["op"].outputs[0].window_puncts_submitted

@@ -36,7 +36,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import length_hint
 from typing import Any, Protocol
 
 from ..graph import (
@@ -200,6 +201,9 @@ class OperatorCore:
         self.input_paused = False  # the operator asked its host to stop taking input (full)
         self.final_state: Any = None  # the state it ended with, for checkpoints taken after
         self.submit: Callable[..., None] = self._make_submit()
+        # The operator's own batch handler, if it has one (else one `on_tuple` call a tuple).
+        self._on_tuples: Callable[[Iterator[Any], int], None] | None = (
+            self.op.on_tuples if type(self.op).on_tuples is not Operator.on_tuples else None)
 
     # ------------------------------------------------------------ context API
 
@@ -254,6 +258,23 @@ class OperatorCore:
 
         return submit
 
+    def batch_submit(self, port: int = 0) -> Callable[[Iterable[Any]], None]:
+        """A function submitting every tuple of an iterable on ``port``, in order, as `submit`
+        does each: an operator's ``on_tuples`` hands it a whole ``map`` or ``filter`` at once.
+        What was submitted before the iterable raised stays submitted (the tuples before the
+        failing one keep their output). Ask once (in ``setup``); it stays valid for the core's
+        life."""
+        out = self.outputs[port]  # raises IndexError: there is no such port
+        if port == 0 and self._generates_watermarks:  # each tuple may move the watermark
+            submit = self.submit
+
+            def submit_each(tuples: Iterable[Any]) -> None:
+                for tup in tuples:
+                    submit(tup, 0)
+
+            return submit_each
+        return out.buf.extend
+
     def _event_time_submit(self, appends: list[Callable[[Any], None]]) -> Callable[..., None]:
         """A submit with E29 inlined: the watermark follows each tuple's event time."""
         append, attr, lag, gap = appends[0], self._et_attribute, self._lag_ticks, self._gap_ticks
@@ -293,7 +314,10 @@ class OperatorCore:
         if punct is not Punct.WINDOW:
             raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "
                              "punctuation is sent by the runtime when the inputs end")
-        self.outputs[port].mark(Punct.WINDOW)
+        out = self.outputs[port]  # `OutputPort.mark` inlined: a mark after each join arrival
+        out.buf.append(punct)
+        out.marks += 1
+        out.window_marks += 1
 
     def submit_watermark(self, value: int) -> None:
         """Send a watermark on (operators that hold tuples and so hold watermarks with them)."""
@@ -665,7 +689,7 @@ class OperatorCore:
         self.final_state = None
         for out in self.outputs:
             out.buf.clear()
-            out.marks = 0
+            out.marks = out.window_marks = 0
             out.pending.clear()
         if state is not None:
             self.restore(state)
@@ -723,24 +747,51 @@ class OperatorCore:
             self._insert_routed(port, batch, window.inserter(), Exception,
                                 lambda exc: window.batch_failed_at)
             return
+        self._run_tuples(port, batch)
+
+    def _run_tuples(self, port: int, batch: list[Any]) -> None:
+        """Hand a run of tuples of a plain port to the operator: all at once through
+        ``on_tuples`` when it has one of its own, else one ``on_tuple`` call each. A tuple that
+        raises stops the job naming it or goes to the error port; the rest go on after it."""
+        pm = self.metrics.inputs[port]
+        on_tuples = self._on_tuples
+        if on_tuples is not None:
+            n = len(batch)
+            it = iter(batch)
+            while True:
+                try:
+                    on_tuples(it, port)
+                except Exception as exc:  # user code: the tuple it took last failed
+                    i = n - length_hint(it) - 1
+                    if i < 0:  # before it took any: not a tuple's failure
+                        if isinstance(exc, OperatorError):
+                            raise
+                        raise OperatorError(self.name, port, None, exc) from exc
+                    pm.errors += 1
+                    self.fail_or_route(exc, port, batch[i])
+                    continue
+                if length_hint(it):
+                    raise OperatorError(self.name, port, None, RuntimeError(
+                        f"{type(self.op).__name__}.on_tuples returned before taking every tuple "
+                        f"of the batch ({length_hint(it)} of {n} left); it must take them all"))
+                return
         on_tuple = self.op.on_tuple
-        start, n = 0, len(batch)
-        while start < n:
-            i = start
+        n = len(batch)
+        it = iter(batch)
+        while True:
             try:
-                for i in range(start, n):
-                    on_tuple(batch[i], port)
-                break
+                for tup in it:
+                    on_tuple(tup, port)
+                return
             except Exception as exc:  # user code: stop the job naming the tuple, or route it
                 pm.errors += 1
-                self.fail_or_route(exc, port, batch[i])
-                start = i + 1
+                self.fail_or_route(exc, port, batch[n - length_hint(it) - 1])
 
     def _handle_marked(self, conn: int, batch: MarkedBatch) -> None:
         """Tuples interleaved with window marks and watermarks: each run of tuples as a batch,
         each mark in its place."""
         port = self.conn_port[conn]
-        if self.windows[port] is None:  # a plain port: one loop, no slicing
+        if self.windows[port] is None and self._on_tuples is None:  # one loop, no slicing
             pm = self.metrics.inputs[port]
             pm.tuples_processed += batch.tuples
             on_tuple = self.op.on_tuple
@@ -791,7 +842,12 @@ class OperatorCore:
         window = self.windows[port]
         if isinstance(window, StreamWindow):
             self.guard(window.window_mark, port)
-        self.guard(self.op.on_punct, port, Punct.WINDOW, port)
+        try:  # `guard` inlined: a mark can follow every tuple (Join's after each arrival)
+            self.op.on_punct(Punct.WINDOW, port)
+        except OperatorError:
+            raise
+        except Exception as exc:
+            raise OperatorError(self.name, port, None, exc) from exc
         if self.op.window_punctuation == "preserving":
             for p in self._data_ports:
                 self.outputs[p].mark(Punct.WINDOW)

@@ -28,14 +28,14 @@ __all__ = ["MarkedBatch", "OutputPort", "split_marked"]
 
 class MarkedBatch(list[Any]):
     """A batch whose tuples are interleaved with window marks (`Punct.WINDOW`) and watermarks,
-    in the order they were submitted; ``tuples`` counts the tuples among them."""
+    in the order they were submitted; ``tuples`` counts the tuples among them and
+    ``window_marks`` the window marks (counted here when not given)."""
 
     __slots__ = ("tuples", "window_marks")
 
     def __init__(self, items: list[Any], tuples: int, window_marks: int | None = None) -> None:
         super().__init__(items)
         self.tuples = tuples
-        # window marks among the items (the rest of the non-tuples are watermarks)
         self.window_marks = (sum(1 for item in items if item is Punct.WINDOW)
                              if window_marks is None else window_marks)
 

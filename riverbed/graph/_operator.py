@@ -13,7 +13,7 @@ a plain port go to `on_tuple`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from ..windows import EventType
@@ -126,6 +126,11 @@ class Operator:
     State: `snapshot` returns the operator's own state as plain data and
     `restore` takes it back; windows on its ports are persisted by the host
     (SPL rule C1), not by the operator.
+
+    Tuples on a plain port go to `on_tuple` one at a time, or, when the
+    operator defines `on_tuples`, a whole run of them (between two marks) in
+    one call: the stateless standard operators do, to pay one call per batch
+    instead of one per tuple, with the same per-tuple results and errors.
     """
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
@@ -158,6 +163,27 @@ class Operator:
         """A tuple arrived on a plain (unwindowed) input port."""
         raise NotImplementedError(
             f"{type(self).__name__} receives tuples on input port {port} but does not define on_tuple")
+
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        """A run of tuples arrived on a plain input port: override it to handle many at once.
+
+        A call per tuple costs more than most stateless operators' work; a
+        handler that runs ``map``, ``filter`` or a comprehension over
+        ``tuples`` (submitting through the host's ``batch_submit``) does not
+        pay it. Whatever it does, the result must be what `on_tuple` on each
+        tuple in turn gives, and it must keep to one rule so that errors stay
+        per tuple: take the tuples from ``tuples`` in order, one at a time,
+        finishing each (submitting its output) before taking the next, and
+        take them all. If a tuple fails, let the exception out: the host
+        routes the tuple taken last (to the error port, or the job stops
+        naming it) and calls again with the same iterator, positioned after
+        it. Window marks and watermarks are never inside ``tuples``: they
+        come between two calls. The default calls `on_tuple` for each;
+        the host calls `on_tuple` directly when this is not overridden.
+        """
+        on_tuple = self.on_tuple
+        for tup in tuples:
+            on_tuple(tup, port)
 
     def on_window_event(self, event: StreamWindowEvent[Any], port: int) -> None:
         """An event of the window on input port ``port``; valid only during the call."""

@@ -74,6 +74,7 @@ from ..windows import (
     encode_partition_key,
 )
 from ._params import OperatorParameterError, spl_aliases
+from ._utility_support import every_event
 
 __all__ = ["Join", "JoinStateError"]
 
@@ -199,6 +200,8 @@ class Join(Operator):
     """
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
+    # INSERTION and EVICTION come straight from the windows (`setup` registers the listeners).
+    window_events: ClassVar[frozenset[EventType] | None] = frozenset({PARTITION_EVICTION})
 
     def __init__(self, *, match: Callable[[Any, Any], bool] | None = None,
                  equality_lhs: Expression | Sequence[Expression] | None = None,
@@ -267,8 +270,10 @@ class Join(Operator):
         self._held: list[tuple[int, Any]] = []  # unmatched outputs released by an arrival's eviction
         self._pending = False  # restored, mirrors not rebuilt yet
         self._fast = True  # compile the fast handlers where they apply (tests turn it off)
-        self._arrive: list[Callable[[Hashable, Any], None]] = []
-        self._evict: list[Callable[[Hashable, Sequence[Any]], None]] = []
+        self._arrive: list[Callable[[StreamWindowEvent[Any]], None]] = []
+        self._evict: list[Callable[[StreamWindowEvent[Any]], None]] = []
+        self._listening: list[StreamWindow[Any]] = []  # windows our listeners are registered on
+        self._compiled: list[Callable[[StreamWindowEvent[Any]], None]] = []  # check _pending
 
     @property
     def equality_keys(self) -> tuple[Callable[[Any], Hashable], Callable[[Any], Hashable]] | None:
@@ -321,8 +326,44 @@ class Join(Operator):
                 f"{name}: both input ports are connected without a window (SPL count(0)), so "
                 "nothing is ever kept to match; give at least one a sliding window")
         self._held.clear()
+        self._compiled.clear()
         self._arrive = [self._arrival_handler(side) for side in self._sides]
         self._evict = [self._eviction_handler(side) for side in self._sides]
+        for side in self._sides:  # insertions and evictions straight from the windows
+            own = side.window
+            if own is None or any(own is w for w in self._listening):
+                continue
+            self._listening.append(own)
+            if type(self).on_window_event is not Join.on_window_event:
+                # A subclass's on_window_event sees every event, as from the host (which
+                # delivers PARTITION_EVICTION itself).
+                types = [t for t in every_event(own) if t is not PARTITION_EVICTION]
+                own.register_listener(self._forward(side.port), types)
+                continue
+            own.register_listener(self._listener(side, self._arrive[side.port]), (INSERTION,))
+            own.register_listener(self._listener(side, self._evict[side.port]), (EVICTION,))
+
+    def _forward(self, port: int) -> Callable[[StreamWindowEvent[Any]], None]:
+        on_event = self.on_window_event
+        return lambda event: on_event(event, port)
+
+    def _listener(self, side: _Side, handle: Callable[[StreamWindowEvent[Any]], None]
+                  ) -> Callable[[StreamWindowEvent[Any]], None]:
+        """A window listener calling ``handle`` with the event, or `on_window_event` (which
+        rebuilds the mirrors first) while a restore is pending: one call per event instead of
+        the host's listener, `on_window_event`'s dispatch and then the handler. A compiled
+        handler looks at the restore itself, and is the listener."""
+        port, on_event = side.port, self.on_window_event
+        if handle in self._compiled:
+            return handle
+
+        def listen(event: StreamWindowEvent[Any]) -> None:
+            if self._pending:
+                on_event(event, port)
+            else:
+                handle(event)
+
+        return listen
 
     # -------------------------------------------------------------- arrivals
 
@@ -331,7 +372,7 @@ class Join(Operator):
         if etype is INSERTION:
             if self._pending:
                 self._resolve(port, event)
-            self._arrive[port](event.partition, event.tuples[0])
+            self._arrive[port](event)
         elif etype is EVICTION:
             if self._pending:
                 side = self._sides[port]
@@ -342,7 +383,7 @@ class Join(Operator):
                 if popped is not None:
                     self._evicted(side, event.partition, event.tuples, popped)
                     return
-            self._evict[port](event.partition, event.tuples)
+            self._evict[port](event)
         elif etype is PARTITION_EVICTION:
             side = self._sides[port]
             if self._pending and side.pending is not None:
@@ -379,20 +420,26 @@ class Join(Operator):
         if n:
             self.submit_punct(Punct.WINDOW, 0)
 
-    def _arrival_handler(self, side: _Side) -> Callable[[Hashable, Any], None]:
-        """`_arrived` for this side, compiled for the common case: equality keys and two
-        unpartitioned windows (the whole arrival inlined, with its state in closure cells)."""
+    def _arrival_handler(self, side: _Side) -> Callable[[StreamWindowEvent[Any]], None]:
+        """`_arrived` for this side's INSERTION events, compiled for the common case: equality
+        keys and two unpartitioned windows (the whole arrival inlined, with its state in closure
+        cells)."""
         other = self._sides[1 - side.port]
         key_of = side.key_of
         if not (self._fast and key_of is not None and not side.partitioned
                 and other.window is not None and not other.partitioned):
-            return lambda part, t: self._arrived(side, part, t)
+            return lambda event: self._arrived(side, event.partition, event.tuples[0])
         index, other_index = side.index, other.index
         match, out, submit, submit_punct = self._match, self._output, self.submit, self.submit_punct
         held, flush_held, left = self._held, self._flush_held, side.port == 0
         mark = Punct.WINDOW
+        join, port, on_event = self, side.port, self.on_window_event
 
-        def arrive(part: Hashable, t: Any) -> None:
+        def arrive(event: StreamWindowEvent[Any]) -> None:
+            if join._pending:  # restored: on_window_event rebuilds the mirrors, then calls back
+                on_event(event, port)
+                return
+            t = event.tuples[0]
             key = key_of(t)
             entry: Entry = [t, False]
             dq = index.get(key)
@@ -416,19 +463,25 @@ class Join(Operator):
             if n:
                 submit_punct(mark, 0)
 
+        self._compiled.append(arrive)
         return arrive
 
-    def _eviction_handler(self, side: _Side) -> Callable[[Hashable, Sequence[Any]], None]:
-        """`_evicted` for this side, compiled like `_arrival_handler`: the evicted tuple is
-        normally the oldest of its key; anything else goes the reference way."""
+    def _eviction_handler(self, side: _Side) -> Callable[[StreamWindowEvent[Any]], None]:
+        """`_evicted` for this side's EVICTION events, compiled like `_arrival_handler`: the
+        evicted tuple is normally the oldest of its key; anything else goes the reference way."""
         key_of = side.key_of
         if not (self._fast and key_of is not None and not side.partitioned):
-            return lambda part, tuples: self._evicted(side, part, tuples, None)
+            return lambda event: self._evicted(side, event.partition, event.tuples, None)
         index, outer, hold = side.index, side.outer, side.evicts_on_arrival
         remove, unmatched = self._remove, self._unmatched
+        join, port, on_event = self, side.port, self.on_window_event
 
-        def evict(part: Hashable, tuples: Sequence[Any]) -> None:
-            for t in tuples:
+        def evict(event: StreamWindowEvent[Any]) -> None:
+            if join._pending:  # restored: on_window_event rebuilds the mirrors first
+                on_event(event, port)
+                return
+            part = event.partition
+            for t in event.tuples:
                 key = key_of(t)
                 dq = index.get(key)
                 if dq and dq[0][0] is t:
@@ -440,6 +493,7 @@ class Join(Operator):
                 if outer and e is not None and not e[1]:
                     unmatched(side, t, hold=hold)
 
+        self._compiled.append(evict)
         return evict
 
     def _store(self, side: _Side, part: Hashable, t: Any) -> tuple[Hashable, Entry]:

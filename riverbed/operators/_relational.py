@@ -25,12 +25,19 @@ the input tuple (auto-assignment).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from ..graph import Operator, Punct, WindowPunctuationMode
 from ._params import OperatorParameterError
-from ._utility_support import OutputClause, check_callable, output_schema, params, port_shape
+from ._utility_support import (
+    OutputClause,
+    batch_submit,
+    check_callable,
+    output_schema,
+    params,
+    port_shape,
+)
 
 __all__ = ["Custom", "Filter", "Functor", "Punctor"]
 
@@ -55,16 +62,33 @@ class Filter(Operator):
         p = params("Filter", {"filter": filter}, spl)
         self.filter = check_callable("Filter", "filter", p["filter"])
         self._rejects = False
+        self._pass: Callable[[Iterable[Any]], None] = self._submit_each
+
+    def _submit_each(self, tuples: Iterable[Any]) -> None:
+        for tup in tuples:
+            self.submit(tup, 0)
 
     def setup(self) -> None:
         shape = port_shape(self, inputs=(1, 1), outputs=(1, 2))
         self._rejects = shape.outputs == 2
+        self._pass = batch_submit(self, 0)
 
     def on_tuple(self, tup: Any, port: int) -> None:
         if self.filter is None or self.filter(tup):
             self.submit(tup, 0)
         elif self._rejects:
             self.submit(tup, 1)
+
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        keep = self.filter
+        if self._rejects:
+            submit = self.submit
+            for tup in tuples:
+                submit(tup, 0 if keep is None or keep(tup) else 1)
+        elif keep is None:
+            self._pass(tuples)
+        else:
+            self._pass(filter(keep, tuples))  # `filter` calls keep(tup) and takes its truth
 
 
 class Functor(Operator):
@@ -109,7 +133,8 @@ class Functor(Operator):
         if self.logic is not None and not callable(self.logic):
             raise OperatorParameterError(f"Functor: logic must be a callable (state, tup), got "
                                          f"{self.logic!r}")
-        self._builders: list[Callable[..., Any]] = []
+        self._builders: list[Callable[[Any], Any]] = []
+        self._submits: list[Callable[[Iterable[Any]], None]] = []
 
     def setup(self) -> None:
         shape = port_shape(self, inputs=(1, 1), outputs=(1, None))
@@ -118,7 +143,8 @@ class Functor(Operator):
                              f"for {shape.outputs} output port(s); give one clause per port")
         clauses = self.clauses + [OutputClause("Functor", i, None)
                                   for i in range(len(self.clauses), shape.outputs)]
-        self._builders = [c.bind(output_schema(self, i)) for i, c in enumerate(clauses)]
+        self._builders = [c.bind_one(output_schema(self, i)) for i, c in enumerate(clauses)]
+        self._submits = [batch_submit(self, i) for i in range(len(self._builders))]
 
     def on_tuple(self, tup: Any, port: int) -> None:
         if self.logic is not None:
@@ -127,6 +153,22 @@ class Functor(Operator):
             return
         for i, build in enumerate(self._builders):
             self.submit(build(tup), i)
+
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        keep = self.filter
+        if self.logic is None and len(self._builders) == 1:
+            passing = tuples if keep is None else filter(keep, tuples)
+            self._submits[0](map(self._builders[0], passing))  # one tuple at a time, in order
+            return
+        logic, state, submit = self.logic, self.state, self.submit
+        builders = list(enumerate(self._builders))
+        for tup in tuples:
+            if logic is not None:
+                logic(state, tup)
+            if keep is not None and not keep(tup):
+                continue
+            for i, build in builders:
+                submit(build(tup), i)
 
     def snapshot(self) -> Any:
         return copy.deepcopy(self.state) if self.logic is not None or self.state else None
@@ -170,7 +212,7 @@ class Punctor(Operator):
 
     def setup(self) -> None:
         port_shape(self, inputs=(1, 1), outputs=(1, 1))
-        self._build = self.clause.bind(output_schema(self, 0))
+        self._build = self.clause.bind_one(output_schema(self, 0))
 
     def on_tuple(self, tup: Any, port: int) -> None:
         mark = bool(self.punctuate(tup))
@@ -179,6 +221,20 @@ class Punctor(Operator):
         self.submit(self._build(tup), 0)
         if mark and not self.before:
             self.submit_punct(Punct.WINDOW, 0)
+
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        punctuate, build, before = self.punctuate, self._build, self.before
+        submit, submit_punct, window = self.submit, self.submit_punct, Punct.WINDOW
+        for tup in tuples:
+            if punctuate(tup):
+                if before:
+                    submit_punct(window, 0)
+                    submit(build(tup), 0)
+                else:
+                    submit(build(tup), 0)
+                    submit_punct(window, 0)
+            else:
+                submit(build(tup), 0)
 
 
 TupleLogic = Callable[["Custom", Any, int], None]
@@ -225,6 +281,16 @@ class Custom(Operator):
             raise NotImplementedError(f"Custom {self.context.name!r} received a tuple on input port "
                                       f"{port} but has no on_tuple logic")
         self._tuple_logic(self, tup, port)
+
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        logic = self._tuple_logic
+        if logic is None or type(self).on_tuple is not Custom.on_tuple:  # a subclass's on_tuple
+            on_tuple = self.on_tuple
+            for tup in tuples:
+                on_tuple(tup, port)
+            return
+        for tup in tuples:
+            logic(self, tup, port)
 
     def on_punct(self, punct: Punct, port: int) -> None:
         if self._punct_logic is not None:

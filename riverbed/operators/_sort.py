@@ -32,7 +32,7 @@ order), one of the allowed outcomes.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import itemgetter
 from typing import Any, ClassVar
 
@@ -50,6 +50,7 @@ from ..windows import (
 from ..windows import Punct as PunctPolicy
 from ._join import _key_in, _key_out, _port_counts
 from ._params import OperatorParameterError, spl_aliases
+from ._utility_support import batch_submit, every_event
 
 __all__ = ["Sort", "SortStateError"]
 
@@ -139,6 +140,10 @@ class Sort(Operator):
     """
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
+    # The events it needs depend on the window: `setup` registers its own listeners for exactly
+    # those (a tumbling window then builds no INSERTION event per tuple, a progressive sort no
+    # TRIGGER), so the host registers none.
+    window_events: ClassVar[frozenset[EventType] | None] = frozenset()
 
     def __init__(self, *, sort_by: Expression | Sequence[Expression] | None = None,
                  order: str | Sequence[str] = "ascending", **spl: Any) -> None:
@@ -190,6 +195,8 @@ class Sort(Operator):
             self._key = self._ascending_key = lambda t: _Mixed(plain(t), flags)
         self._progressive = False
         self._parts: dict[Hashable, _Sorted] = {}
+        self._put: Callable[[Iterable[Any]], None] = self._submit_each
+        self._listening: list[Any] = []  # the windows our listeners are registered on
 
     # ------------------------------------------------------------------ set-up
 
@@ -207,9 +214,11 @@ class Sort(Operator):
         except ValueError:
             raise OperatorParameterError(f"{name}: the input port needs a window; allowed: "
                                          f"{allowed}") from None
-        self._parts = {}
+        self._parts.clear()  # in place: the INSERTION listener holds it
+        self._put = batch_submit(self, 0)
         if isinstance(window, TimeIntervalWindow):
             self._progressive = False
+            self._listen(window)
             return
         spec = window.spec
         clause = spec.clause()
@@ -221,50 +230,109 @@ class Sort(Operator):
             if not isinstance(ev, (Count, Delta, Time, PunctPolicy)):
                 raise OperatorParameterError(f"{name}: window '{clause}' is not allowed; {allowed}")
             self._progressive = False
+            self._listen(window)
             return
         if not isinstance(ev, Count) or not (isinstance(tr, Count) and tr.size == 1):
             raise OperatorParameterError(
                 f"{name}: sliding window '{clause}': a progressive sort needs count(N) eviction and "
                 f"a count(1) trigger; allowed: {allowed}")
         self._progressive = True
+        self._listen(window)
+
+    def _listen(self, window: Any) -> None:
+        """Register the handlers this window's sort needs, for only the events it needs (once:
+        a second set-up of the same window registers nothing). A subclass overriding
+        `on_window_event` gets every event the window raises there instead, as from a host."""
+        if any(window is w for w in self._listening):
+            return
+        self._listening.append(window)
+        if type(self).on_window_event is not Sort.on_window_event:
+            on_event = self.on_window_event
+            window.register_listener(lambda event: on_event(event, 0), every_event(window))
+        elif isinstance(window, TimeIntervalWindow):
+            window.register_listener(self._on_pane, (TRIGGER,))
+        elif not self._progressive:
+            window.register_listener(self._on_flush, (EVICTION, EMPTY_WINDOW_PUNCT))
+        else:
+            window.register_listener(self._insertion_listener(), (INSERTION,))
+            window.register_listener(self._on_progressive_eviction, (EVICTION, PARTITION_EVICTION))
+
+    def _submit_each(self, tuples: Iterable[Any]) -> None:
+        for t in tuples:
+            self.submit(t)
 
     # ---------------------------------------------------------------- events
 
     def on_window_event(self, event: StreamWindowEvent[Any], port: int) -> None:
+        """Every event of the window, for a subclass that overrides this (`Sort` itself
+        listens to the window with the handlers below, for only the events it needs)."""
         etype = event.type
         if self._progressive:
             if etype is INSERTION:
                 self._insert(event.partition, event.tuples[0])
-            elif etype is EVICTION:
-                part = self._parts.get(event.partition)
-                for _ in event.tuples:
-                    if part is not None and part.tuples:
-                        del part.keys[0]
-                        self.submit(part.tuples.pop(0))
-            elif etype is PARTITION_EVICTION:
-                self._parts.pop(event.partition, None)
+            elif etype is EVICTION or etype is PARTITION_EVICTION:
+                self._on_progressive_eviction(event)
             return
         if isinstance(event, PaneEvent):
-            if etype is TRIGGER:
-                self._batch(event.tuples)
-        elif etype is EVICTION:
+            self._on_pane(event)
+        else:
+            self._on_flush(event)
+
+    def _on_pane(self, event: StreamWindowEvent[Any]) -> None:
+        if event.type is TRIGGER:
+            self._batch(event.tuples)
+
+    def _on_flush(self, event: StreamWindowEvent[Any]) -> None:
+        etype = event.type
+        if etype is EVICTION:
             self._batch(event.tuples)
         elif etype is EMPTY_WINDOW_PUNCT:
             self.submit_punct(Punct.WINDOW, 0)
 
+    def _on_progressive_eviction(self, event: StreamWindowEvent[Any]) -> None:
+        """One tuple out of the sorted copy per tuple the window evicted: the smallest."""
+        if event.type is PARTITION_EVICTION:
+            self._parts.pop(event.partition, None)
+            return
+        part = self._parts.get(event.partition)
+        if part is None:
+            return
+        keys, tuples, submit = part.keys, part.tuples, self.submit
+        for _ in event.tuples:
+            if not tuples:
+                break
+            del keys[0]
+            submit(tuples.pop(0))
+
+    def _insertion_listener(self) -> Callable[[StreamWindowEvent[Any]], None]:
+        """`_insert` as the INSERTION listener: one call per arrival."""
+        parts, ascending_key = self._parts, self._ascending_key
+
+        def on_insertion(event: StreamWindowEvent[Any]) -> None:
+            key = event.partition
+            part = parts.get(key)
+            if part is None:
+                part = parts[key] = _Sorted()
+            t = event.tuples[0]
+            k = ascending_key(t)
+            i = bisect_right(part.keys, k)  # after equal keys: arrival order among equals
+            part.keys.insert(i, k)
+            part.tuples.insert(i, t)
+
+        return on_insertion
+
     def on_punct(self, punct: Punct, port: int) -> None:
         """Final: a progressive sort outputs what it holds, in sorted order, without a mark."""
         if punct is Punct.FINAL and self._progressive:
-            parts, self._parts = self._parts, {}
+            parts = dict(self._parts)
+            self._parts.clear()  # in place: the INSERTION listener holds it
             submit = self.submit
             for part in parts.values():
                 for t in part.tuples:
                     submit(t)
 
     def _batch(self, tuples: Sequence[Any]) -> None:
-        submit = self.submit
-        for t in sorted(tuples, key=self._key, reverse=self._reverse):
-            submit(t)
+        self._put(sorted(tuples, key=self._key, reverse=self._reverse))
         self.submit_punct(Punct.WINDOW, 0)
 
     def _insert(self, key: Hashable, t: Any) -> None:
@@ -292,7 +360,7 @@ class Sort(Operator):
         parts = state.get("partitions")
         if not isinstance(parts, list):
             raise SortStateError("Sort: the checkpoint's 'partitions' must be a list")
-        self._parts = {}
+        self._parts.clear()
         for item in parts:
             if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], list)):
                 raise SortStateError(f"Sort: bad partition entry {str(item)[:80]} in the checkpoint")
@@ -301,7 +369,7 @@ class Sort(Operator):
                 self._insert(key, t)
 
     def reset_to_initial_state(self) -> None:
-        self._parts = {}
+        self._parts.clear()
 
 
 def _getter(expr: Any) -> Callable[[Any], Any]:

@@ -22,7 +22,7 @@ IBM's does whenever the consumers keep up (see its docstring).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +31,7 @@ from ._params import OperatorParameterError
 from ._utility_support import (
     KeyFn,
     OutputClause,
+    batch_submit,
     check_callable,
     freeze_key,
     has_nan,
@@ -68,11 +69,31 @@ class Union(Operator):
 
     def __init__(self) -> None:
         self._names: tuple[str, ...] | None = None
+        self._put: Callable[[Iterable[Any]], None] = self._submit_each
+        self._project: Callable[[Any], Any] | None = None
 
     def setup(self) -> None:
         port_shape(self, inputs=(1, None), outputs=(1, 1))
         schema = output_schema(self, 0)
         self._names = schema.names if schema is not None else None
+        self._put = batch_submit(self, 0)
+        if self._names is not None:
+            self._project = _projection(self._names)
+
+    def _submit_each(self, tuples: Iterable[Any]) -> None:
+        for tup in tuples:
+            self.submit(tup, 0)
+
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        project = self._project
+        if project is None:
+            self._put(tuples)
+            return
+        try:
+            self._put(map(project, tuples))
+        except KeyError as exc:
+            raise KeyError(f"Union {self.context.name!r}: a tuple of input port {port} has no "
+                           f"attribute {exc.args[0]!r}, which the output schema needs") from None
 
     def on_tuple(self, tup: Any, port: int) -> None:
         names = self._names
@@ -137,6 +158,23 @@ class Split(Operator):
         for i in indices:
             if i >= 0:
                 self.submit(tup, i % n)
+
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        index, submit, n = self.index, self.submit, self._ports
+        if index is None:
+            on_tuple = self.on_tuple
+            for tup in tuples:
+                on_tuple(tup, port)
+            return
+        for tup in tuples:
+            chosen = index(tup)
+            if type(chosen) is int:  # the common case, as iter_indices would take it
+                if chosen >= 0:
+                    submit(tup, chosen % n)
+                continue
+            for i in iter_indices(chosen):
+                if i >= 0:
+                    submit(tup, i % n)
 
 
 class SplitMapping:
@@ -292,6 +330,16 @@ class ThreadedSplit(Operator):
         self.submit(tup, port)
         self._next = port + 1
 
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        submit, n = self.submit, self._ports
+        out = self._next % n
+        try:
+            for tup in tuples:
+                submit(tup, out)
+                out = out + 1 if out + 1 < n else 0
+        finally:
+            self._next = out
+
     def snapshot(self) -> Any:
         return self._next % self._ports
 
@@ -376,13 +424,16 @@ class DeDuplicate(Operator):
         self.flush_on_punctuation: bool = p["flush_on_punctuation"] is True
         self.clause = OutputClause("DeDuplicate", 0, p["output"])
         self._build: Callable[..., Any] = self.clause.bind(None)
+        self._copies = False
         self._duplicates = False
         self._seen: OrderedDict[Hashable, Any] = OrderedDict()  # oldest first
         self._n = 0
 
     def setup(self) -> None:
         self._duplicates = port_shape(self, inputs=(1, 1), outputs=(1, 2)).outputs == 2
-        self._build = self.clause.bind(output_schema(self, 0))
+        schema = output_schema(self, 0)
+        self._build = self.clause.bind_one(schema)
+        self._copies = self.clause.passes_input(schema)
 
     def _value(self, tup: Any) -> Any:
         if self.mode == "time_out":
@@ -420,6 +471,52 @@ class DeDuplicate(Operator):
                 break
             seen.popitem(last=False)
 
+    def on_tuples(self, tuples: Iterator[Any], port: int) -> None:
+        """`on_tuple` for a run of tuples, with the per-tuple steps inlined (a plain int or
+        string key needs no freezing and cannot be NaN)."""
+        seen, diff, reset, duplicates = self._seen, self.diff, self.reset_on_duplicate, self._duplicates
+        key_of, build, submit, move_to_end = self.key, self._build, self.submit, seen.move_to_end
+        by_count, by_time = self.mode == "count", self.mode == "time_out"
+        now, delta_of = self.context.now, self.delta_of
+        copied = self._copies  # no output clause, no schema: the tuple itself goes out
+        n = self._n
+        try:
+            for tup in tuples:
+                if by_count:
+                    value = n
+                    n += 1
+                elif by_time:
+                    value = now()
+                else:
+                    assert delta_of is not None
+                    value = delta_of(tup)
+                key = key_of(tup) if key_of is not None else tup
+                kind = type(key)
+                if kind is not int and kind is not str:
+                    key = freeze_key(key)
+                    if has_nan(key):
+                        submit(tup if copied else build(tup), 0)
+                        continue
+                old = seen.get(key, _ABSENT)
+                if old is _ABSENT or value - old > diff:
+                    submit(tup if copied else build(tup), 0)
+                    seen[key] = value
+                    move_to_end(key)
+                else:
+                    if reset:
+                        seen[key] = value
+                        move_to_end(key)
+                    if duplicates:
+                        submit(tup, 1)
+                # Forget what has expired, oldest first, as IBM's operator does after every tuple.
+                while seen:
+                    oldest = next(iter(seen.values()))
+                    if value - oldest <= diff:
+                        break
+                    seen.popitem(last=False)
+        finally:
+            self._n = n
+
     def on_punct(self, punct: Punct, port: int) -> None:
         if self.flush_on_punctuation:
             self._seen.clear()
@@ -437,3 +534,12 @@ class DeDuplicate(Operator):
 
 
 _ABSENT: Any = object()
+
+
+def _projection(names: tuple[str, ...]) -> Callable[[Any], Any]:
+    """``tup -> {name: tup[name] for name in names}``, generated as one dict display."""
+    env: dict[str, Any] = {}
+    fields = ", ".join(f"{name!r}: t[{name!r}]" for name in names)
+    exec(f"def project(t):\n    return {{{fields}}}\n", env)  # names are schema identifiers
+    project: Callable[[Any], Any] = env["project"]
+    return project

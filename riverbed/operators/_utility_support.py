@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..graph import Operator, Schema
+from ..windows import EventType, TimeIntervalWindow
 from ._params import OperatorParameterError, spl_aliases
 
 __all__ = [
@@ -34,7 +35,9 @@ __all__ = [
     "OperatorTimer",
     "OutputClause",
     "PortShape",
+    "batch_submit",
     "check_callable",
+    "every_event",
     "freeze_key",
     "has_nan",
     "int_param",
@@ -172,6 +175,31 @@ def output_schema(op: Operator, port: int) -> Schema | None:
     return schema if isinstance(schema, Schema) else None
 
 
+def batch_submit(op: Operator, port: int = 0) -> Callable[[Iterable[Any]], None]:
+    """The host's way to submit every tuple of an iterable on ``port`` (riverbed's operator core
+    offers ``batch_submit``), or a loop over the operator's ``submit`` under a host without one."""
+    of_host = getattr(op.context, "batch_submit", None)
+    if of_host is not None:
+        found: Callable[[Iterable[Any]], None] = of_host(port)
+        return found
+    submit = op.submit
+
+    def submit_each(tuples: Iterable[Any]) -> None:
+        for tup in tuples:
+            submit(tup, port)
+
+    return submit_each
+
+
+def every_event(window: Any) -> tuple[EventType, ...]:
+    """The event types a listener registers to see everything ``window`` raises (what a host's
+    listener sees when the operator's ``window_events`` is None): a timeInterval window raises
+    pane events only."""
+    if isinstance(window, TimeIntervalWindow):
+        return (EventType.INITIAL_FULL, EventType.TRIGGER, EventType.CLOSE)
+    return tuple(EventType)
+
+
 # ---------------------------------------------------------------- output clauses
 
 
@@ -239,6 +267,52 @@ class OutputClause:
                         raise KeyError(f"{operator}: output port {port} attribute {attr!r} is neither "
                                        "assigned nor in the input tuple; add it to the output clause")
             return out
+        return build
+
+
+    def passes_input(self, schema: Schema | None) -> bool:
+        """The builder for this schema returns its (one) input tuple itself: nothing to build."""
+        return schema is None and not self.assign
+
+    def bind_one(self, schema: Schema | None) -> Callable[[Any], Any]:
+        """`bind` for an operator with one input: ``f(tup) -> output tuple``, generated for the
+        clause (one dict display, no loop over the attributes), with the same result.
+
+        The copied attributes are read before any assignment runs: a dict lookup has no effect,
+        so only the order of the assignments' calls shows, and that is the schema's (or the
+        clause's) as in `bind`. A tuple that is not a plain dict, or lacks an attribute to copy,
+        goes through `bind`'s builder, which raises the error that says what is missing.
+        """
+        slow = self.bind(schema)
+        if schema is None and not self.assign:
+            return slow  # the input tuple itself
+        env: dict[str, Any] = {"slow": slow, "dict": dict, "type": type}
+        fields: list[str] = []  # the output dict display's items, in order
+        copies: list[str] = []
+        if schema is None:
+            fields.append("**t")
+            consts = [(a, v) for a, v in self.assign.items() if not callable(v)]
+            calls = [(a, v) for a, v in self.assign.items() if callable(v)]
+            for i, (attr, value) in enumerate(consts + calls):
+                name = f"_v{i}"
+                env[name] = value
+                fields.append(f"{attr!r}: {name}(t)" if callable(value) else f"{attr!r}: {name}")
+        else:
+            for i, attr in enumerate(schema.names):
+                name = f"_v{i}"
+                if attr in self.assign:
+                    value = self.assign[attr]
+                    env[name] = value
+                    fields.append(f"{attr!r}: {name}(t)" if callable(value) else f"{attr!r}: {name}")
+                else:
+                    copies.append(f"        {name} = t[{attr!r}]\n")
+                    fields.append(f"{attr!r}: {name}")
+        code = "def build(t):\n    if type(t) is not dict:\n        return slow(t)\n"
+        if copies:
+            code += "    try:\n" + "".join(copies) + "    except KeyError:\n        return slow(t)\n"
+        code += f"    return {{{', '.join(fields)}}}\n"
+        exec(code, env)  # attribute names are identifiers (checked), values are bound by name
+        build: Callable[[Any], Any] = env["build"]
         return build
 
 
