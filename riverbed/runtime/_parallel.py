@@ -42,7 +42,6 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -50,7 +49,8 @@ from typing import TYPE_CHECKING, Any
 from ..core import OperatorError, OutputPort, RestoreRefused
 from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
 from ._clock import TimerHandle, VirtualClock
-from ._parallel_wire import COMMIT, FAILED, FEED, METRICS_OUT, OUT, TICK, channel_of, dumps, frame, loads
+from ._parallel_split import SplitFailed, Splitter
+from ._parallel_wire import COMMIT, FAILED, FEED, METRICS_OUT, OUT, TICK, dumps, frame, loads
 from ._worker import serve
 
 if TYPE_CHECKING:
@@ -62,7 +62,6 @@ __all__ = ["ChannelError", "ChannelMetrics", "ParallelHost", "parent_fds"]
 
 _HEADER = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
-_KEY_CACHE = 1 << 20  # keys whose channel is remembered (cleared when full)
 _PARENT_FDS: set[int] = set()  # the job's ends of every open channel, closed in each new worker
 
 
@@ -193,10 +192,7 @@ class ParallelHost:
         self._ended: dict[str, list[Any]] = {}  # member -> the final state of each channel
         self.restarts = 0
         key = spec.partition_by
-        self._key: Callable[[Any], Hashable] | None = (
-            operator.itemgetter(key) if isinstance(key, str) else key)
-        self._cache: dict[Any, int] = {}
-        self._next = 0  # round-robin: the channel of the next tuple
+        self._splitter = Splitter(spec.width, operator.itemgetter(key) if isinstance(key, str) else key)
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
         self._virtual = isinstance(job.clock, VirtualClock)
@@ -348,6 +344,7 @@ class ParallelHost:
         self.done = False
         self.channels = [_Channel(m) for m in self._metrics]
         self._new_merges()
+        self._splitter.reset()
         self._merging = 0
         try:
             await self._run()
@@ -439,69 +436,19 @@ class ParallelHost:
             for ch in self.channels:
                 await self._send(ch, [(stream[0], stream[1], item)], 0)
 
-    def _route(self, runner: OperatorRunner, port: int, tuples: list[Any]) -> list[list[Any]]:
-        """The tuples of each channel, in order."""
-        width = self.width
-        if width == 1:
-            return [tuples]
-        key = self._key
-        if key is None:  # round-robin, tuple by tuple
-            first = self._next
-            self._next = (first + len(tuples)) % width
-            return [tuples[(c - first) % width::width] for c in range(width)]
-        parts: list[list[Any]] = [[] for _ in range(width)]
-        appends = [p.append for p in parts]
-        cache = self._cache
-        get = cache.get
-        t: Any = None
-        try:
-            for t in tuples:
-                k = key(t)
-                c = get(k)
-                if c is None:
-                    if len(cache) >= _KEY_CACHE:
-                        cache.clear()
-                    c = cache[k] = channel_of(k, width)
-                appends[c](t)
-        except Exception as exc:
-            raise OperatorError(runner.name, port, t, type(exc)(
-                f"parallel region {self.name!r} splits by {self.spec.partition_by!r}: {exc!r}; "
-                "every tuple entering it needs a hashable key")) from exc
-        return parts
-
     async def _split(self, runner: OperatorRunner, port: int, stream: tuple[str, int],
                      batch: list[Any]) -> None:
+        """Each channel its part of ``batch`` (marks and watermarks to every channel, in place)."""
         op, out_port = stream
-        if type(batch) is list:
-            for ch, part in zip(self.channels, self._route(runner, port, batch), strict=True):
-                if part:
-                    await self._send(ch, [(op, out_port, part)], len(part))
-            return
-        # A marked batch: runs of tuples split by channel, each mark and watermark to all, in place.
-        width = self.width
-        entries: list[list[tuple[str, int, Any]]] = [[] for _ in range(width)]
-        counts = [0] * width
-        start = 0
-
-        def flush_run(run: list[Any]) -> None:
-            for c, part in enumerate(self._route(runner, port, run)):
-                if part:
-                    entries[c].append((op, out_port, part))
-                    counts[c] += len(part)
-
-        for i, item in enumerate(batch):
-            if item is Punct.WINDOW or type(item) is Watermark:
-                if i > start:
-                    flush_run(batch[start:i])
-                start = i + 1
-                mark = item if item is Punct.WINDOW else item.value  # a watermark travels as an int
-                for e in entries:
-                    e.append((op, out_port, mark))
-        if start < len(batch):
-            flush_run(batch[start:])
-        for ch, e, n in zip(self.channels, entries, counts, strict=True):
-            if e:
-                await self._send(ch, e, n)
+        try:
+            parts = self._splitter.split(batch)
+        except SplitFailed as exc:
+            raise OperatorError(runner.name, port, exc.tuple, type(exc.error)(
+                f"parallel region {self.name!r} splits by {self.spec.partition_by!r}: "
+                f"{exc.error!r}; every tuple entering it needs a hashable key")) from exc.error
+        for ch, (items, n) in zip(self.channels, parts, strict=True):
+            if items:
+                await self._send(ch, [(op, out_port, item) for item in items], n)
 
     async def _send(self, ch: _Channel, entries: list[tuple[str, int, Any]], tuples: int) -> None:
         """One FEED message; with tuples it takes a place in the channel's bounded queue."""
@@ -588,6 +535,18 @@ class ParallelHost:
         if type(item) is list:
             out.buf.extend(item)
             self.channels[index].metrics.tuples_out += len(item)
+        elif type(item) is tuple:  # tuples with marks among them (`_parallel_split.pack_exits`)
+            tuples, marks = item
+            buf = out.buf
+            self.channels[index].metrics.tuples_out += len(tuples)
+            start = 0
+            for before, mark in marks:
+                if before > start:
+                    buf.extend(tuples[start:before])
+                    start = before
+                self._take(merge, index, mark)
+            if start < len(tuples):
+                buf.extend(tuples[start:] if start else tuples)
         elif item is Punct.WINDOW:
             merge.marks[index] += 1
             if min(merge.marks) > merge.marks_sent:

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..core import OperatorCore, OperatorError, SchemaViolation, SyncGraph
 from ..graph import CheckpointBarrier, FrozenGraph, Watermark
+from ._parallel_split import join_marked, pack_exits
 from ._parallel_wire import COMMIT, FAILED, FEED, METRICS, METRICS_OUT, OUT, TICK, dumps, loads
 
 __all__ = ["serve"]
@@ -110,10 +111,10 @@ def _deadline(sync: SyncGraph) -> int | None:
 
 
 def _exits(sync: SyncGraph) -> list[tuple[str, int, Any]]:
-    """What left the region, watermarks as ints (`_parallel_wire`)."""
-    exits = sync.take_exits()
-    return [(op, port, item.value) if type(item) is Watermark else (op, port, item)
-            for op, port, item in exits]
+    """What left the region: each port's consecutive tuples, window marks and watermarks as
+    one ``(tuples, marks)`` item (as the split sends them, see `_parallel_split`), so the job's
+    merge takes a run of them in one step; watermarks as ints."""
+    return pack_exits(sync.take_exits())
 
 
 def _metrics(sync: SyncGraph) -> dict[str, Any]:
@@ -161,7 +162,9 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
                 sync.advance(msg[1])
                 feed = sync.feed
                 for operator, port, item in msg[2]:
-                    if type(item) is int:
+                    if type(item) is tuple:  # a marked batch's part (`_parallel_split`)
+                        feed(operator, port, join_marked(*item))
+                    elif type(item) is int:
                         feed(operator, port, Watermark(item))
                     elif type(item) is CheckpointBarrier:
                         if port < 0:  # the job's region asks the operator itself
