@@ -130,13 +130,27 @@ def test_a_region_must_be_connected_and_not_left_and_reentered() -> None:
     assert _rules(info.value) == [("outside", "parallel")]
 
 
-def test_a_region_inside_a_consistent_region_is_refused() -> None:
+def test_a_region_inside_a_consistent_region_is_accepted() -> None:
     g, src = _graph()
     g.consistent_region(src, period=1.0)
     with g.parallel(2):
-        g.operator("a", _Pass(), [src])
-    with pytest.raises(GraphValidationError, match="checkpoints do not cross worker processes"):
+        a = g.operator("a", _Pass(), [src])
+        g.operator("b", _Pass(), [a])
+    frozen = g.freeze()
+    assert frozen.parallel[0].members == ("a", "b")
+    assert set(frozen.regions[0].members) >= {"a", "b"}
+
+
+def test_a_region_straddling_a_consistent_region_border_is_refused() -> None:
+    g, src = _graph()
+    g.consistent_region(src, period=1.0)
+    with g.parallel(2):
+        a = g.operator("a", _Pass(), [src])
+        g.operator("b", _Pass(), [a])
+    g.autonomous("b")  # b leaves the consistent region, a stays in it
+    with pytest.raises(GraphValidationError, match="straddles consistent regions") as info:
         g.freeze()
+    assert "'b' (none)" in str(info.value)
 
 
 def test_two_regions_with_one_name_are_refused() -> None:

@@ -12,7 +12,8 @@ partitioned window inside a keyed region must be partitioned by the region's own
 round-robin region must hold no partitioned window at all. Sources are not split (nothing
 divides what one source produces), a region must be connected (one split, one merge), and no
 stream may leave the region and come back into it (the merge would wait on itself).
-Checkpoints do not cross processes yet, so a region cannot be inside a consistent region.
+A region is inside one consistent region or none: its channels checkpoint together (barriers
+go to every channel and leave once every channel sent them), so it cannot straddle a border.
 """
 
 from __future__ import annotations
@@ -162,11 +163,6 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
             errors.append(GraphError(name, "parallel", f"a source cannot be in {where}: nothing "
                                                        "splits what one source produces; put the "
                                                        "operators after it in the region"))
-        if name in consistent:
-            errors.append(GraphError(name, "parallel", f"{where} is inside consistent region "
-                                                       f"{consistent[name]!r}: checkpoints do not "
-                                                       "cross worker processes yet; make the region's "
-                                                       "operators autonomous or drop the region"))
         for i, port in enumerate(op.inputs):
             if any(c.feedback for c in port.connections):
                 errors.append(GraphError(name, "parallel", f"input port {i} has a feedback "
@@ -203,6 +199,13 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
                                                  f"input port {i}: {where} splits by "
                                                  f"{region.partition_by!r}, which is not in the "
                                                  f"schema {schema} of {c.operator!r}"))
+    inside = {consistent.get(n) for n in region.members}
+    if len(inside) > 1:
+        names = sorted(f"{n!r} ({consistent[n]!r})" if n in consistent else f"{n!r} (none)"
+                       for n in region.members)
+        errors.append(GraphError(region.members[0], "parallel", f"{where} straddles consistent "
+                                 f"regions: {', '.join(names)}; its channels checkpoint together, "
+                                 "so put all of its operators in one consistent region or none"))
     errors.extend(_check_shape(region, defs))
     return errors
 

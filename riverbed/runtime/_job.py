@@ -62,7 +62,7 @@ class Job:
         event_region = event_time_region(self.graph)
         self.runners = {op.name: OperatorRunner(self, op, event_region) for op in self.graph.operators}
         self.metrics = JobMetrics(self.name, {n: r.metrics for n, r in self.runners.items()})
-        self.parallel = self._make_parallel(checkpoints)
+        self.parallel = self._make_parallel()
         self._hosted = {n for host in self.parallel for n in host.members}
         self._tasks: list[asyncio.Task[None]] = []
         self._tg: asyncio.TaskGroup | None = None
@@ -85,15 +85,10 @@ class Job:
         self._suspending: set[str] = set()
         self.suspended = False
 
-    def _make_parallel(self, checkpoints: CheckpointSink | None) -> list[ParallelHost]:
+    def _make_parallel(self) -> list[ParallelHost]:
         """The hosts of the graph's parallel regions (their operators run in worker processes)."""
         if not self.graph.parallel:
             return []
-        if checkpoints is not None:
-            raise ValueError(f"checkpoints=: the graph has parallel region(s) "
-                             f"{', '.join(repr(p.name) for p in self.graph.parallel)}, and checkpoints "
-                             "do not cross worker processes yet; run without checkpoints or drop "
-                             "the regions")
         from ._parallel import ParallelHost
 
         return [ParallelHost(self, spec) for spec in self.graph.parallel]

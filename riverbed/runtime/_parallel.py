@@ -20,6 +20,15 @@ timer of the job's clock sends a TICK when one is due. On a `VirtualClock`, time
 while a worker is still computing: while answers are outstanding a keep-alive task stays
 runnable (blocking at most 1 ms at a time on the sockets), so the loop never looks idle.
 
+Checkpoints (the region inside a consistent region, or the job's ``--checkpoint-dir`` region):
+a barrier entering goes to every channel, in place; each channel's operators align it and
+report their states; the host reports an operator's state to the region once every channel
+sent it, as ``{"parallel": {...width...}, "channels": [state of channel 0, 1, ...]}``, and the
+merge lets the barrier out once every channel (that has not ended) sent it. A restore gives
+each channel its own state, so it needs the width the checkpoint was taken with. A reset (an
+operator failed, a worker died) stops the channels and starts new workers from the last
+committed checkpoint; a commit is passed on to every channel (transactional sinks inside).
+
 Worker processes end on every path: after final (the socket closes, the worker sees EOF),
 and on a failure, an abort or a stop (`close` kills what is still alive and reaps it).
 """
@@ -33,26 +42,26 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from ..core import OperatorError, OutputPort
-from ..graph import ParallelRegion, Punct, Watermark
+from ..core import OperatorError, OutputPort, RestoreRefused
+from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
 from ._clock import TimerHandle, VirtualClock
-from ._parallel_wire import FAILED, FEED, METRICS_OUT, OUT, TICK, channel_of, dumps, frame, loads
+from ._parallel_split import SplitFailed, Splitter
+from ._parallel_wire import COMMIT, FAILED, FEED, METRICS_OUT, OUT, TICK, dumps, frame, loads
 from ._worker import serve
 
 if TYPE_CHECKING:
     from ._job import Job
+    from ._region import Region, StoredCheckpoint
     from ._runner import OperatorRunner
 
 __all__ = ["ChannelError", "ChannelMetrics", "ParallelHost", "parent_fds"]
 
 _HEADER = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
-_KEY_CACHE = 1 << 20  # keys whose channel is remembered (cleared when full)
 _PARENT_FDS: set[int] = set()  # the job's ends of every open channel, closed in each new worker
 
 
@@ -95,9 +104,9 @@ class _Channel:
         "writer",
     )
 
-    def __init__(self, region: str, index: int, capacity: int) -> None:
-        self.index = index
-        self.metrics = ChannelMetrics(region, index, capacity=capacity)
+    def __init__(self, metrics: ChannelMetrics) -> None:
+        self.index = metrics.channel
+        self.metrics = metrics
         self.process: BaseProcess | None = None
         self.sock: socket.socket | None = None
         self.fd = -1
@@ -114,7 +123,8 @@ class _Channel:
 class _Merge:
     """One output port of a member that leads out of the region: SPL's merge of its channels."""
 
-    __slots__ = ("finals", "marks", "marks_sent", "out", "runner", "wm", "wm_sent")
+    __slots__ = ("barriers", "final_from", "finals", "held", "marks", "marks_sent", "out", "runner",
+                 "wm", "wm_sent")
 
     def __init__(self, runner: OperatorRunner, out: OutputPort, width: int) -> None:
         self.runner = runner
@@ -124,6 +134,19 @@ class _Merge:
         self.wm: list[int | None] = [None] * width
         self.wm_sent: int | None = None
         self.finals = 0
+        self.final_from = [False] * width
+        self.barriers: dict[int, tuple[CheckpointBarrier, set[int]]] = {}  # id -> the channels sent
+        self.held: list[list[Any] | None] = [None] * width  # a channel's items after its barrier
+
+    def barriers_due(self) -> list[CheckpointBarrier]:
+        """The barriers every channel sent (or ended without: it owes none), in order."""
+        due = [b for b, seen in self.barriers.values()
+               if all(seen_it or ended for seen_it, ended in
+                      zip((c in seen for c in range(len(self.final_from))), self.final_from,
+                          strict=True))]
+        for b in due:
+            del self.barriers[b.id]
+        return due
 
 
 class ParallelHost:
@@ -137,7 +160,9 @@ class ParallelHost:
         members = set(spec.members)
         self.runners = {n: job.runners[n] for n in spec.members}
         self.capacity = self.runners[spec.members[0]].odef.queue_batches
-        self.channels = [_Channel(spec.name, i, self.capacity) for i in range(spec.width)]
+        self._metrics = [ChannelMetrics(spec.name, i, capacity=self.capacity)
+                         for i in range(spec.width)]
+        self.channels = [_Channel(m) for m in self._metrics]
         # Each stream into the region is read once, from the first member it feeds (the worker
         # hands it to every member it feeds); a member's other connections are None.
         self._feeds: list[tuple[OperatorRunner, list[tuple[str, int] | None]]] = []
@@ -153,17 +178,21 @@ class ParallelHost:
                     conns.append(stream)
             if any(s is not None for s in conns):
                 self._feeds.append((runner, conns))
-        self._merges: dict[tuple[str, int], _Merge] = {}
+        self._leaves: list[tuple[OperatorRunner, int]] = []
         for runner in self.runners.values():
             for port, out in enumerate(runner.core.outputs):
                 if any(op not in members for op, _ in job.graph.consumers(runner.name, port)):
                     out.first_invalid = None  # the worker checked the schema already
-                    self._merges[(runner.name, port)] = _Merge(runner, out, spec.width)
+                    self._leaves.append((runner, port))
+        self._merges: dict[tuple[str, int], _Merge] = {}
+        self._new_merges()
+        # Checkpoints: what each channel restores from, and the states reported so far.
+        self._restore: list[dict[str, Any]] | None = None
+        self._reports: dict[tuple[int, str], list[Any]] = {}
+        self._ended: dict[str, list[Any]] = {}  # member -> the final state of each channel
+        self.restarts = 0
         key = spec.partition_by
-        self._key: Callable[[Any], Hashable] | None = (
-            operator.itemgetter(key) if isinstance(key, str) else key)
-        self._cache: dict[Any, int] = {}
-        self._next = 0  # round-robin: the channel of the next tuple
+        self._splitter = Splitter(spec.width, operator.itemgetter(key) if isinstance(key, str) else key)
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
         self._virtual = isinstance(job.clock, VirtualClock)
@@ -172,6 +201,15 @@ class ParallelHost:
         self._keepalive_task: asyncio.Task[None] | None = None
         self._merging = 0  # answers being merged and delivered
         self.done = False
+
+    def _new_merges(self) -> None:
+        self._merges = {(r.name, port): _Merge(r, r.core.outputs[port], self.width)
+                        for r, port in self._leaves}
+
+    @property
+    def region(self) -> Region | None:
+        """The consistent region the region's operators are in (one or none: `freeze` checks)."""
+        return self.runners[self.spec.members[0]].region
 
     @property
     def idle(self) -> bool:
@@ -191,7 +229,7 @@ class ParallelHost:
             m.batches_in_flight = ch.inflight
             m.finished = ch.finished
             m.alive = ch.process is not None and ch.process.is_alive()
-        return [ch.metrics for ch in self.channels]
+        return list(self._metrics)
 
     # ------------------------------------------------------------------ wiring
 
@@ -204,12 +242,124 @@ class ParallelHost:
                 delivery.targets = [t for t in delivery.targets if id(t[0]) not in inboxes]
 
     def start(self) -> None:
+        """Run the region in a task of the job (again after its consistent region reset)."""
         self._task = self.job.spawn(self.run(), f"{self.job.name}/{self.name}/parallel")
+
+    # ------------------------------------------------------------ checkpoints
+
+    def restore_on_start(self, checkpoint: StoredCheckpoint) -> None:
+        """The job starts from ``checkpoint``: each channel gets its own state (refused, naming
+        both widths, when it was taken with another width: the state is split by channel)."""
+        self._restore = self._split_states(checkpoint)
+
+    def reset(self, checkpoint: StoredCheckpoint | None) -> None:
+        """Its consistent region resets (after `cancel` and `stopped`): drop what was merged and
+        not yet delivered and every report under way; the next `start` forks new workers, which
+        restore ``checkpoint`` (None: the initial state)."""
+        self._restore = None if checkpoint is None else self._split_states(checkpoint)
+        self._reports.clear()
+        self._ended.clear()
+        for runner in self.runners.values():
+            core = runner.core
+            for out in core.outputs:
+                out.take()
+            core.finished = core.metrics.finished = False
+            core.final_state = None
+        self.restarts += 1
+
+    def _split_states(self, checkpoint: StoredCheckpoint) -> list[dict[str, Any]]:
+        per_channel: list[dict[str, Any]] = [{} for _ in range(self.width)]
+        for name in self.members:
+            state = checkpoint.states[name]
+            channels = _channel_states(state)
+            if channels is None:  # taken without the region: one process, as width 1
+                channels = [state]
+            if len(channels) != self.width:
+                raise RestoreRefused(
+                    f"checkpoint {checkpoint.id}: operator {name!r} was checkpointed in "
+                    f"{len(channels)} channel(s) and parallel region {self.name!r} now has width "
+                    f"{self.width}; each channel's state holds the partitions its keys hashed to, "
+                    "and a different width sends keys to other channels. Restart with width "
+                    f"{len(channels)} (e.g. -p width={len(channels)}), or start without the "
+                    "checkpoint")
+            for i, st in enumerate(channels):
+                per_channel[i][name] = st
+        return per_channel
+
+    def _combined(self, states: list[Any]) -> dict[str, Any]:
+        return {"parallel": {"region": self.name, "width": self.width}, "channels": states}
+
+    def committed(self, checkpoint_id: int) -> None:
+        """The region committed ``checkpoint_id``: every running channel hears of it
+        (transactional sinks inside publish)."""
+        now = self.job.clock.now()
+        for ch in self.channels:
+            if ch.writer is not None and not ch.finished:
+                ch.outstanding += 1
+                ch.writer.write(frame(dumps((COMMIT, now, checkpoint_id))))
+        self._kick()
+
+    def cancel(self) -> None:
+        """Stop the region where it is (its consistent region resets)."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def stopped(self) -> None:
+        """Wait until the region's task ended (after `cancel`); its workers are gone."""
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait({task})
+        self.close()
+
+    def _report(self, index: int, reports: list[tuple[int, str, Any]]) -> None:
+        region = self.region
+        for checkpoint_id, name, state in reports:
+            got = self._reports.setdefault((checkpoint_id, name), [_MISSING] * self.width)
+            got[index] = state
+            if _MISSING not in got:
+                del self._reports[(checkpoint_id, name)]
+                if region is not None:
+                    region.report(checkpoint_id, name, self._combined(got))
+
+    def _finals(self, index: int, finals: list[tuple[str, Any]]) -> None:
+        """Operators that ended in a channel; one has ended once it ended in every channel."""
+        for name, state in finals:
+            got = self._ended.setdefault(name, [_MISSING] * self.width)
+            got[index] = state
+            if _MISSING in got:
+                continue
+            runner = self.runners[name]
+            runner.core.final_state = self._combined(got)
+            runner.core.finished = runner.core.metrics.finished = True
+            region = self.region
+            if region is not None:
+                region.operator_finished(runner)
 
     # --------------------------------------------------------------------- run
 
     async def run(self) -> None:
-        """Start the channels, split and merge until every channel finished, then reap them."""
+        """Start the channels, split and merge until every channel finished, then reap them.
+        Inside a consistent region that heals, a failure (an operator's, a worker that died)
+        resets the region instead of ending the job."""
+        self.done = False
+        self.channels = [_Channel(m) for m in self._metrics]
+        self._new_merges()
+        self._splitter.reset()
+        self._merging = 0
+        try:
+            await self._run()
+        except Exception as exc:
+            region = self.region
+            if region is None or not region.heals:
+                raise
+            failure = _first(exc)
+            self.close()
+            region.fail(None, failure)
+        finally:
+            self.done = True
+            self.close()
+
+    async def _run(self) -> None:
         try:
             await self._start_channels()
             if self._virtual:
@@ -225,19 +375,24 @@ class ParallelHost:
                 runner.core.finished = runner.core.metrics.finished = True
             await self._hang_up()
         finally:
-            self.done = True
             self.close()
 
     async def _start_channels(self) -> None:
         ctx = multiprocessing.get_context("fork")  # the graph (functions, operators) is inherited
         now = self.job.clock.now()
+        region = self.region
+        restore = self._restore
         for ch in self.channels:
             parent, child = socket.socketpair()
             _PARENT_FDS.add(parent.fileno())
             ch.sock, ch.fd = parent, parent.fileno()
             proc = ctx.Process(target=serve, name=f"riverbed-{self.job.name}-{self.name}-{ch.index}",
                                args=(child, sorted(_PARENT_FDS), self.job.graph, self.spec.members),
-                               kwargs={"name": f"{self.job.name}/{self.name}[{ch.index}]", "now": now},
+                               kwargs={"name": f"{self.job.name}/{self.name}[{ch.index}]", "now": now,
+                                       "region": None if region is None else region.name,
+                                       "region_members": frozenset() if region is None
+                                       else region.member_names,
+                                       "restore": None if restore is None else restore[ch.index]},
                                daemon=True)
             proc.start()
             child.close()
@@ -246,7 +401,8 @@ class ParallelHost:
             ch.metrics.alive = True
             ch.outstanding = 1  # the worker's first answer: what activation raised, its deadline
             self.job.log_region("channel_started", level="info", region=self.name, channel=ch.index,
-                                pid=proc.pid, operators=list(self.spec.members))
+                                pid=proc.pid, operators=list(self.spec.members),
+                                restored=restore is not None, restarts=self.restarts)
             ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
         self._kick()
 
@@ -258,7 +414,12 @@ class ParallelHost:
         port_of = runner.core.conn_port
         while open_streams:
             conn, payload = await inbox.get()
-            stream = conns[conn] if conn >= 0 else None
+            if conn < 0:
+                if type(payload) is CheckpointBarrier:  # the region asks the operator itself
+                    for ch in self.channels:
+                        await self._send(ch, [(runner.name, -1, payload)], 0)
+                continue
+            stream = conns[conn]
             if stream is None:
                 continue
             if isinstance(payload, list):
@@ -268,75 +429,26 @@ class ParallelHost:
                 continue
             if payload is Punct.FINAL:
                 open_streams.discard(stream)
-            elif payload is not Punct.WINDOW and type(payload) is not Watermark:
-                continue  # a barrier: no consistent region holds a parallel region
+            elif (payload is not Punct.WINDOW and type(payload) is not Watermark
+                  and type(payload) is not CheckpointBarrier):
+                continue
             item = payload.value if type(payload) is Watermark else payload  # see _parallel_wire
             for ch in self.channels:
                 await self._send(ch, [(stream[0], stream[1], item)], 0)
 
-    def _route(self, runner: OperatorRunner, port: int, tuples: list[Any]) -> list[list[Any]]:
-        """The tuples of each channel, in order."""
-        width = self.width
-        if width == 1:
-            return [tuples]
-        key = self._key
-        if key is None:  # round-robin, tuple by tuple
-            first = self._next
-            self._next = (first + len(tuples)) % width
-            return [tuples[(c - first) % width::width] for c in range(width)]
-        parts: list[list[Any]] = [[] for _ in range(width)]
-        appends = [p.append for p in parts]
-        cache = self._cache
-        get = cache.get
-        t: Any = None
-        try:
-            for t in tuples:
-                k = key(t)
-                c = get(k)
-                if c is None:
-                    if len(cache) >= _KEY_CACHE:
-                        cache.clear()
-                    c = cache[k] = channel_of(k, width)
-                appends[c](t)
-        except Exception as exc:
-            raise OperatorError(runner.name, port, t, type(exc)(
-                f"parallel region {self.name!r} splits by {self.spec.partition_by!r}: {exc!r}; "
-                "every tuple entering it needs a hashable key")) from exc
-        return parts
-
     async def _split(self, runner: OperatorRunner, port: int, stream: tuple[str, int],
                      batch: list[Any]) -> None:
+        """Each channel its part of ``batch`` (marks and watermarks to every channel, in place)."""
         op, out_port = stream
-        if type(batch) is list:
-            for ch, part in zip(self.channels, self._route(runner, port, batch), strict=True):
-                if part:
-                    await self._send(ch, [(op, out_port, part)], len(part))
-            return
-        # A marked batch: runs of tuples split by channel, each mark and watermark to all, in place.
-        width = self.width
-        entries: list[list[tuple[str, int, Any]]] = [[] for _ in range(width)]
-        counts = [0] * width
-        start = 0
-
-        def flush_run(run: list[Any]) -> None:
-            for c, part in enumerate(self._route(runner, port, run)):
-                if part:
-                    entries[c].append((op, out_port, part))
-                    counts[c] += len(part)
-
-        for i, item in enumerate(batch):
-            if item is Punct.WINDOW or type(item) is Watermark:
-                if i > start:
-                    flush_run(batch[start:i])
-                start = i + 1
-                mark = item if item is Punct.WINDOW else item.value  # a watermark travels as an int
-                for e in entries:
-                    e.append((op, out_port, mark))
-        if start < len(batch):
-            flush_run(batch[start:])
-        for ch, e, n in zip(self.channels, entries, counts, strict=True):
-            if e:
-                await self._send(ch, e, n)
+        try:
+            parts = self._splitter.split(batch)
+        except SplitFailed as exc:
+            raise OperatorError(runner.name, port, exc.tuple, type(exc.error)(
+                f"parallel region {self.name!r} splits by {self.spec.partition_by!r}: "
+                f"{exc.error!r}; every tuple entering it needs a hashable key")) from exc.error
+        for ch, (items, n) in zip(self.channels, parts, strict=True):
+            if items:
+                await self._send(ch, [(op, out_port, item) for item in items], n)
 
     async def _send(self, ch: _Channel, entries: list[tuple[str, int, Any]], tuples: int) -> None:
         """One FEED message; with tuples it takes a place in the channel's bounded queue."""
@@ -378,7 +490,9 @@ class ParallelHost:
             if kind == METRICS_OUT:
                 continue
             assert kind == OUT, msg
-            _, fed, exits, deadline, finished, _worker_metrics = msg
+            _, fed, exits, deadline, finished, _worker_metrics, reports, finals = msg
+            if reports:
+                self._report(ch.index, reports)
             self._merging += 1
             ch.outstanding -= 1
             if fed:
@@ -393,40 +507,84 @@ class ParallelHost:
                     await self._merge(ch, exits)
             finally:
                 self._merging -= 1
+            if finals:
+                self._finals(ch.index, finals)
             self._arm()
 
     async def _merge(self, ch: _Channel, exits: list[tuple[str, int, Any]]) -> None:
-        index, width = ch.index, self.width
+        index = ch.index
         touched: dict[str, OperatorRunner] = {}
         for name, port, item in exits:
             merge = self._merges.get((name, port))
             if merge is None:
                 continue
-            out = merge.out
             touched[name] = merge.runner
-            if type(item) is list:
-                out.buf.extend(item)
-                ch.metrics.tuples_out += len(item)
-            elif item is Punct.WINDOW:
-                merge.marks[index] += 1
-                if min(merge.marks) > merge.marks_sent:
-                    merge.marks_sent += 1
-                    out.mark(Punct.WINDOW)
-            elif type(item) is int:  # a watermark
-                current = merge.wm[index]
-                if current is None or item > current:
-                    merge.wm[index] = item
-                if all(v is not None for v in merge.wm):
-                    low = min(v for v in merge.wm if v is not None)
-                    if merge.wm_sent is None or low > merge.wm_sent:
-                        merge.wm_sent = low
-                        out.mark(Watermark(low))
-            elif item is Punct.FINAL:
-                merge.finals += 1
-                if merge.finals == width:
-                    out.control(Punct.FINAL)
+            self._take(merge, index, item)
         for runner in touched.values():
             await runner.flush()
+
+    def _take(self, merge: _Merge, index: int, item: Any) -> None:
+        """One item channel ``index`` sent on ``merge``'s port. After a barrier that not every
+        channel sent yet, the channel's items wait (the merge aligns the checkpoint: what a
+        channel sent after its barrier must not reach a checkpoint taken downstream of it)."""
+        held = merge.held[index]
+        if held is not None:
+            held.append(item)
+            return
+        out = merge.out
+        if type(item) is list:
+            out.buf.extend(item)
+            self.channels[index].metrics.tuples_out += len(item)
+        elif type(item) is tuple:  # tuples with marks among them (`_parallel_split.pack_exits`)
+            tuples, marks = item
+            buf = out.buf
+            self.channels[index].metrics.tuples_out += len(tuples)
+            start = 0
+            for before, mark in marks:
+                if before > start:
+                    buf.extend(tuples[start:before])
+                    start = before
+                self._take(merge, index, mark)
+            if start < len(tuples):
+                buf.extend(tuples[start:] if start else tuples)
+        elif item is Punct.WINDOW:
+            merge.marks[index] += 1
+            if min(merge.marks) > merge.marks_sent:
+                merge.marks_sent += 1
+                out.mark(Punct.WINDOW)
+        elif type(item) is int:  # a watermark
+            current = merge.wm[index]
+            if current is None or item > current:
+                merge.wm[index] = item
+            if all(v is not None for v in merge.wm):
+                low = min(v for v in merge.wm if v is not None)
+                if merge.wm_sent is None or low > merge.wm_sent:
+                    merge.wm_sent = low
+                    out.mark(Watermark(low))
+        elif type(item) is CheckpointBarrier:
+            merge.barriers.setdefault(item.id, (item, set()))[1].add(index)
+            if item.id in merge.barriers:
+                merge.held[index] = []  # until the others sent it
+            self._release(merge)
+        elif item is Punct.FINAL:
+            merge.finals += 1
+            merge.final_from[index] = True
+            self._release(merge)  # the channel owes no barrier any more
+            if merge.finals == self.width:
+                out.control(Punct.FINAL)
+
+    def _release(self, merge: _Merge) -> None:
+        """Barriers every channel sent go out; the items held behind them follow, in order."""
+        due = merge.barriers_due()
+        if not due:
+            return
+        for barrier in due:
+            merge.out.control(barrier)
+        for index, held in enumerate(merge.held):
+            if held is not None and not any(index in seen for _, seen in merge.barriers.values()):
+                merge.held[index] = None
+                for item in held:
+                    self._take(merge, index, item)
 
     # --------------------------------------------------------------------- time
 
@@ -541,8 +699,11 @@ class ParallelHost:
                else f"exit code {code}")
         return ChannelError(f"parallel region {self.name!r}: channel {ch.index} (pid "
                             f"{ch.metrics.pid}, operators {', '.join(self.members)}) ended without "
-                            f"finishing ({how}); the job stops (restarting a channel needs "
-                            "checkpoints across processes, not supported yet)")
+                            f"finishing ({how}); "
+                            + ("its consistent region resets from its last checkpoint"
+                               if self.region is not None and self.region.heals else
+                               "the job stops (put the region in a consistent region, or run with "
+                               "--checkpoint-dir and replayable sources, to restart it instead)"))
 
     def _failed(self, ch: _Channel, msg: tuple[Any, ...]) -> BaseException:
         _, op, port, text, error_type, message = msg
@@ -552,6 +713,25 @@ class ParallelHost:
         if op is None:
             return cause
         return OperatorError(op, port, None, cause)
+
+
+_MISSING: Any = object()  # a channel's state not reported yet
+
+
+def _channel_states(state: Any) -> list[Any] | None:
+    """Each channel's state in an operator's stored state (None: taken without a region)."""
+    if isinstance(state, dict) and isinstance(state.get("parallel"), dict):
+        channels = state.get("channels")
+        if isinstance(channels, list):
+            return channels
+    return None
+
+
+def _first(exc: BaseException) -> BaseException:
+    """The first failure in a (nested) exception group."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -110,6 +110,10 @@ class Region:
             barrier_conns = [i for i, c in enumerate(r.core.connections) if c.operator in self.member_names]
             r.core.join_region(name, barrier_conns)
             r.region = self
+        # Parallel regions inside: their operators run in worker processes, which the host
+        # (`ParallelHost`) restores, resets, restarts and tells of commits, not their runners.
+        self.hosts = [h for h in job.parallel if h.members[0] in self.member_names]
+        self.hosted = frozenset(n for h in self.hosts for n in h.members)
 
     # ------------------------------------------------------------ restore on start
 
@@ -135,8 +139,11 @@ class Region:
                 f"{self.job.name!r}: restoring it would continue another job's state; give this "
                 "job a checkpoint directory of its own (or the name it had)")
         self._keep(latest.id, latest.states)  # before a restore could change them
+        for h in self.hosts:
+            h.restore_on_start(latest)  # refuses a checkpoint taken with another width
         for r in self.members:
-            r.restore_on_start(latest.states[r.name])
+            if r.name not in self.hosted:
+                r.restore_on_start(latest.states[r.name])
         self.restored_from = self.last_committed = latest.id
         self.metrics.last_committed = latest.id
         self.next_id = max(self.next_id, latest.id + 1)
@@ -195,7 +202,11 @@ class Region:
         self.state = RegionState.PROCESSING
         self._consecutive = 0
         self._retire(pending.id)
+        for h in self.hosts:
+            h.committed(pending.id)
         for r in self.members:
+            if r.name in self.hosted:
+                continue
             r.core.guard(r.op.on_checkpoint_committed, None, pending.id)
             if r.odef.kind != "source" and any(o.has_output for o in r.core.outputs):
                 r.wake()  # what the operator submitted in the callback goes out
@@ -226,7 +237,8 @@ class Region:
         while isinstance(keep, int) and len(self.committed_ids) > keep:
             old = self.committed_ids.popleft()
             for r in self.members:
-                r.core.guard(r.op.retire_checkpoint, None, old)
+                if r.name not in self.hosted:
+                    r.core.guard(r.op.retire_checkpoint, None, old)
 
     def request_consistent(self) -> asyncio.Future[bool]:
         """Checkpoint the region now (SPL's ``makeConsistent``): a future that is True once the
@@ -316,20 +328,27 @@ class Region:
                             recovery_ms=round(self.metrics.last_recovery_ms, 1),
                             **{k: round(v, 1) for k, v in self._phases.items()})
         for r in self.members:
-            r.start(resume=True)
+            if r.name not in self.hosted:
+                r.start(resume=True)
+        for h in self.hosts:
+            h.start()
 
     async def _reset_members(self) -> None:
         phases = self._phases = {}
         started = time.monotonic()
         for r in self.members:
             r.cancel()
-        await asyncio.gather(*(r.stopped() for r in self.members))
+        for h in self.hosts:
+            h.cancel()
+        await asyncio.gather(*(r.stopped() for r in self.members), *(h.stopped() for h in self.hosts))
         phases["stop_ms"] = (time.monotonic() - started) * 1000
         states: Mapping[str, Any] | None = None
+        checkpoint: Any = None
         kept = self._kept
         if self.last_committed is not None:
-            if kept is not None and kept[0] == self.last_committed:
-                states = {name: state_to_restore(state) for name, state in kept[1].items()}
+            if kept is not None and kept[0] == self.last_committed:  # never with hosted members:
+                states = {name: state_to_restore(state)  # their states are not core states
+                          for name, state in kept[1].items()}
             else:
                 load = getattr(self.store, "load", None)
                 checkpoint = load(self.last_committed) if callable(load) else self.store.latest_good()
@@ -337,7 +356,11 @@ class Region:
         phases["load_ms"] = (time.monotonic() - started) * 1000 - phases["stop_ms"]
         for r in self.members:
             r.purge()
+        for h in self.hosts:
+            h.reset(checkpoint)
         for r in self.members:
+            if r.name in self.hosted:
+                continue
             state = states[r.name] if states is not None else None
             r.core.reset(state, initial_operator_state=self.initial.get(r.name))
             r.wake()  # the operator's restore may already have submitted (held items due)

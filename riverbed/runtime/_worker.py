@@ -10,7 +10,8 @@ forked from the job's process (the graph, with its functions and operator object
 pickling) and never touches the event loop it inherited.
 
 The worker reads one message, handles it completely, and answers once: what its operators sent
-out of the region (``exits``), its next deadline, whether it finished. It ends when the job
+out of the region (``exits``), its next deadline, whether it finished, the states its operators
+reported at a checkpoint barrier, and the final states of operators that ended. It ends when the job
 closes its end of the socket (also when the job's process dies), and refuses SIGINT: the job,
 which sees the Ctrl-C too, decides how the region ends.
 """
@@ -21,15 +22,82 @@ import contextlib
 import os
 import signal
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from socket import socket
 from typing import Any
 
-from ..core import OperatorError, SchemaViolation, SyncGraph
-from ..graph import FrozenGraph, Watermark
-from ._parallel_wire import FAILED, FEED, METRICS, METRICS_OUT, OUT, TICK, dumps, loads
+from ..core import OperatorCore, OperatorError, SchemaViolation, SyncGraph
+from ..graph import CheckpointBarrier, FrozenGraph, Watermark
+from ._parallel_split import join_marked, pack_exits
+from ._parallel_wire import COMMIT, FAILED, FEED, METRICS, METRICS_OUT, OUT, TICK, dumps, loads
 
 __all__ = ["serve"]
+
+
+class _ChannelGraph(SyncGraph):
+    """A `SyncGraph` whose operators can be in a consistent region: a state reported at a
+    barrier, and the final state of an operator that ended, are kept for the job (which
+    reports them to its region once every channel sent them)."""
+
+    def __init__(self, graph: FrozenGraph, members: tuple[str, ...], *, now: int, name: str) -> None:
+        # Set before the cores exist: activation may already end an operator.
+        self.reports: list[tuple[int, str, Any]] = []
+        self.finals: list[tuple[str, Any]] = []
+        self.final_states: dict[str, Any] = {}
+        super().__init__(graph, members, now=now, name=name)
+
+    def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
+        self.reports.append((checkpoint_id, operator, state))
+
+    def operator_finished(self, core: OperatorCore) -> None:
+        state = core.checkpoint_state()
+        self.final_states[core.name] = state
+        self.finals.append((core.name, state))
+
+    def barrier(self, barrier: CheckpointBarrier) -> None:
+        """A barrier reached this channel: an operator that ended already reports its final
+        state for it (it sees no barrier any more, as in the job's region)."""
+        reported = {op for cid, op, _ in self.reports if cid == barrier.id}
+        for core in self.cores:
+            if core.finished and core.name not in reported:
+                self.reports.append((barrier.id, core.name, self.final_states.get(core.name)))
+
+    def take(self) -> tuple[list[tuple[int, str, Any]], list[tuple[str, Any]]]:
+        reports, finals = self.reports, self.finals
+        self.reports, self.finals = [], []
+        return reports, finals
+
+
+def _channel_graph(graph: FrozenGraph, members: tuple[str, ...], *, name: str, now: int,
+                   region: str | None, region_members: frozenset[str],
+                   restore: dict[str, Any] | None) -> _ChannelGraph:
+    """The channel's operators, in the job's consistent region (if any), restored from their
+    channel's state in a checkpoint (if any), as a runner restores on start: activated, then
+    restored."""
+    sync = _ChannelGraph(graph, members, now=now, name=name)
+    for core in sync.cores:
+        if region is not None:
+            core.join_region(region, [i for i, c in enumerate(core.connections)
+                                      if c.operator in region_members])
+    if restore is not None:
+        for core in sync.cores:
+            state = restore[core.name]
+
+            def back(c: OperatorCore, state: Any = state) -> None:
+                c.restore(state)
+                if c.inputs_done and not c.finished:  # it had ended: final goes out again
+                    c.close_outputs()
+                    c.shut_down()
+
+            sync.call(core.name, back)
+    return sync
+
+
+def _handle_barrier(barrier: CheckpointBarrier) -> Callable[[OperatorCore], None]:
+    def handle(core: OperatorCore) -> None:
+        core.handle(-1, barrier)
+    return handle
 
 
 def _deadline(sync: SyncGraph) -> int | None:
@@ -43,10 +111,10 @@ def _deadline(sync: SyncGraph) -> int | None:
 
 
 def _exits(sync: SyncGraph) -> list[tuple[str, int, Any]]:
-    """What left the region, watermarks as ints (`_parallel_wire`)."""
-    exits = sync.take_exits()
-    return [(op, port, item.value) if type(item) is Watermark else (op, port, item)
-            for op, port, item in exits]
+    """What left the region: each port's consecutive tuples, window marks and watermarks as
+    one ``(tuples, marks)`` item (as the split sends them, see `_parallel_split`), so the job's
+    merge takes a run of them in one step; watermarks as ints."""
+    return pack_exits(sync.take_exits())
 
 
 def _metrics(sync: SyncGraph) -> dict[str, Any]:
@@ -65,8 +133,11 @@ def _failure(exc: BaseException) -> tuple[Any, ...]:
 
 
 def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str, ...], *,
-          name: str, now: int) -> None:
-    """The body of a worker process (forked): host ``members`` until the job hangs up."""
+          name: str, now: int, region: str | None = None,
+          region_members: frozenset[str] = frozenset(),
+          restore: dict[str, Any] | None = None) -> None:
+    """The body of a worker process (forked): host ``members`` until the job hangs up
+    (``region``: the consistent region they are in; ``restore``: each one's state)."""
     signal.set_wakeup_fd(-1)  # the inherited fd is the job's event loop's: never write to it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -76,8 +147,10 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
     conn = Connection(sock.detach())
     send = conn.send_bytes
     try:
-        sync = SyncGraph(graph, members, now=now, name=name)
-        send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None)))
+        sync = _channel_graph(graph, members, name=name, now=now, region=region,
+                              region_members=region_members, restore=restore)
+        reports, finals = sync.take()
+        send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None, reports, finals)))
         while True:
             try:
                 data = conn.recv_bytes()
@@ -89,10 +162,25 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
                 sync.advance(msg[1])
                 feed = sync.feed
                 for operator, port, item in msg[2]:
-                    feed(operator, port, Watermark(item) if type(item) is int else item)
+                    if type(item) is tuple:  # a marked batch's part (`_parallel_split`)
+                        feed(operator, port, join_marked(*item))
+                    elif type(item) is int:
+                        feed(operator, port, Watermark(item))
+                    elif type(item) is CheckpointBarrier:
+                        if port < 0:  # the job's region asks the operator itself
+                            sync.call(operator, _handle_barrier(item))
+                        else:
+                            feed(operator, port, item)
+                        sync.barrier(item)
+                    else:
+                        feed(operator, port, item)
                 fed = 1
             elif kind == TICK:
                 sync.advance(msg[1])
+                fed = 0
+            elif kind == COMMIT:
+                sync.advance(msg[1])
+                sync.committed(msg[2])
                 fed = 0
             elif kind == METRICS:
                 send(dumps((METRICS_OUT, _metrics(sync))))
@@ -100,8 +188,9 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
             else:
                 raise RuntimeError(f"worker {name}: unknown message kind {kind!r}")
             finished = sync.finished
+            reports, finals = sync.take()
             send(dumps((OUT, fed, _exits(sync), _deadline(sync), finished,
-                        _metrics(sync) if finished else None)))
+                        _metrics(sync) if finished else None, reports, finals)))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the job went away
     except Exception as exc:  # an operator failed: tell the job, which stops
