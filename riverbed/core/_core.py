@@ -38,7 +38,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import length_hint
-from typing import Any, Protocol
+from typing import Any
 
 from ..graph import (
     CheckpointBarrier,
@@ -56,93 +56,15 @@ from ..windows import (
     TimeIntervalWindow,
     WindowTupleError,
 )
+from . import _state
 from ._errors import OperatorError, SchemaViolation
+from ._host import CoreHost, FinalHold, TimerHandle
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
 from ._output import MarkedBatch, OutputPort
 from ._windows import Window, build_window
 
 __all__ = ["CoreHost", "FinalHold", "OperatorCore", "TimerHandle"]
 
-
-
-class CoreHost(Protocol):
-    """What a core asks of the host that drives it."""
-
-    @property
-    def job_name(self) -> str: ...
-
-    @property
-    def stopping(self) -> bool:
-        """The job was asked to stop: a source should return soon."""
-        ...
-
-    def now(self) -> int:
-        """The host's clock (ns)."""
-        ...
-
-    def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
-        """The operator's state for checkpoint ``checkpoint_id``, taken at its barrier."""
-        ...
-
-    def request_checkpoint(self) -> int | None:
-        """An operator asks for a checkpoint now (SPL operator-driven regions)."""
-        ...
-
-    def operator_finished(self, core: OperatorCore) -> None:
-        """The operator ended (after final, or a stop)."""
-        ...
-
-    def wake(self, core: OperatorCore) -> None:
-        """The core changed outside `handle` and `on_time` (a deferred final was released,
-        perhaps from another task): the host should look at it again."""
-        ...
-
-    async def flush(self, core: OperatorCore) -> None:
-        """A source asks its output to be delivered (waits while downstream is full)."""
-        ...
-
-    async def sleep_until(self, core: OperatorCore, when: int) -> None:
-        """A source waits for the clock."""
-        ...
-
-    async def make_consistent(self, core: OperatorCore) -> bool:
-        """A source of an operator-driven region asks for a checkpoint and waits for it."""
-        ...
-
-
-class FinalHold:
-    """A deferred final (`OperatorCore.defer_final`): call it once to release it."""
-
-    __slots__ = ("_core", "epoch", "released")
-
-    def __init__(self, core: OperatorCore, epoch: int) -> None:
-        self._core = core
-        self.epoch = epoch
-        self.released = False
-
-    @property
-    def active(self) -> bool:
-        """Still holding final back: not released, and taken since the core's last reset."""
-        return not self.released and self.epoch == self._core._epoch
-
-    def __call__(self) -> None:
-        if not self.released:
-            self.released = True
-            self._core._release_hold(self)
-
-
-class TimerHandle:
-    """An operator timer (`OperatorCore.call_at`); ``cancel`` forgets it."""
-
-    __slots__ = ("callback", "cancelled", "when")
-
-    def __init__(self, when: int, callback: Callable[[], None]) -> None:
-        self.when = when
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
 
 
 class OperatorCore:
@@ -605,20 +527,7 @@ class OperatorCore:
 
     def _check_aligned(self) -> None:
         """Every live connection delivered the barrier: snapshot, forward it."""
-        live = {c for c in self._barrier_conns
-                if not self.conn_feedback[c] and not self._final_from[c]}
-        if not live <= self._aligned:
-            return
-        checkpoint_id = self._aligning
-        assert checkpoint_id is not None
-        self.host.report_checkpoint(checkpoint_id, self.name, self.checkpoint_state())
-        barrier = CheckpointBarrier(checkpoint_id, self.region or "")
-        for out in self.outputs:
-            out.control(barrier)
-        self._aligning = None
-        self._aligned = set()
-        self._replay.extend(self._held)
-        self._held.clear()
+        _state.check_aligned(self)
 
     def checkpoint_state(self, *, drain: bool = True, drain_operator: bool | None = None) -> dict[str, Any]:
         """Drain, then this operator's whole state as plain data: its own, its windows', its
@@ -630,46 +539,13 @@ class OperatorCore:
         micro-batch this way, which SPL would not call a checkpoint). The
         operator's own ``drain`` runs when ``drain_operator`` (default: ``drain``).
         """
-        if drain if drain_operator is None else drain_operator:
-            self.guard(self.op.drain)
-        windows = [None if w is None else self.guard(w.checkpoint if drain else w.snapshot)
-                   for w in self.windows]
-        return {
-            "operator": self.guard(self.op.snapshot),
-            "windows": windows,
-            "watermark": {"in": list(self._wm_in), "value": self._watermark, "sent": self._last_sent},
-            "finals": list(self._final_from),
-        }
+        return _state.checkpoint_state(self, drain=drain, drain_operator=drain_operator)
 
     def restore(self, state: Any, *, reset: bool = True) -> None:
         """Take back a `checkpoint_state` (after `activate`): the core's own state first (an
         operator's restore may already submit, under the restored watermark state), then the
         operator's, then its windows' (``reset``: as a checkpoint reset, else a snapshot)."""
-        try:
-            windows = state["windows"]
-            marks = state["watermark"]
-            finals = state["finals"]
-            if len(windows) != len(self.windows) or len(finals) != len(self._final_from):
-                raise ValueError("the checkpoint has a different number of ports or connections")
-        except (KeyError, TypeError, ValueError) as exc:
-            raise OperatorError(self.name, None, None, ValueError(
-                f"cannot restore from this checkpoint: {exc}")) from None
-        self._wm_in = list(marks["in"])
-        self._watermark = self.metrics.watermark = marks["value"]
-        self._last_sent = marks["sent"]
-        # Connections that had ended stay ended: their ports' finals were already handled
-        # (and are reflected in the operator's restored state).
-        self._final_from = [bool(f) for f in finals]
-        needed = [0] * len(self.odef.inputs)
-        for conn, port in enumerate(self.conn_port):
-            if not self.conn_feedback[conn] and not self._final_from[conn]:
-                needed[port] += 1
-        self._finals_needed = needed
-        self._ports_open = sum(1 for n in needed if n > 0)
-        self.guard(self.op.restore, None, state["operator"])
-        for w, snap in zip(self.windows, windows, strict=True):
-            if w is not None:
-                self.guard(w.reset if reset else w.restore, None, snap)
+        _state.restore(self, state, reset=reset)
 
     def reset(self, state: Any, *, initial_operator_state: Any = None) -> None:
         """Reset in place (a consistent region heals): everything in flight inside the core is
@@ -677,37 +553,7 @@ class OperatorCore:
         the state is ``state`` (a `checkpoint_state`), or with None the initial one: the
         operator's ``reset_to_initial_state`` if it has one, else ``initial_operator_state``
         (its snapshot when the job started), windows reset to initial (spec C5, C6)."""
-        self.cancel_timers()
-        self._aligning, self._aligned = None, set()
-        self._held.clear()
-        self._replay.clear()
-        self._barrier_request = None
-        self._holds = 0
-        self._epoch += 1
-        self.input_paused = False
-        self.finished = self.metrics.finished = False
-        self.final_state = None
-        for out in self.outputs:
-            out.buf.clear()
-            out.marks = out.window_marks = 0
-            out.pending.clear()
-        if state is not None:
-            self.restore(state)
-            return
-        self._wm_in = list(self._wm_initial)
-        self._watermark = self.metrics.watermark = None
-        self._last_sent = None
-        self._final_from = [False] * len(self.conn_port)
-        self._finals_needed = [sum(1 for c in inp.connections if not c.feedback)
-                               for inp in self.odef.inputs]
-        self._ports_open = sum(1 for n in self._finals_needed if n > 0)
-        if type(self.op).reset_to_initial_state is not Operator.reset_to_initial_state:
-            self.guard(self.op.reset_to_initial_state)
-        else:
-            self.guard(self.op.restore, None, initial_operator_state)
-        for w in self.windows:
-            if w is not None:
-                self.guard(w.reset, None, None)
+        _state.reset(self, state, initial_operator_state=initial_operator_state)
 
     # ------------------------------------------------------------ ending
 

@@ -48,7 +48,7 @@ from ..windows import (
     WindowType,
 )
 from ..windows import Punct as PunctPolicy
-from ._join import _key_in, _key_out, _port_counts
+from ._join_parts import _key_in, _key_out, _port_counts
 from ._params import OperatorParameterError, spl_aliases
 from ._utility_support import batch_submit, every_event
 

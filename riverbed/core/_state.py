@@ -1,0 +1,114 @@
+"""An operator core's state: what a checkpoint holds, and taking it back (restore, reset).
+
+Kept apart from `OperatorCore`'s item handling; the core's methods of the same names call
+these.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..graph import CheckpointBarrier, Operator
+from ._errors import OperatorError
+
+if TYPE_CHECKING:
+    from ._core import OperatorCore
+
+__all__ = ["check_aligned", "checkpoint_state", "reset", "restore"]
+
+
+def checkpoint_state(core: OperatorCore, *, drain: bool, drain_operator: bool | None) -> dict[str, Any]:
+    """`OperatorCore.checkpoint_state`."""
+    if drain if drain_operator is None else drain_operator:
+        core.guard(core.op.drain)
+    windows = [None if w is None else core.guard(w.checkpoint if drain else w.snapshot)
+               for w in core.windows]
+    return {
+        "operator": core.guard(core.op.snapshot),
+        "windows": windows,
+        "watermark": {"in": list(core._wm_in), "value": core._watermark, "sent": core._last_sent},
+        "finals": list(core._final_from),
+    }
+
+
+def restore(core: OperatorCore, state: Any, *, reset: bool) -> None:
+    """`OperatorCore.restore`."""
+    try:
+        windows = state["windows"]
+        marks = state["watermark"]
+        finals = state["finals"]
+        if len(windows) != len(core.windows) or len(finals) != len(core._final_from):
+            raise ValueError("the checkpoint has a different number of ports or connections")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise OperatorError(core.name, None, None, ValueError(
+            f"cannot restore from this checkpoint: {exc}")) from None
+    core._wm_in = list(marks["in"])
+    core._watermark = core.metrics.watermark = marks["value"]
+    core._last_sent = marks["sent"]
+    # Connections that had ended stay ended: their ports' finals were already handled
+    # (and are reflected in the operator's restored state).
+    core._final_from = [bool(f) for f in finals]
+    needed = [0] * len(core.odef.inputs)
+    for conn, port in enumerate(core.conn_port):
+        if not core.conn_feedback[conn] and not core._final_from[conn]:
+            needed[port] += 1
+    core._finals_needed = needed
+    core._ports_open = sum(1 for n in needed if n > 0)
+    core.guard(core.op.restore, None, state["operator"])
+    for w, snap in zip(core.windows, windows, strict=True):
+        if w is not None:
+            core.guard(w.reset if reset else w.restore, None, snap)
+
+
+def reset(core: OperatorCore, state: Any, *, initial_operator_state: Any) -> None:
+    """`OperatorCore.reset`."""
+    core.cancel_timers()
+    core._aligning, core._aligned = None, set()
+    core._held.clear()
+    core._replay.clear()
+    core._barrier_request = None
+    core._holds = 0
+    core._epoch += 1
+    core.input_paused = False
+    core.finished = core.metrics.finished = False
+    core.final_state = None
+    for out in core.outputs:
+        out.buf.clear()
+        out.marks = out.window_marks = 0
+        out.pending.clear()
+    if state is not None:
+        core.restore(state)
+        return
+    core._wm_in = list(core._wm_initial)
+    core._watermark = core.metrics.watermark = None
+    core._last_sent = None
+    core._final_from = [False] * len(core.conn_port)
+    core._finals_needed = [sum(1 for c in inp.connections if not c.feedback)
+                           for inp in core.odef.inputs]
+    core._ports_open = sum(1 for n in core._finals_needed if n > 0)
+    if type(core.op).reset_to_initial_state is not Operator.reset_to_initial_state:
+        core.guard(core.op.reset_to_initial_state)
+    else:
+        core.guard(core.op.restore, None, initial_operator_state)
+    for w in core.windows:
+        if w is not None:
+            core.guard(w.reset, None, None)
+
+
+def check_aligned(core: OperatorCore) -> None:
+    """`OperatorCore._check_aligned`: every live connection delivered the barrier: report the
+    state, forward the barrier, then the items held meanwhile."""
+    live = {c for c in core._barrier_conns
+            if not core.conn_feedback[c] and not core._final_from[c]}
+    if not live <= core._aligned:
+        return
+    checkpoint_id = core._aligning
+    assert checkpoint_id is not None
+    core.host.report_checkpoint(checkpoint_id, core.name, core.checkpoint_state())
+    barrier = CheckpointBarrier(checkpoint_id, core.region or "")
+    for out in core.outputs:
+        out.control(barrier)
+    core._aligning = None
+    core._aligned = set()
+    core._replay.extend(core._held)
+    core._held.clear()
