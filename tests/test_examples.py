@@ -18,7 +18,7 @@ def _run(name: str, params: dict[str, object]) -> None:
 
 def test_every_example_is_covered_here() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == [
-        "per_file_totals.py", "sensor_join.py", "sensors.py", "sensors_mqtt.py",
+        "per_file_totals.py", "sensor_join.py", "sensor_sites.py", "sensors.py", "sensors_mqtt.py",
         "stock_moving_average.py"]  # sensors_mqtt.py needs a broker: tests/test_mqtt_demo.py runs it
 
 
@@ -45,6 +45,15 @@ def test_sensor_join_pairs_readings_of_one_room_less_than_a_second_apart(tmp_pat
     rows = list(csv.reader(out.read_text().splitlines()))
     assert rows and {r[0] for r in rows} == {"room-0", "room-1", "room-2"}
     assert all(float(r[4]) != float(r[1]) for r in rows)  # the Functor added the heat index
+
+
+def test_sensor_sites_aggregates_one_round_of_each_sites_panes(tmp_path: Path) -> None:
+    out = tmp_path / "sites.csv"
+    _run("sensor_sites.py", {"sites": 3, "per_site": 4, "seconds": 2, "rate": 20, "out": str(out)})
+    rows = list(csv.reader(out.read_text().splitlines()))
+    # 20 readings a second for 2 s: 4 panes of 10 per sensor, so 4 rounds per site
+    assert sorted({r[0] for r in rows}) == ["site-00", "site-01", "site-02"] and len(rows) == 12
+    assert all(r[1] == "4" and float(r[3]) <= float(r[2]) <= float(r[4]) for r in rows)
 
 
 def test_per_file_totals_one_line_per_file(tmp_path: Path) -> None:
