@@ -64,7 +64,9 @@ class Job:
         self.metrics = JobMetrics(self.name, {n: r.metrics for n, r in self.runners.items()})
         self.parallel = self._make_parallel()
         self._hosted = {n for host in self.parallel for n in host.members}
-        self._tasks: list[asyncio.Task[None]] = []
+        # Live tasks only: a done task is dropped at once, since a cancelled one keeps its
+        # CancelledError, whose traceback keeps the frames (and a source's locals) alive.
+        self._tasks: set[asyncio.Task[None]] = set()
         self._tg: asyncio.TaskGroup | None = None
         self._aborted = False
         self._failure: BaseException | None = None
@@ -208,16 +210,15 @@ class Job:
         """A task of the job (in its TaskGroup): an operator's, a region's."""
         assert self._tg is not None, "the job is not running"
         task = self._tg.create_task(coro, name=name)
-        self._tasks.append(task)
-        if len(self._tasks) > 4 * len(self.runners) + 64:
-            self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         return task
 
     def fail_job(self, exc: BaseException) -> None:
         """Something no region can heal: the job ends with ``exc`` (`run` raises `JobError`)."""
         if self._failure is None:
             self._failure = exc
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
 
     def log_region(self, event: str, *, level: str = "warning", **fields: Any) -> None:
@@ -262,7 +263,7 @@ class Job:
         barriers reaches a sink's committed output, and no final punctuation is sent, so no
         window is flushed: a restart continues from those checkpoints as if never stopped."""
         self.suspended = True
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
 
     def host_for(self, runner: OperatorRunner) -> _RunnerHost:
@@ -301,7 +302,7 @@ class Job:
     def abort(self) -> None:
         """Cancel every task now: nothing is drained; `run` raises `JobError`."""
         self._aborted = True
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
 
 
