@@ -364,3 +364,22 @@ def test_faults_at_random_readings_under_a_short_period_lose_and_repeat_nothing(
     assert len(_resets(events)) == len(faults)
     _replays_logged(events)
 
+
+
+def test_acks_sent_before_a_close_reach_the_broker_before_the_next_connection(broker: Broker) -> None:
+    """What a reset does to the connection, alone: ack everything, close, reconnect at once
+    with the same client_id. The broker must have read every ack first (it reads a connection
+    one packet per turn; the new connection takes the session over and closes the old one)."""
+    n = 3000
+    config = ClientConfig("127.0.0.1", broker.port, client_id="settle-consumer", persistent=True)
+
+    async def main() -> list[int]:
+        async with MQTTClient(config, subscriptions=[("region/#", 1)], manual_ack=True) as client:
+            await publish(broker.port, range(n))
+            got: list[Received] = []
+            while len(got) < n:
+                got += await client.receive(TIMEOUT)
+            assert all(client.ack(m.mid, m.qos) for m in got)
+        return await unacknowledged(broker.port, "settle-consumer")
+
+    assert asyncio.run(asyncio.wait_for(main(), TIMEOUT)) == []
