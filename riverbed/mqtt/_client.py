@@ -179,6 +179,7 @@ class ConnectInfo:
 
 
 _CLOSED = object()
+SETTLE_FILTER = "riverbed/settle"  # unsubscribed (never subscribed) as a round trip: _settle
 
 
 class MQTTClient:
@@ -290,14 +291,35 @@ class MQTTClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self._settle()
         task, self._task = self._task, None
         self._up.clear()
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
-                await task
+            # The connection ends gracefully: what paho still holds (acks) goes out before the
+            # DISCONNECT. asyncio.wait never cancels what it waits on, so a second cancel of
+            # the caller ends this wait, not the disconnect (it is not swallowed either).
+            await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # retrieved: _maintain ends on its own errors only when fatal
+
+    async def _settle(self) -> None:
+        """With manual acks, before the DISCONNECT: one round trip (an UNSUBSCRIBE of a filter
+        never subscribed), so the broker has read every ack sent before it. mosquitto reads
+        one packet of a connection per turn; a new connection with this client_id (a region
+        reset reconnects within a millisecond) takes the session over and closes this one with
+        the acks still unread, and the broker sends those messages again."""
+        client = self._client
+        if not self.manual_ack or client is None or not self.connected:
+            return
+        sync = asyncio.ensure_future(client.unsubscribe(SETTLE_FILTER))
+        done, _ = await asyncio.wait({sync}, timeout=self.config.timeout)
+        if not done:
+            sync.cancel()
+        elif not sync.cancelled():
+            sync.exception()  # (a connection that failed meanwhile: the acks may be lost anyway)
 
     async def _maintain(self) -> None:
         client = self._client
@@ -398,10 +420,20 @@ class MQTTClient:
         self._check()
         q = self._queue
         if q.empty():
+            # Neither asyncio.wait_for (on Python 3.11 it returns the item when a cancellation
+            # and the item come together: the cancelled task goes on, and a region reset waits
+            # for a source that never stops) nor asyncio.timeout (its expiry cancels the task:
+            # coming with the reset's cancel, the second one cut short the graceful disconnect,
+            # so the acks of the last checkpoint never left and the broker sent them again).
+            getter = asyncio.ensure_future(q.get())
             try:
-                first = await asyncio.wait_for(q.get(), timeout)
-            except TimeoutError:
+                done, _ = await asyncio.wait({getter}, timeout=timeout)
+            finally:
+                if not getter.done():
+                    getter.cancel()  # (a cancelled Queue.get leaves its item in the queue)
+            if not done:
                 return []
+            first = getter.result()
             if first is _CLOSED:
                 self._check()
             out = [first]

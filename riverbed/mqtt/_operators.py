@@ -37,6 +37,25 @@ Delivery guarantees (which one a graph has):
   (a sequence attribute of the payload, per ``dedup_scope``) drops those
   repeats, with its state in the checkpoint (`riverbed.mqtt._dedup`).
 
+  Inside a consistent region (`Graph.consistent_region`) a reset rewinds the
+  source in place, to the last committed checkpoint or to its initial state:
+  its task is cancelled, which closes the connection gracefully (with manual
+  acks a round trip first, so the broker has read every ack sent before:
+  mosquitto reads a connection one packet per turn, and the next connection
+  with this client_id would take the session over with acks still unread),
+  and the restarted `run` reconnects to the persistent session. Nothing
+  received since that checkpoint was acknowledged, so the broker sends all
+  of it again, first (the in-flight messages, on reconnect, with their
+  packet ids); those ids are submitted again instead of being skipped as
+  repeats. The broker, not a buffer in the source, is where a replay comes
+  from: it keeps these messages anyway until they are acked, a restart after
+  a crash replays the same way, and a reset costs one reconnect (a few ms on
+  a local broker). The checkpoint under way at the reset never commits: its
+  list of acks is dropped, never sent. A reset logs ``mqtt source reset``
+  (the checkpoint, how many messages the broker is to send again, how many
+  records are taken back) and ``mqtt replay done`` (how many came, after how
+  many ms); ``messages_replayed`` counts them.
+
 Bad payloads never stop the graph. A source has one output stream
 (`Graph.source`), so instead of an error port each refused payload or record
 becomes a `BadMessage` (topic, payload, reason) that is counted by kind in
@@ -54,6 +73,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -101,6 +121,11 @@ class MQTTSource(Source):
     (e.g. ``"topic"`` or ``"sensor"``; None: one sequence for the source); a
     tuple whose sequence is not above the last one of its scope is dropped and
     counted in ``duplicates_dropped`` (see the module doc for why).
+
+    With ``ack="checkpoint"`` it may start a consistent region: a reset
+    replays, from the broker's persistent session, every message received
+    since the checkpoint it goes back to, and acknowledges nothing before the
+    checkpoint holding its effects committed (module doc).
     """
 
     replayable = False  # True per instance with ack="checkpoint"
@@ -166,6 +191,7 @@ class MQTTSource(Source):
         self.records_submitted = 0
         self.redeliveries_skipped = 0
         self.messages_acked = 0
+        self.messages_replayed = 0  # received again after a region reset took them back
         self._bads = BadMessages(on_bad=on_bad, log=self._log)  # shared with the Spark input
         self.bad_counts: Counter[str] = self._bads.counts
         self.recent_bad: deque[BadMessage] = self._bads.recent
@@ -187,6 +213,13 @@ class MQTTSource(Source):
         # mid -> digest of messages whose effects are committed but whose ack may not have reached
         # the broker: restored from the checkpoint, or an ack sent while disconnected.
         self._committed: dict[int, int] = {}
+        # A region reset in place (see `_rewind`): the packet ids the broker is to send again,
+        # when the reset happened (monotonic s), the last checkpoint committed while running.
+        self._replaying: set[int] = set()
+        self._reset_at: float | None = None
+        self._replay_count = 0
+        self._connected_once = False
+        self._last_committed: int | None = None
 
     @property
     def bad_messages(self) -> int:
@@ -253,7 +286,7 @@ class MQTTSource(Source):
         client = MQTTClient(self.config, subscriptions=[(t, self.qos) for t in self.topics],
                             manual_ack=manual, name=f"{ctx.job}/{ctx.name}", log=self._log,
                             on_connect=self._on_connect)
-        client.expect_session = manual and self._restored
+        client.expect_session = manual and (self._restored or self._connected_once)
         self._client = client
         letters = None
         if self.dead_letter_topic is not None:
@@ -267,6 +300,8 @@ class MQTTSource(Source):
             self.subscribed.set()
             # counters for the status view and Prometheus (only those that can move)
             counts: list[tuple[str, Callable[[], int]]] = [("reconnects", lambda: client.reconnects)]
+            if manual:
+                counts.append(("replayed", lambda: self.messages_replayed))
             if self.dedup is not None:
                 counts.append(("duplicates", lambda: self.duplicates_dropped))
             if letters is not None:
@@ -293,12 +328,20 @@ class MQTTSource(Source):
         """Each (re)connect: forget packet ids of a session the broker lost; warn about what
         defeats the guarantees (once per warning; a lost session every time)."""
         client = self._client
+        self._connected_once = True
         if client is not None and client.session != self._session:
             self._session = client.session
             self._unacked.clear()
             self._received.clear()
             self._snapshotted.clear()
             self._committed.clear()
+            if self._replaying:
+                self._logger.warning("mqtt replay lost", lost=len(self._replaying),
+                                     detail="the broker lost the session: what was received since "
+                                            "the last checkpoint will not come again")
+                self._replaying.clear()
+        if self._reset_at is not None and not self._replaying:
+            self._replay_done()
         checkpointed = self.ack == "checkpoint"
         for w in connect_warnings(info, client_id=self.config.client_id, checkpointed=checkpointed,
                                   session_expiry=self.config.session_expiry):
@@ -311,7 +354,12 @@ class MQTTSource(Source):
 
     def _ingest(self, msg: Received, manual: bool) -> None:
         if manual and msg.qos > 0 and msg.session == self._session:
-            if msg.mid in self._unacked:  # redelivered after a reconnect: already in the stream
+            if msg.mid in self._replaying:  # taken back by a region reset: submitted again
+                self._replaying.discard(msg.mid)
+                self.messages_replayed += 1
+                if not self._replaying:
+                    self._replay_done()
+            elif msg.mid in self._unacked:  # redelivered after a reconnect: already in the stream
                 self.redeliveries_skipped += 1
                 return
             digest = _digest(msg)
@@ -359,21 +407,68 @@ class MQTTSource(Source):
         return state
 
     def restore(self, state: Any) -> None:
+        """At a (re)start, or when the region resets in place (then see `_rewind`)."""
         if not isinstance(state, dict) or state.get("client_id") != self.config.client_id:
             raise MQTTConfigError(f"MQTTSource: the checkpoint was taken with client_id="
                                   f"{state.get('client_id') if isinstance(state, dict) else state!r}, "
                                   f"this source has {self.config.client_id!r}; the broker session "
                                   "holding the unacknowledged messages belongs to the former")
-        self.records_submitted = int(state.get("records", 0))  # max_records counts across restarts
-        self._committed = {int(mid): int(digest) for mid, _, digest in state.get("acks", [])}
+        records = int(state.get("records", 0))  # max_records counts across restarts
+        if self._client is not None:
+            self._rewind(records, self._last_committed, initial=False)
+        else:
+            # A new process: which acks of the checkpoint reached the broker is unknown.
+            self._committed = {int(mid): int(digest) for mid, _, digest in state.get("acks", [])}
+        self.records_submitted = records
         self._restored = True  # so the broker must still hold this source's session
         if self.dedup is not None and not self.dedup.restore(state.get("dedup")):
+            self.dedup.last = {}
             self._logger.warning("mqtt dedup state not restored", dedup_key=self.dedup.key,
                                  dedup_scope=list(self.dedup.scope),
                                  reason="the checkpoint has none for this dedup_key and dedup_scope: "
                                         "repeats delivered at this restart are not recognised")
 
+    def reset_to_initial_state(self) -> None:
+        """The region resets before any checkpoint committed: everything received is replayed."""
+        if self._client is not None:
+            self._rewind(0, None, initial=True)
+        self.records_submitted = 0
+        if self.dedup is not None:
+            self.dedup.last = {}
+
+    def _rewind(self, records: int, checkpoint: int | None, *, initial: bool) -> None:
+        """The region resets in place: the run's task was cancelled, its connection closed
+        (gracefully: the broker has read the acks sent before). Nothing received since the
+        checkpoint restored was acknowledged (acks go out only at commits), so the broker sends
+        all of it again when `run` reconnects to the persistent session: the packet ids are
+        forgotten as "in the stream" and remembered as a replay, which is submitted as new.
+        The pending checkpoint's list (``_snapshotted``) goes: it will never commit, and acking
+        it at the next commit would ack ids the broker may have given to other messages. Acks
+        of committed messages that did not reach the broker (``_committed``) stay: the broker
+        sends those again too, to be acked and skipped. (``checkpoint`` is None for the
+        initial state, or for the checkpoint the job restored at start.)"""
+        replay = self._replaying | self._unacked | {mid for mid, _, _ in self._received}
+        replay.update(mid for mid, _, _ in self._snapshotted)
+        self._logger.warning("mqtt source reset", to_checkpoint=checkpoint,
+                             initial=initial,
+                             replay=len(replay), records_taken_back=self.records_submitted - records,
+                             acks_pending=len(self._committed))
+        self._replaying = replay
+        self._replay_count = len(replay)
+        self._unacked.clear()
+        self._received.clear()
+        self._snapshotted.clear()  # the checkpoint under way (if any) will never commit
+        self._session = 0  # the next client numbers the broker's sessions from 0 again
+        self._reset_at = time.monotonic()
+
+    def _replay_done(self) -> None:
+        assert self._reset_at is not None
+        self._logger.info("mqtt replay done", replayed=self._replay_count,
+                          replay_ms=round((time.monotonic() - self._reset_at) * 1000, 1))
+        self._reset_at = None
+
     def on_checkpoint_committed(self, checkpoint_id: int) -> None:
+        self._last_committed = checkpoint_id
         done, self._snapshotted = self._snapshotted, []
         for mid, qos, digest in done:
             self._unacked.discard(mid)
