@@ -33,11 +33,14 @@ class PacedReadings(Source):
         self.path = path
         self.rate = rate
         self.line = 0
+        self._rows: list[list[str]] | None = None
 
     async def run(self) -> None:
         ctx = self.context
-        with open(self.path) as f:
-            rows = [line.split(",") for line in f.read().splitlines()]
+        if self._rows is None:  # read once: a region reset restarts run(), which must be quick
+            with open(self.path) as f:
+                self._rows = [line.split(",") for line in f.read().splitlines()]
+        rows = self._rows
         step = round(50 / self.rate * 1e9)
         due = ctx.now()
         while self.line < len(rows) and not ctx.stopping:
