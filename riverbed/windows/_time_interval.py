@@ -243,8 +243,9 @@ class TimeIntervalWindow(Generic[T]):
         state = self._state
         panes = state.panes
         period, duration, offset, drop = config.period, config.duration, config.offset, self._drop
-        if period == duration:
-            return self._insert_tumbling(tuples, read, key_of if partitioned else None)
+        if duration % period == 0:  # a tuple lands in duration // period panes, whatever its time
+            return self._insert_aligned(tuples, read, key_of if partitioned else None,
+                                        duration // period)
         stored = 0
         for i, tup in enumerate(tuples):
             try:
@@ -278,19 +279,19 @@ class TimeIntervalWindow(Generic[T]):
             stored += 1
         return stored
 
-    def _insert_tumbling(self, tuples: Sequence[T], read: Callable[[T], Any],
-                         key_of: Callable[[T], Hashable] | None) -> int:
-        """`insert_batch` for panes that do not overlap (period == duration): a tuple lands in
-        exactly one pane, and runs of tuples in the same pane (the usual case: event time
-        mostly moves forward) find it without a lookup."""
+    def _insert_aligned(self, tuples: Sequence[T], read: Callable[[T], Any],
+                        key_of: Callable[[T], Hashable] | None, k: int) -> int:
+        """`insert_batch` where the duration is ``k`` periods (tumbling: k = 1): a tuple lands
+        in exactly the ``k`` panes starting at its period's start and the ``k - 1`` before, so
+        a run of tuples in the same period (the usual case: event time mostly moves forward)
+        reuses those panes without a lookup. Panes are made in the order `insert` makes them."""
         state = self._state
         panes = state.panes
         period, duration, offset, drop = (self._config.period, self._config.duration,
                                           self._config.offset, self._drop)
         stored = 0
-        pane_start = -1
-        parts: dict[Any, list[T]] = {}
-        updated: dict[Any, None] = {}
+        cached = -1
+        targets: list[tuple[dict[Any, list[T]], dict[Any, None]]] = []
         key: Any = None
         for i, tup in enumerate(tuples):
             try:
@@ -303,23 +304,28 @@ class TimeIntervalWindow(Generic[T]):
                 t = None
             if type(t) is not int or t < 0 or t > EVENT_TIME_MAX:
                 stored += self._insert_one(tup, None, i)
-                pane_start = -1  # `insert` may have made or closed panes
+                cached = -1  # `insert` may have made or closed panes
                 continue
             if t < drop:
                 state.dropped += 1
                 continue
             start = t - (t - offset) % period
-            if start != pane_start:
-                pane = panes.get(start)
-                if pane is None:
-                    pane = panes[start] = Pane(start, start + duration)
-                pane_start, parts, updated = start, pane.parts, pane.updated
-            part = parts.get(key)
-            if part is None:
-                parts[key] = [tup]
-            else:
-                part.append(tup)
-            updated[key] = None
+            if start != cached:
+                targets = []
+                for j in range(k):
+                    s = start - j * period
+                    pane = panes.get(s)
+                    if pane is None:
+                        pane = panes[s] = Pane(s, s + duration)
+                    targets.append((pane.parts, pane.updated))
+                cached = start
+            for parts, updated in targets:
+                part = parts.get(key)
+                if part is None:
+                    parts[key] = [tup]
+                else:
+                    part.append(tup)
+                updated[key] = None
             stored += 1
         return stored
 
