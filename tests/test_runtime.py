@@ -481,3 +481,36 @@ def test_a_marked_batch_is_checked_as_one_and_counted_without_a_walk() -> None:
     [batch] = out.take()
     assert list(batch) == [{"n": 3}, {"n": 4}, Watermark(9)]
     assert (batch.tuples, batch.window_marks) == (2, 0)
+
+
+def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen() -> None:
+    """A sink with the default on_punct gets every window mark counted without a call each;
+    one that overrides on_punct still sees each mark between the tuples around it."""
+    class Marks(Source):
+        def generate(self) -> Any:
+            for i in range(6):
+                yield {"n": i}
+                yield Punct.WINDOW
+
+    class Seen(Operator):
+        def __init__(self) -> None:
+            self.items: list[Any] = []
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            self.items.append(tup["n"])
+
+    class SeesMarks(Seen):
+        def on_punct(self, punct: Punct, port: int) -> None:
+            self.items.append(punct)
+
+    g = Graph("marks")
+    src = g.source("src", Marks())
+    plain, seeing = Seen(), SeesMarks()
+    g.sink("plain", plain, [src])
+    g.sink("seeing", seeing, [src])
+    job = Job(g, clock=VirtualClock())
+    run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    assert plain.items == list(range(6))
+    assert seeing.items == [x for i in range(6) for x in (i, Punct.WINDOW)] + [Punct.FINAL]
+    for name in ("plain", "seeing"):
+        assert job.metrics.operators[name].inputs[0].window_puncts_processed == 6

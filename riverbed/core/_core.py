@@ -641,9 +641,14 @@ class OperatorCore:
             pm = self.metrics.inputs[port]
             pm.tuples_processed += batch.tuples
             on_tuple = self.op.on_tuple
+            inert = (type(self.op).on_punct is Operator.on_punct  # a mark nothing reacts to
+                     and self.op.window_punctuation != "preserving")  # is only counted
+            if inert:
+                pm.window_puncts_processed += batch.window_marks
             for item in batch:
                 if item is Punct.WINDOW:
-                    self._handle_window_mark(port)
+                    if not inert:
+                        self._handle_window_mark(port)
                 elif type(item) is Watermark:
                     self._handle_watermark(conn, item.value)
                 else:
