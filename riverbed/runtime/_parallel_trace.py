@@ -14,9 +14,8 @@ reach into a worker process: a case with any of them is refused (`unsupported`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 from ..conformance import (
     AtStep,
@@ -26,18 +25,17 @@ from ..conformance import (
     EventLog,
     PunctStep,
     Replay,
-    Step,
     TupleStep,
     WatermarkStep,
 )
-from ..graph import FrozenGraph, Graph, GraphValidationError, Operator, Source
+from ..graph import FrozenGraph, Graph, GraphValidationError, Operator
 from ..windows import StreamWindowEvent
 from ._clock import VirtualClock, run_virtual
 from ._job import Job
+from ._trace_host import _EVENT_TIME, _FeedsSteps, _Steps
 
 __all__ = ["replay_in_parallel", "unsupported"]
 
-_EVENT_TIME = "__event_time"
 _PLAYABLE = (TupleStep, AtStep, PunctStep, WatermarkStep)
 
 
@@ -87,20 +85,7 @@ class _Log(Operator):
             log.events.append(replace(tup["event"], step=log.step))
 
 
-class _Steps(Source):
-    def __init__(self, host: ParallelTraceHost | None) -> None:
-        self.host = host
-        self.steps: Iterator[Step | None] = iter(())
-
-    async def run(self) -> None:
-        assert self.host is not None
-        for step in self.steps:
-            await self.host.settle()
-            if step == PunctStep("final"):
-                return
-
-
-class ParallelTraceHost:
+class ParallelTraceHost(_FeedsSteps):
     """A `Host` running the case's window in a parallel region of ``width`` channels."""
 
     def __init__(self, case: Case, flavor: str = "java", width: int = 2) -> None:
@@ -143,22 +128,6 @@ class ParallelTraceHost:
 
     def start(self, log: EventLog) -> None:
         pass
-
-    def insert(self, step: TupleStep) -> None:
-        tup = step.tuple()
-        if step.event_time is not None:
-            tup[_EVENT_TIME] = step.event_time
-        self.source.submit(tup)
-
-    def advance(self, now: int) -> None:
-        self._until = now
-
-    def punctuate(self, kind: Literal["window", "final"]) -> None:
-        if kind == "window":
-            self.source.submit_punct()
-
-    def watermark(self, value: int) -> None:
-        self.source.context.set_watermark(value)
 
     def stop(self) -> None:
         pass

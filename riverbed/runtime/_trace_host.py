@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ..conformance import Case, CaseError, Event, EventLog, PunctStep, Replay, Step, TupleStep
 from ..graph import Graph, Operator, Source
@@ -42,21 +42,51 @@ class _Recorder(Operator):
         self.host.log.record(event, self.context.now())
 
 
-class _Steps(Source):
-    """Applies the case's steps, waiting for the recorder to be idle after each."""
+class _Settles(Protocol):
+    async def settle(self) -> None: ...
 
-    def __init__(self, host: RuntimeHost) -> None:
+
+class _Steps(Source):
+    """Applies the case's steps, waiting for the host to be idle after each (the runtime's and
+    the parallel region's trace hosts; ``host`` None only for a graph that is built, not run)."""
+
+    def __init__(self, host: _Settles | None) -> None:
         self.host = host
         self.steps: Iterator[Step | None] = iter(())
 
     async def run(self) -> None:
+        assert self.host is not None
         for step in self.steps:
             await self.host.settle()
             if step == PunctStep("final"):
                 return  # the runtime sends the final mark when the source ends
 
 
-class RuntimeHost:
+class _FeedsSteps:
+    """The `Host` steps that go through the job's source, the same for every job-hosted replay:
+    a tuple (with its event time), time advancing (at the next settle), marks, watermarks."""
+
+    source: _Steps
+    _until: int | None
+
+    def insert(self, step: TupleStep) -> None:
+        tup = step.tuple()
+        if step.event_time is not None:
+            tup[_EVENT_TIME] = step.event_time
+        self.source.submit(tup)
+
+    def advance(self, now: int) -> None:
+        self._until = now
+
+    def punctuate(self, kind: Literal["window", "final"]) -> None:
+        if kind == "window":
+            self.source.submit_punct()
+
+    def watermark(self, value: int) -> None:
+        self.source.context.set_watermark(value)
+
+
+class RuntimeHost(_FeedsSteps):
     """A `Host` running the case's window in a job; `run` drives a `Replay` through it."""
 
     def __init__(self, case: Case, flavor: str = "java") -> None:
@@ -111,22 +141,6 @@ class RuntimeHost:
 
     def start(self, log: EventLog) -> None:
         pass  # the job's start made the port ready (`run`); the first settle() lets its events in
-
-    def insert(self, step: TupleStep) -> None:
-        tup = step.tuple()
-        if step.event_time is not None:
-            tup[_EVENT_TIME] = step.event_time
-        self.source.submit(tup)
-
-    def advance(self, now: int) -> None:
-        self._until = now
-
-    def punctuate(self, kind: Literal["window", "final"]) -> None:
-        if kind == "window":
-            self.source.submit_punct()
-
-    def watermark(self, value: int) -> None:
-        self.source.context.set_watermark(value)
 
     def evict_partition(self, partition: Hashable) -> None:
         self._direct(lambda w: w.evict_partition(partition))
