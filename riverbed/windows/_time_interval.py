@@ -240,55 +240,20 @@ class TimeIntervalWindow(Generic[T]):
             return self._insert_each(tuples, event_times)
         # `insert` inlined: the same steps, with the per-call overhead paid once per batch.
         # Any tuple that is not plainly valid goes through `insert`, which says what is wrong.
-        state = self._state
-        panes = state.panes
-        period, duration, offset, drop = config.period, config.duration, config.offset, self._drop
-        if duration % period == 0:  # a tuple lands in duration // period panes, whatever its time
-            return self._insert_aligned(tuples, read, key_of if partitioned else None,
-                                        duration // period)
-        stored = 0
-        for i, tup in enumerate(tuples):
-            try:
-                t = read(tup)
-                key = key_of(tup) if partitioned else None  # type: ignore[misc]
-                hash(key)
-            except Exception:  # `insert` below reads it again and raises the typed error
-                t = None
-            if type(t) is not int or t < 0 or t > EVENT_TIME_MAX:
-                stored += self._insert_one(tup, None, i)
-                continue
-            if t < drop:
-                state.dropped += 1
-                continue
-            start = t - (t - offset) % period
-            low = t - duration
-            if start <= low:
-                state.unassigned += 1
-                continue
-            while start > low:
-                pane = panes.get(start)
-                if pane is None:
-                    pane = panes[start] = Pane(start, start + duration)
-                part = pane.parts.get(key)
-                if part is None:
-                    pane.parts[key] = [tup]
-                else:
-                    part.append(tup)
-                pane.updated[key] = None
-                start -= period
-            stored += 1
-        return stored
+        return self._insert_inline(tuples, read, key_of if partitioned else None)
 
-    def _insert_aligned(self, tuples: Sequence[T], read: Callable[[T], Any],
-                        key_of: Callable[[T], Hashable] | None, k: int) -> int:
-        """`insert_batch` where the duration is ``k`` periods (tumbling: k = 1): a tuple lands
-        in exactly the ``k`` panes starting at its period's start and the ``k - 1`` before, so
-        a run of tuples in the same period (the usual case: event time mostly moves forward)
-        reuses those panes without a lookup. Panes are made in the order `insert` makes them."""
+    def _insert_inline(self, tuples: Sequence[T], read: Callable[[T], Any],
+                       key_of: Callable[[T], Hashable] | None) -> int:
+        """`insert_batch`'s loop. A tuple goes into every pane starting after ``t - duration``,
+        made in the order `insert` makes them. When the duration is a whole number of periods
+        (tumbling, and the usual sliding panes) those are the same panes for every time in a
+        period, so a run of tuples in one period (event time mostly moves forward) reuses them
+        without a lookup."""
         state = self._state
         panes = state.panes
         period, duration, offset, drop = (self._config.period, self._config.duration,
                                           self._config.offset, self._drop)
+        aligned = duration % period == 0
         stored = 0
         cached = -1
         targets: list[tuple[dict[Any, list[T]], dict[Any, None]]] = []
@@ -311,14 +276,19 @@ class TimeIntervalWindow(Generic[T]):
                 continue
             start = t - (t - offset) % period
             if start != cached:
+                low = t - duration
+                if start <= low:  # only when not aligned: the tuple falls between panes
+                    state.unassigned += 1
+                    continue
                 targets = []
-                for j in range(k):
-                    s = start - j * period
+                s = start
+                while s > low:
                     pane = panes.get(s)
                     if pane is None:
                         pane = panes[s] = Pane(s, s + duration)
                     targets.append((pane.parts, pane.updated))
-                cached = start
+                    s -= period
+                cached = start if aligned else -1
             for parts, updated in targets:
                 part = parts.get(key)
                 if part is None:
