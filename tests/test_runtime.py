@@ -483,9 +483,21 @@ def test_a_marked_batch_is_checked_as_one_and_counted_without_a_walk() -> None:
     assert (batch.tuples, batch.window_marks) == (2, 0)
 
 
-def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen() -> None:
-    """A sink with the default on_punct gets every window mark counted without a call each;
-    one that overrides on_punct still sees each mark between the tuples around it."""
+def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sink with the default on_punct gets every window mark counted without a call each
+    (its default "preserving" mode has no output to forward them on); one that overrides
+    on_punct still sees each mark between the tuples around it."""
+    from riverbed.core import OperatorCore
+    handled: list[str] = []
+    original = OperatorCore._handle_window_mark
+
+    def spy(self: Any, port: int) -> None:
+        handled.append(self.name)
+        original(self, port)
+
+    monkeypatch.setattr(OperatorCore, "_handle_window_mark", spy)
+
     class Marks(Source):
         def generate(self) -> Any:
             for i in range(6):
@@ -514,3 +526,4 @@ def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen(
     assert seeing.items == [x for i in range(6) for x in (i, Punct.WINDOW)] + [Punct.FINAL]
     for name in ("plain", "seeing"):
         assert job.metrics.operators[name].inputs[0].window_puncts_processed == 6
+    assert "plain" not in handled and handled.count("seeing") == 6

@@ -126,6 +126,10 @@ class OperatorCore:
         # The operator's own batch handler, if it has one (else one `on_tuple` call a tuple).
         self._on_tuples: Callable[[Iterator[Any], int], None] | None = (
             self.op.on_tuples if type(self.op).on_tuples is not Operator.on_tuples else None)
+        # A window mark nothing reacts to (default on_punct, and not forwarded: not preserving,
+        # or no data output to forward it on, as for a sink) is only counted.
+        self._inert_marks = (type(self.op).on_punct is Operator.on_punct
+                             and (self.op.window_punctuation != "preserving" or not self._data_ports))
 
     # ------------------------------------------------------------ context API
 
@@ -641,8 +645,7 @@ class OperatorCore:
             pm = self.metrics.inputs[port]
             pm.tuples_processed += batch.tuples
             on_tuple = self.op.on_tuple
-            inert = (type(self.op).on_punct is Operator.on_punct  # a mark nothing reacts to
-                     and self.op.window_punctuation != "preserving")  # is only counted
+            inert = self._inert_marks
             if inert:
                 pm.window_puncts_processed += batch.window_marks
             for item in batch:
