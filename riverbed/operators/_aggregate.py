@@ -40,6 +40,12 @@ from typing import Any
 
 from ..graph import Operator, Punct, Schema
 from ..windows import (
+    Count as CountPolicy,
+)
+from ..windows import (
+    Delta as DeltaPolicy,
+)
+from ..windows import (
     EventType,
     PaneEvent,
     StreamWindow,
@@ -85,7 +91,7 @@ _WINDOWS_ALLOWED = (
 class _Group:
     """One group's tuples, oldest first, and (sliding, incremental) its accumulators."""
 
-    __slots__ = ("accs", "adds", "removes", "seqs", "tuples")
+    __slots__ = ("accs", "adds", "removes", "replaces", "seqs", "tuples")
 
     def __init__(self, tuples: Any, accs: list[Accumulator] | None) -> None:
         self.tuples = tuples
@@ -93,7 +99,18 @@ class _Group:
         # Bound methods, looked up once per group rather than once per tuple.
         self.adds = [acc.add for acc in accs] if accs else []
         self.removes = [acc.remove for acc in accs] if accs else []
+        # remove(old) then add(new), one call where the accumulator has it.
+        self.replaces = [getattr(acc, "replace", None) or _replacer(acc) for acc in accs] if accs else []
         self.seqs: deque[int] = deque()  # arrival numbers, parallel to tuples (grouped state only)
+
+
+def _replacer(acc: Accumulator) -> Callable[[Any, Any], None]:
+    remove, add = acc.remove, acc.add
+
+    def replace(old: Any, new: Any) -> None:
+        remove(old)
+        add(new)
+    return replace
 
 
 class _Partition:
@@ -304,6 +321,7 @@ class Aggregate(Operator):
         self._functions = [obj for _n, kind, obj in self._columns if kind == _FUNCTION]
         self._needs_sizes = any(f.needs_group_sizes for f in self._functions)
         self._handlers: dict[EventType, Callable[[StreamWindowEvent[Any]], None]] = {}
+        self._every = 1  # a count trigger's size (`_trigger_counted`)
         self._incremental = False
         self._counts_total = False  # sliding windows: INSERTION and EVICTION events count tuples
         self._plan: list[tuple[str, int, Any, int]] = []
@@ -399,7 +417,17 @@ class Aggregate(Operator):
             self._counts_total = self._incremental or self._needs_scope
             handlers = {EVICTION: self._sliding_evict, TRIGGER: self._sliding_trigger,
                         INITIAL_FULL: self._initial_full, PARTITION_EVICTION: self._partition_evicted}
-            if self._incremental and self._key_of is None:  # one group: handlers of its own
+            spec = window.spec
+            if (self._incremental and self._key_of is None and not self._needs_scope
+                    and isinstance(spec.trigger, CountPolicy)
+                    and not isinstance(spec.eviction, DeltaPolicy)):
+                # One group, a count trigger and FIFO eviction: no INSERTION or EVICTION events
+                # at all; each trigger works out what entered and left (`_trigger_counted`).
+                self._counts_total = False
+                self._every = spec.trigger.size
+                handlers = {TRIGGER: self._trigger_counted, INITIAL_FULL: self._initial_full,
+                            PARTITION_EVICTION: self._partition_evicted}
+            elif self._incremental and self._key_of is None:  # one group: handlers of its own
                 handlers.update({INSERTION: self._insert_single, EVICTION: self._evict_single,
                                  TRIGGER: self._trigger_single})
             elif self._incremental:
@@ -548,6 +576,70 @@ class Aggregate(Operator):
             state = self._rebuild(key, tuples)
         self._emit(state.output_groups(), self._total, None)
 
+    def _trigger_counted(self, event: StreamWindowEvent[Any]) -> None:
+        """TRIGGER of a count-triggered FIFO window without group_by, the only event it needs.
+
+        Between two triggers of a partition exactly ``count(k)`` tuples entered it (that is the
+        trigger policy) and the window only evicted from the front, so the mirror of the
+        partition (the group's tuples) catches up by removing its ``len + k - n`` oldest and
+        adding the window's ``k`` newest: the INSERTION and EVICTION events, a call each per
+        tuple, are not needed. Any doubt (the first trigger, a restore, more arrivals than the
+        window holds, ends that do not match) rebuilds the group from the window."""
+        key = event.partition
+        tuples = event.tuples
+        states = self._states
+        if key not in self._full and not self.aggregate_incomplete_windows:
+            states.pop(key, None)  # not output: the first trigger that is rebuilds
+            return
+        n = len(tuples)
+        if not n:
+            states.pop(key, None)
+            self.submit_punct(WINDOW_MARK)
+            return
+        state = states.get(key)
+        every = self._every
+        if state is None or every >= n:
+            state = self._rebuild(key, tuples)
+        else:
+            single = state.single
+            assert single is not None
+            order = single.tuples
+            m = len(order)
+            out = m + every - n
+            if out == 1 and every == 1:  # a full window's step: one in, one out
+                old = order.popleft()
+                new = tuples[-1]
+                order.append(new)
+                for replace in single.replaces:
+                    replace(old, new)
+            elif 0 <= out <= m:
+                if out:
+                    removes = single.removes
+                    popleft = order.popleft
+                    for _ in range(out):
+                        t = popleft()
+                        for remove in removes:
+                            remove(t)
+                adds = single.adds
+                if every == 1:
+                    t = tuples[-1]
+                    order.append(t)
+                    for add in adds:
+                        add(t)
+                else:
+                    for i in range(n - every, n):
+                        t = tuples[i]
+                        order.append(t)
+                        for add in adds:
+                            add(t)
+            if len(order) != n or order[0] is not tuples[0] or order[-1] is not tuples[-1]:
+                self._resyncs += 1
+                state = self._rebuild(key, tuples)
+        single = state.single
+        assert single is not None
+        self.submit(self._build(single.tuples, single.accs, None, None))
+        self.submit_punct(WINDOW_MARK)
+
     def _initial_full(self, event: StreamWindowEvent[Any]) -> None:
         self._full.add(event.partition)
 
@@ -627,8 +719,12 @@ class Aggregate(Operator):
 
     def snapshot(self) -> Any:
         """Which partitions have been full, and the window's tuple count, as plain data."""
+        total = self._total
+        if self._handlers.get(TRIGGER) == self._trigger_counted:  # no events count the tuples
+            window = self._window
+            total = sum(len(window.contents(k)) for k in window.partitions())
         return {"format": _FORMAT, "full": [encode_partition_key(k) for k in self._full],
-                "total": self._total}
+                "total": total}
 
     def restore(self, state: Any) -> None:
         """Take back a `snapshot`. Accumulators are rebuilt from the window as it is restored."""

@@ -387,6 +387,26 @@ class SumAccumulator(Numbers):
         elif not self.broken:
             self.take(v, -1)
 
+    def replace(self, old: Any, new: Any) -> None:
+        """`remove` ``old`` then `add` ``new`` (a full sliding window's step), in one call when
+        both are floats the fast path holds exactly."""
+        v = self.read(new)
+        w = self.read(old)
+        if type(v) is float and type(w) is float:
+            y = v * _FAST
+            z = w * _FAST
+            try:
+                i = int(y)
+                j = int(z)
+            except (OverflowError, ValueError):  # an infinity or NaN: the general steps
+                pass
+            else:
+                if i == y and j == z:
+                    self.fast += i - j
+                    return
+        self.remove(old)
+        self.add(new)
+
     def result(self) -> Any:
         return self.total()
 
