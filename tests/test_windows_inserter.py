@@ -15,7 +15,8 @@ from riverbed.windows import EventType, StreamWindow, WindowStateError
 from riverbed.windows._fastpath import SHAPES, _factory, _source, shape_for
 
 FAST = ["tumbling, count(3)", "tumbling, time(1)", "tumbling, delta(v, 2)", "tumbling, punct()",
-        "sliding, count(3), count(2)", "sliding, time(1), count(2)", "sliding, delta(v, 2), count(2)"]
+        "sliding, count(3), count(2)", "sliding, time(1), count(2)", "sliding, delta(v, 2), count(2)",
+        "sliding, count(3), time(1)", "sliding, time(1), time(0.5)"]
 ALL_FAST = [*FAST, *(c + ", partitioned" for c in FAST)]
 
 

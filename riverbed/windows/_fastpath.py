@@ -97,6 +97,7 @@ class Shape:
     compare: str = "call"  # delta comparison: "java", "cpp" (inlined) or "call" (``out``)
     java_time_trigger: bool = False  # sliding time: a count trigger first evicts (Java)
     tracks_order: bool = False  # sliding delta: C++ order tracking, the engine's eviction
+    periodic: bool = False  # sliding count or time: a time(T) trigger (a timer's), none on insert
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +157,25 @@ def _tumbling_delta(s: Shape) -> str:
     """
 
 
+_COUNT_TRIGGER = """
+    count = part.trigger_count + 1
+    if count >= every:
+        part.trigger_count = 0
+        {before}
+        @trigger
+    else:
+        part.trigger_count = count
+    """
+
+
+def _count_trigger(s: Shape, before: str = "pass") -> str:
+    """A count trigger's step after the insertion; nothing with a time trigger (its timer
+    triggers)."""
+    return "" if s.periodic else textwrap.dedent(_COUNT_TRIGGER.format(before=before))
+
+
 def _sliding_count(s: Shape) -> str:
-    return """
+    return textwrap.dedent("""
     tuples = part.tuples
     if len(tuples) >= size:
         old = tuples.popleft()
@@ -167,18 +185,12 @@ def _sliding_count(s: Shape) -> str:
     if not part.seen_full and len(tuples) == size:
         part.seen_full = True
         @all INITIAL_FULL tuples
-    count = part.trigger_count + 1
-    if count >= every:
-        part.trigger_count = 0
-        @trigger
-    else:
-        part.trigger_count = count
-    """
+    """) + _count_trigger(s)
 
 
 def _sliding_time(s: Shape) -> str:
     evict_first = "evict_expired(part)" if s.java_time_trigger else "pass"
-    return f"""
+    return textwrap.dedent("""
     if not part.seen_full:  # C++ raises INITIAL_FULL before the first insertion
         @miss
     tuples = part.tuples
@@ -187,14 +199,7 @@ def _sliding_time(s: Shape) -> str:
     if part.evict_timer is None:
         arm(part)
     @one INSERTION t
-    count = part.trigger_count + 1
-    if count >= every:
-        part.trigger_count = 0
-        {evict_first}
-        @trigger
-    else:
-        part.trigger_count = count
-    """
+    """) + _count_trigger(s, evict_first)
 
 
 def _sliding_delta(s: Shape) -> str:
@@ -459,6 +464,12 @@ def shape_for(config: WindowConfig) -> Shape | None:
         if config.ev == DELTA:
             return Shape("tumbling_delta", partitioned, compare=_compare(config.ev_out))
         return Shape("tumbling_append", partitioned)  # time(T) or punct()
+    if config.tr == TIME:  # a timer triggers: the insertion only evicts and inserts
+        if config.ev == COUNT:
+            return Shape("sliding_count", partitioned, periodic=True) if config.ev_n > 0 else None
+        if config.ev == TIME:
+            return Shape("sliding_time", partitioned, periodic=True)
+        return None
     if config.tr != COUNT:
         return None
     if config.ev == COUNT:
@@ -516,7 +527,7 @@ def compile_inserters(window: Any, config: WindowConfig, state: WindowState, *,
 
 
 SHAPES = tuple(
-    Shape(step, partitioned, compare, java, order)
+    Shape(step, partitioned, compare, java, order, periodic)
     for step in _STEPS for partitioned in (False, True) for compare in ("java", "cpp", "call")
-    for java in (False, True) for order in (False, True))
+    for java in (False, True) for order in (False, True) for periodic in (False, True))
 """Every shape the generator accepts (more than `shape_for` picks), for a test that compiles all."""
