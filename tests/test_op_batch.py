@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.core import OperatorError
-from riverbed.graph import EventTime, Graph, Operator, Punct, Schema
+from riverbed.graph import EventTime, Graph, Operator, Punct, Schema, Watermark
 from riverbed.operators._relational import Custom, Filter, Functor, Punctor
 from riverbed.operators._utility import DeDuplicate, Split, ThreadedSplit, Union
 from riverbed.operators._utility_support import OutputClause
@@ -407,3 +407,43 @@ def test_deduplicate(raw: list[Any], mode: str, reset: bool, duplicates: bool, c
                  output={"twice": lambda x: x["d"] * 2} if clause else None)
     out = same_both_ways(make, DeDuplicate, items, outputs=2 if duplicates else 1)
     assert all(isinstance(x, Punct) or "k" in x or "tuple" in x for port in out for x in port)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.integers(-3, 40), st.sampled_from(["mark", "wm", "bad", "seal"])),
+                max_size=60),
+       st.booleans())
+def test_a_marked_batch_knows_where_its_marks_and_watermarks_are(script: list[Any],
+                                                                  schema: bool) -> None:
+    """Whatever was submitted, marked, or dropped as invalid, every `MarkedBatch` an output
+    port hands over lists the indices of exactly its marks and watermarks (receivers slice at
+    them instead of testing every item), and the tuples keep their order."""
+    from riverbed.core import MarkedBatch, OutputPort, OutputPortMetrics
+
+    dropped: list[Any] = []
+    port = OutputPort(Schema(n="int64") if schema else None, OutputPortMetrics(),
+                      lambda tup, why: dropped.append(tup))
+    sent: list[Any] = []
+    for step in script:
+        if step == "mark":
+            port.mark(Punct.WINDOW)
+            sent.append(Punct.WINDOW)
+        elif step == "wm":
+            port.mark(Watermark(len(sent)))
+            sent.append(Watermark(len(sent)))
+        elif step == "seal":
+            if port.buf:
+                port.seal()
+        else:
+            tup = {"n": "x"} if step == "bad" else {"n": step}
+            port.buf.append(tup)
+            if not (schema and step == "bad"):
+                sent.append(tup)
+    got: list[Any] = []
+    for entry in port.take():
+        if type(entry) is MarkedBatch:
+            assert entry.controls == [i for i, x in enumerate(entry)
+                                      if x is Punct.WINDOW or type(x) is Watermark]
+        got.extend(entry)
+    assert got == sent
+    assert len(dropped) == (script.count("bad") if schema else 0)

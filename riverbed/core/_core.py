@@ -56,7 +56,7 @@ from ..windows import (
     TimeIntervalWindow,
     WindowTupleError,
 )
-from . import _state
+from . import _state, _submit
 from ._errors import OperatorError, SchemaViolation
 from ._host import CoreHost, FinalHold, TimerHandle
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
@@ -164,25 +164,8 @@ class OperatorCore:
         return w
 
     def _make_submit(self) -> Callable[..., None]:
-        """The cheapest submit that does what this operator's ports need (the schema is checked
-        per batch, when an `OutputPort` is sealed)."""
-        appends = [o.buf.append for o in self.outputs]  # the buffers live as long as the core
-        if self._generates_watermarks:
-            return self._event_time_submit(appends)
-        if len(appends) == 1:
-            append = appends[0]
-
-            def submit_one(tup: Any, port: int = 0) -> None:
-                if port:
-                    appends[port](tup)  # raises IndexError: there is no such port
-                append(tup)
-
-            return submit_one
-
-        def submit(tup: Any, port: int = 0) -> None:
-            appends[port](tup)
-
-        return submit
+        """The cheapest submit that does what this operator's ports need (`_submit`)."""
+        return _submit.make_submit(self)
 
     def batch_submit(self, port: int = 0) -> Callable[[Iterable[Any]], None]:
         """A function submitting every tuple of an iterable on ``port``, in order, as `submit`
@@ -190,58 +173,16 @@ class OperatorCore:
         What was submitted before the iterable raised stays submitted (the tuples before the
         failing one keep their output). Ask once (in ``setup``); it stays valid for the core's
         life."""
-        out = self.outputs[port]  # raises IndexError: there is no such port
-        if port == 0 and self._generates_watermarks:  # each tuple may move the watermark
-            submit = self.submit
-
-            def submit_each(tuples: Iterable[Any]) -> None:
-                for tup in tuples:
-                    submit(tup, 0)
-
-            return submit_each
-        return out.buf.extend
-
-    def _event_time_submit(self, appends: list[Callable[[Any], None]]) -> Callable[..., None]:
-        """A submit with E29 inlined: the watermark follows each tuple's event time."""
-        append, attr, lag, gap = appends[0], self._et_attribute, self._lag_ticks, self._gap_ticks
-        metrics = self.metrics
-
-        def slow(tup: Any, port: int) -> None:
-            if port:
-                appends[port](tup)
-                return
-            candidate = self._event_time_of(tup)  # refuses a bad event time before taking it
-            append(tup)
-            self._watermark_after(candidate)
-
-        def submit_et(tup: Any, port: int = 0) -> None:
-            if port:
-                slow(tup, port)
-                return
-            try:
-                t = tup[attr]
-            except (KeyError, TypeError, IndexError):
-                t = None
-            if type(t) is not int:
-                slow(tup, port)  # raises the error that says what is wrong
-                return
-            append(tup)
-            candidate = t - lag  # E29: the watermark follows the tuple
-            watermark = self._watermark
-            if watermark is None or candidate > watermark:
-                self._watermark = metrics.watermark = candidate
-                last = self._last_sent
-                if last is None or candidate >= last + gap:
-                    self._send_watermark(candidate)
-
-        return submit_et
+        return _submit.batch_submit(self, port)
 
     def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None:
         if punct is not Punct.WINDOW:
             raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "
                              "punctuation is sent by the runtime when the inputs end")
         out = self.outputs[port]  # `OutputPort.mark` inlined: a mark after each join arrival
-        out.buf.append(punct)
+        buf = out.buf
+        out.at.append(len(buf))
+        buf.append(punct)
         out.marks += 1
         out.window_marks += 1
 
@@ -507,15 +448,7 @@ class OperatorCore:
     def emit_items(self, items: Any) -> None:
         """Sources: submit tuples and `Punct.WINDOW` marks, as a synchronous source yields them;
         a tuple that breaks the event-time rules goes to the error port or stops the job."""
-        submit, mark = self.submit, self.outputs[0].mark
-        for item in items:
-            if item is Punct.WINDOW:
-                mark(Punct.WINDOW)
-            else:
-                try:
-                    submit(item)
-                except SchemaViolation as exc:
-                    self.fail_or_route(exc, 0, item)
+        _submit.emit_items(self, items)
 
     # -------------------------------------------------------- checkpoints
 
@@ -662,6 +595,20 @@ class OperatorCore:
                         self.fail_or_route(exc, port, item)
             return
         start = 0
+        controls = batch.controls
+        if controls is not None:  # where the marks and watermarks are: no walk
+            for i in controls:
+                if i > start:
+                    self._handle_batch(port, batch[start:i])
+                item = batch[i]
+                if item is Punct.WINDOW:
+                    self._handle_window_mark(port)
+                else:
+                    self._handle_watermark(conn, item.value)
+                start = i + 1
+            if start < len(batch):
+                self._handle_batch(port, batch[start:])
+            return
         for i, item in enumerate(batch):
             if item is Punct.WINDOW:
                 if i > start:

@@ -29,15 +29,19 @@ __all__ = ["MarkedBatch", "OutputPort", "split_marked"]
 class MarkedBatch(list[Any]):
     """A batch whose tuples are interleaved with window marks (`Punct.WINDOW`) and watermarks,
     in the order they were submitted; ``tuples`` counts the tuples among them and
-    ``window_marks`` the window marks (counted here when not given)."""
+    ``window_marks`` the window marks (counted here when not given). ``controls``, when known,
+    are the indices of the marks and watermarks, in order: a receiver that handles runs of
+    tuples slices at them instead of testing every item (None: walk the batch)."""
 
-    __slots__ = ("tuples", "window_marks")
+    __slots__ = ("controls", "tuples", "window_marks")
 
-    def __init__(self, items: list[Any], tuples: int, window_marks: int | None = None) -> None:
+    def __init__(self, items: list[Any], tuples: int, window_marks: int | None = None,
+                 controls: list[int] | None = None) -> None:
         super().__init__(items)
         self.tuples = tuples
         self.window_marks = (sum(1 for item in items if item is Punct.WINDOW)
                              if window_marks is None else window_marks)
+        self.controls = controls
 
 
 def split_marked(batch: MarkedBatch) -> list[Any]:
@@ -61,13 +65,14 @@ class OutputPort:
     """``buf`` takes submitted tuples (hosts bind ``buf.append`` once: it lives as long as the
     port); ``pending`` holds sealed batches (lists) and control items, in order."""
 
-    __slots__ = ("buf", "first_invalid", "marks", "metrics", "on_invalid", "pending", "validate",
-                 "window_marks")
+    __slots__ = ("at", "buf", "first_invalid", "marks", "metrics", "on_invalid", "pending",
+                 "validate", "window_marks")
 
     def __init__(self, schema: Schema | None, metrics: OutputPortMetrics,
                  on_invalid: Callable[[Any, str], None]) -> None:
         self.buf: list[Any] = []
         self.marks = 0  # window marks and watermarks in ``buf``
+        self.at: list[int] = []  # their indices in ``buf``
         self.window_marks = 0  # of which window marks
         self.pending: list[Any] = []
         self.validate = schema.validator() if schema is not None else None
@@ -93,14 +98,17 @@ class OutputPort:
         """Seal a batch holding marks: the tuples are checked together (one generated loop);
         only when one is invalid is each run of tuples checked on its own."""
         buf = self.buf
+        at = self.at
         check = self.first_invalid
-        if check is None or check([x for x in buf if x is not Punct.WINDOW
-                                   and type(x) is not Watermark]) < 0:
-            self.pending.append(MarkedBatch(buf.copy(), len(buf) - self.marks, self.window_marks))
+        if check is None or self._runs_valid(check):
+            self.pending.append(MarkedBatch(buf.copy(), len(buf) - self.marks, self.window_marks,
+                                            at.copy()))
             buf.clear()
+            at.clear()
             self.marks = self.window_marks = 0
             return
         items: list[Any] = []
+        controls: list[int] = []
         tuples = 0
         for entry in split_marked(MarkedBatch(buf, 0)):
             if type(entry) is list:
@@ -113,11 +121,33 @@ class OutputPort:
                 items.extend(self.buf)
                 tuples += len(self.buf)
             else:
+                controls.append(len(items))
                 items.append(entry)
         buf.clear()
+        at.clear()
         self.buf = buf  # the same list: hosts hold its bound ``append``
-        self.pending.append(MarkedBatch(items, tuples, self.window_marks))
+        self.pending.append(MarkedBatch(items, tuples, self.window_marks, controls))
         self.marks = self.window_marks = 0
+
+    def _runs_valid(self, check: Callable[[list[Any]], int]) -> bool:
+        """Every tuple of the marked buffer is valid: with few marks, each run between them is
+        checked as a slice; with many, the tuples are gathered first."""
+        buf, at = self.buf, self.at
+        if len(at) * 8 >= len(buf):
+            return check([x for x in buf if x is not Punct.WINDOW and type(x) is not Watermark]) < 0
+        start = 0
+        for i in at:
+            if i > start and check(buf[start:i]) >= 0:
+                return False
+            start = i + 1
+        return start >= len(buf) or check(buf[start:]) < 0
+
+    def reset(self) -> None:
+        """Drop what was submitted and not handed over."""
+        self.buf.clear()
+        self.at.clear()
+        self.marks = self.window_marks = 0
+        self.pending.clear()
 
     def _drop_invalid(self, first: int) -> None:
         buf, check, validate = self.buf, self.first_invalid, self.validate
@@ -142,6 +172,7 @@ class OutputPort:
 
     def mark(self, item: Any) -> None:
         """A window mark or watermark, in line with the tuples around it (`MarkedBatch`)."""
+        self.at.append(len(self.buf))
         self.buf.append(item)
         self.marks += 1
         if item is Punct.WINDOW:

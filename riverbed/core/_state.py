@@ -73,9 +73,7 @@ def reset(core: OperatorCore, state: Any, *, initial_operator_state: Any) -> Non
     core.finished = core.metrics.finished = False
     core.final_state = None
     for out in core.outputs:
-        out.buf.clear()
-        out.marks = out.window_marks = 0
-        out.pending.clear()
+        out.reset()
     if state is not None:
         core.restore(state)
         return
