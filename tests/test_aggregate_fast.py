@@ -13,6 +13,7 @@ import math
 from fractions import Fraction
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -281,7 +282,8 @@ def test_aggregate_asks_a_window_for_insertions_only_where_it_keeps_state(
 
     assert "INSERTION" not in heard(window="tumbling, count(2)")
     assert "INSERTION" not in heard(window="sliding, count(2), count(1)", incremental=False)
-    assert "INSERTION" not in heard(window="timeInterval, intervalDuration(10)", event_time="ts")
+    panes = heard(window="timeInterval, intervalDuration(10)", event_time="ts")
+    assert panes == {"TRIGGER"}  # a pane's trigger says it completed: no INITIAL_FULL either
     counted = heard(window="sliding, count(2), count(1)")
     assert "INSERTION" not in counted and "EVICTION" not in counted and "TRIGGER" in counted
     assert "INSERTION" in heard(window="sliding, count(2), time(1)")
@@ -314,3 +316,22 @@ def test_a_count_triggered_aggregate_follows_the_window_when_one_tuple_object_ar
            "partition_by": "k" if "partitioned" in clause else None}
     fast, ref = outputs(args, False, items, **run), outputs(args, True, items, **run)
     assert same_items(fast, ref), (fast, ref)
+
+
+@pytest.mark.parametrize("incomplete", [False, True])
+def test_late_data_for_a_partition_a_completed_pane_never_held_is_output_as_before(
+        incomplete: bool) -> None:
+    """Without INITIAL_FULL events, a pane's ON_COMPLETE trigger records its partitions as full:
+    late data for a partition the pane did not hold when it completed is output only with
+    aggregate_incomplete_windows, as with the events, while late data for one it held is."""
+    items: list[Any] = [{"k": "a", "v": 1, "ts": 1 * S}, Watermark(12 * S),
+                        {"k": "b", "v": 2, "ts": 8 * S}, {"k": "a", "v": 3, "ts": 9 * S},
+                        Watermark(13 * S)]
+    args = {"output": {"s": Sum("v"), "t": PaneTimingOf()}, "copy": ("k",),
+            "aggregate_incomplete_windows": incomplete}
+    run = {"window": "timeInterval, intervalDuration(10), discardAge(5), partitioned",
+           "partition_by": "k", "event_time": "ts"}
+    fast, ref = outputs(args, False, items, **run), outputs(args, True, items, **run)
+    assert same_items(fast, ref), (fast, ref)
+    rows = [(x["k"], x["s"]) for x in fast if isinstance(x, dict)]
+    assert rows == ([("a", 1), ("b", 2), ("a", 4)] if incomplete else [("a", 1), ("a", 4)])

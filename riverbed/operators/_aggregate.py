@@ -48,6 +48,7 @@ from ..windows import (
 from ..windows import (
     EventType,
     PaneEvent,
+    PaneTiming,
     StreamWindow,
     StreamWindowEvent,
     TimeIntervalWindow,
@@ -68,6 +69,7 @@ TRIGGER = EventType.TRIGGER
 INITIAL_FULL = EventType.INITIAL_FULL
 PARTITION_EVICTION = EventType.PARTITION_EVICTION
 EMPTY_WINDOW_PUNCT = EventType.EMPTY_WINDOW_PUNCT
+ON_COMPLETE = PaneTiming.ON_COMPLETE
 
 GroupBy = str | Sequence[str] | Callable[[Any], Hashable]
 OutputValue = AggregateFunction | Callable[[Any], Any] | object
@@ -406,7 +408,10 @@ class Aggregate(Operator):
         """Register with the window, per event type, the handler this window mode needs."""
         handlers: dict[EventType, Callable[[StreamWindowEvent[Any]], None]]
         if isinstance(window, TimeIntervalWindow):
-            handlers = {TRIGGER: self._pane_trigger, INITIAL_FULL: self._initial_full}
+            if self._reference or self._key_of is not None or self._needs_scope:
+                handlers = {TRIGGER: self._pane_trigger, INITIAL_FULL: self._initial_full}
+            else:  # one group a pane partition: no INITIAL_FULL events (`_pane_trigger_single`)
+                handlers = {TRIGGER: self._pane_trigger_single}
         elif tumbling:
             handlers = {EVICTION: self._flush, EMPTY_WINDOW_PUNCT: self._empty_flush}
             if self.aggregate_evicted_partitions:
@@ -650,6 +655,26 @@ class Aggregate(Operator):
         self._full.discard(event.partition)
 
     # timeInterval
+
+    def _pane_trigger_single(self, event: StreamWindowEvent[Any]) -> None:
+        """A pane partition's TRIGGER without group_by: its row, then a mark.
+
+        A pane raises INITIAL_FULL for each of its partitions when it completes, and at once
+        its ON_COMPLETE TRIGGER for the same partitions (nothing triggers a pane before it
+        completes, so every partition it holds is updated): the trigger records the partition
+        as full itself, an event a result fewer."""
+        key = event.partition
+        full = self._full
+        if event.pane_timing is ON_COMPLETE:  # type: ignore[attr-defined]  # a PaneEvent
+            full.add(key)
+        elif key not in full and not self.aggregate_incomplete_windows:
+            return
+        tuples = event.tuples
+        if not tuples:
+            self.submit_punct(WINDOW_MARK)
+            return
+        self.submit(self._build(tuples, None, None, event))
+        self.submit_punct(WINDOW_MARK)
 
     def _pane_trigger(self, event: StreamWindowEvent[Any]) -> None:
         if event.partition in self._full or self.aggregate_incomplete_windows:
