@@ -593,6 +593,23 @@ class Aggregate(Operator):
         key = event.partition
         tuples = event.tuples
         states = self._states
+        state = states.get(key)  # kept only for a partition that is output
+        if state is not None and self._every == 1:
+            order = state.order
+            if len(order) == len(tuples):  # a full window's step: one in, one out
+                old = order.popleft()
+                new = tuples[-1]
+                order.append(new)
+                single = state.single
+                assert single is not None
+                for replace in single.replaces:
+                    replace(old, new)
+                if order[0] is tuples[0]:
+                    self.submit(self._build(order, single.accs, None, None))
+                    self.submit_punct(WINDOW_MARK)
+                    return
+                self._resyncs += 1
+                del states[key]
         if key not in self._full and not self.aggregate_incomplete_windows:
             states.pop(key, None)  # not output: the first trigger that is rebuilds
             return
@@ -611,13 +628,7 @@ class Aggregate(Operator):
             order = single.tuples
             m = len(order)
             out = m + every - n
-            if out == 1 and every == 1:  # a full window's step: one in, one out
-                old = order.popleft()
-                new = tuples[-1]
-                order.append(new)
-                for replace in single.replaces:
-                    replace(old, new)
-            elif 0 <= out <= m:
+            if 0 <= out <= m:
                 if out:
                     removes = single.removes
                     popleft = order.popleft
