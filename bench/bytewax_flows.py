@@ -31,7 +31,7 @@ operators (``collect``, ``fold_window``, ``stateful_map``):
   keeps panes open 60 s of event time longer (about a dozen of them). ``to_system_utc``
   returns None: the timestamps are historical (2023), so the default would
   ask the runtime to wake every key with an open window on every activation.
-* W4/W4inc: one key for the whole stream and ``stateful_map`` over a deque.
+* W4/W4inc/W4hand: one key for the whole stream and ``stateful_map`` over a deque.
 * chain: ``filter``, ``map``, ``map``.
 
 Bytewax keys must be strings: partitioned flows key on ``str(sensor)``.
@@ -217,6 +217,7 @@ def flow_chain(readings: list[Reading], digest: Digest) -> Dataflow:
 
 FLOWS: dict[str, Callable[[list[Reading], Digest], Dataflow]] = {
     "W1": flow_w1, "W2": flow_w2, "W3": flow_w3, "W4": flow_w4, "W4inc": flow_w4inc,
+    "W4hand": flow_w4inc,
     "chain": flow_chain,
 }
 

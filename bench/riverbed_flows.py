@@ -13,6 +13,14 @@ Two ways of writing each windowed workload (``path``):
   in arrival order), except ``W4inc``, which keeps a running sum from the
   INSERTION and EVICTION events of its sliding window.
 
+``W4hand`` has no window: the running sum over a deque is written by hand, as
+a Bytewax user writes it in ``stateful_map``; ``toolkit`` is the standard
+``Custom`` operator with that logic per tuple, ``listener`` an `Operator` of
+our own taking each batch of tuples (``on_tuples``).
+
+The sink takes each batch of results in one call (``on_tuples``), as Bytewax's
+sink (``write_batch``) does.
+
 Latency: `latency_graph` builds W1 or W4 with a paced source (`PacedReadings`)
 that stamps each reading with its emission time (``perf_counter_ns``) in an
 extra ``emitted`` attribute; the operator copies the stamp of the newest
@@ -23,7 +31,8 @@ with its own ``perf_counter_ns`` when it sees the result.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from workloads import (
@@ -42,7 +51,17 @@ from workloads import (
 )
 
 from riverbed.graph import Graph, Operator, Schema, Source
-from riverbed.operators import Aggregate, Average, Count, Filter, Functor, IntervalStart, Last, Sum
+from riverbed.operators import (
+    Aggregate,
+    Average,
+    Count,
+    Custom,
+    Filter,
+    Functor,
+    IntervalStart,
+    Last,
+    Sum,
+)
 from riverbed.windows import EventType, PaneEvent, StreamWindowEvent
 
 EVICTION = EventType.EVICTION
@@ -190,6 +209,47 @@ class DigestSink(Operator):
     def on_tuple(self, tup: Record, port: int) -> None:
         self.digest.add(tup)
 
+    def on_tuples(self, tuples: Iterator[Record], port: int) -> None:
+        add = self.digest.add
+        for tup in tuples:
+            add(tup)
+
+
+def _slide(op: Custom, r: Reading, port: int) -> None:
+    """W4hand's step as `Custom` logic: Bytewax's ``slide`` (bench/bytewax_flows.py)."""
+    state = op.state
+    window = state["window"]
+    total = state["total"]
+    if len(window) == W4_COUNT:
+        total -= window.popleft()
+    v = r["value"]
+    total += v
+    window.append(v)
+    state["total"] = total
+    op.submit({"ts": r["ts"], "avg": total / len(window)})
+
+
+class SlideByHand(Operator):
+    """W4hand with a batch at a time: the same steps in one loop."""
+
+    window_punctuation = "free"
+
+    def __init__(self) -> None:
+        self.window: deque[float] = deque()
+        self.total = 0.0
+
+    def on_tuples(self, tuples: Iterator[Reading], port: int) -> None:
+        window, total, submit = self.window, self.total, self.submit
+        popleft, append = window.popleft, window.append
+        for r in tuples:
+            if len(window) == W4_COUNT:
+                total -= popleft()
+            v = r["value"]
+            total += v
+            append(v)
+            submit({"ts": r["ts"], "avg": total / len(window)})
+        self.total = total
+
 
 class LatencySink(Operator):
     """Records, per result, the time since its newest reading was emitted (ns)."""
@@ -245,7 +305,12 @@ def throughput_graph(workload: str, readings: Sequence[Reading], digest: Digest,
     # Only the event-time workloads declare event time: it makes the source emit watermarks.
     src = g.source("readings", Readings(readings), schema=READING if DECLARE_SCHEMA else None,
                    event_time="ts" if workload in EVENT_TIME else None, resolution="ms")
-    if workload == "chain":
+    if workload == "W4hand":
+        # No window; a deque in Custom's state (not plain data: this job takes no checkpoints).
+        logic = (Custom(_slide, state={"window": deque(), "total": 0.0}) if path == "toolkit"
+                 else SlideByHand())
+        out = g.operator("slide", logic, [src])
+    elif workload == "chain":
         if path != "toolkit":
             raise ValueError("the stateless chain has only the toolkit path")
         kept = g.operator("filter", Filter(lambda t: t["value"] >= CHAIN_MIN), [src])

@@ -27,6 +27,9 @@ Workloads (every variant emits dict records; a `Digest` sums them up):
   (subtract the evicted value, then add the new one) and is labelled so.
   Issue 18's "W4" (4.8 M/s by hand) is ``W4inc``: the same records, computed
   the way a fast hand loop (and riverbed's Aggregate) computes them.
+* W4hand: W4inc's records with no window at all: the running sum over a deque
+  written by hand in the engine's stateful operator (riverbed ``Custom``,
+  Bytewax ``stateful_map``), as issue 18 compares Bytewax's W4.
 * chain: no window: keep readings with ``value >= 25``, add ``f`` (the value
   in Fahrenheit), then ``hot`` (``f >= 150``) -> ``{sensor, value, ts, f, hot}``
   (riverbed: source -> Filter -> Functor -> Functor -> sink).
@@ -59,13 +62,14 @@ W4_COUNT = 1000
 CHAIN_MIN = 25.0
 HOT_F = 150.0
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W4inc", "chain")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W4inc", "W4hand", "chain")
 DESCRIPTIONS = {
     "W1": "per-sensor tumbling count(100): sum, avg",
     "W2": "per-sensor event-time tumbling 10 s: count, avg",
     "W3": "per-sensor event-time sliding 10 s every 5 s: count, avg",
     "W4": "sliding count(1000) per tuple: avg, summing the window each time",
     "W4inc": "sliding count(1000) per tuple: avg, running sum (incremental)",
+    "W4hand": "W4inc's records, the running sum written by hand (no window)",
     "chain": "stateless: Filter value >= 25, Functor f = value * 1.8 + 32, Functor hot = f >= 150",
 }
 
@@ -108,9 +112,9 @@ def w4_record(readings: Sequence[Reading]) -> Record:
 _MASK = (1 << 61) - 1
 _KEYS = {"W1": ("sensor", "end"), "W2": ("sensor", "start", "count"),
          "W3": ("sensor", "start", "count"), "W4": ("ts",), "W4inc": ("ts",),
-         "chain": ("sensor", "ts", "hot")}
+         "W4hand": ("ts",), "chain": ("sensor", "ts", "hot")}
 _FLOATS = {"W1": ("sum", "avg"), "W2": ("avg",), "W3": ("avg",), "W4": ("avg",), "W4inc": ("avg",),
-           "chain": ("value", "f")}
+           "W4hand": ("avg",), "chain": ("value", "f")}
 
 
 @dataclass
@@ -238,5 +242,6 @@ def loop_chain(readings: Iterable[Reading], emit: Emit) -> None:
 
 LOOPS: dict[str, Callable[[Iterable[Reading], Emit], None]] = {
     "W1": loop_w1, "W2": loop_w2, "W3": loop_w3, "W4": loop_w4, "W4inc": loop_w4inc,
+    "W4hand": loop_w4inc,
     "chain": loop_chain,
 }
