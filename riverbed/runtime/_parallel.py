@@ -29,6 +29,12 @@ each channel its own state, so it needs the width the checkpoint was taken with.
 operator failed, a worker died) stops the channels and starts new workers from the last
 committed checkpoint; a commit is passed on to every channel (transactional sinks inside).
 
+Replicated sources (a source inside the region, `_replica`): each channel's worker runs its own
+replica and sends what leaves the region unasked (``EMIT``); the channel counts as busy (not
+idle, the keep-alive runs) until its replicas ended, and a stop of the job is passed on to it.
+
+Process groups (`Graph.process`) are hosted here too, as regions of width 1 without a key.
+
 Worker processes end on every path: after final (the socket closes, the worker sees EOF),
 and on a failure, an abort or a stop (`close` kills what is still alive and reaps it).
 """
@@ -48,9 +54,21 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import OperatorError, OutputPort, RestoreRefused
 from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
-from ._clock import TimerHandle, VirtualClock
+from ._clock import RealClock, TimerHandle, VirtualClock
 from ._parallel_split import SplitFailed, Splitter
-from ._parallel_wire import COMMIT, FAILED, FEED, METRICS_OUT, OUT, TICK, dumps, frame, loads
+from ._parallel_wire import (
+    COMMIT,
+    EMIT,
+    FAILED,
+    FEED,
+    METRICS_OUT,
+    OUT,
+    STOP,
+    TICK,
+    dumps,
+    frame,
+    loads,
+)
 from ._worker import serve
 
 if TYPE_CHECKING:
@@ -75,6 +93,7 @@ class ChannelMetrics:
 
     region: str
     channel: int
+    kind: str = "channel"  # "process": the one worker of a process group (`Graph.process`)
     pid: int | None = None
     alive: bool = False
     tuples_in: int = 0  # sent into the channel
@@ -98,6 +117,7 @@ class _Channel:
         "metrics",
         "outstanding",
         "process",
+        "producing",
         "reader",
         "room",
         "sock",
@@ -116,6 +136,7 @@ class _Channel:
         self.outstanding = 0  # messages of any kind not yet answered
         self.deadline: int | None = None
         self.finished = False
+        self.producing = False  # its replicated sources still run
         self.room = asyncio.Event()
         self.room.set()
 
@@ -160,8 +181,11 @@ class ParallelHost:
         members = set(spec.members)
         self.runners = {n: job.runners[n] for n in spec.members}
         self.capacity = self.runners[spec.members[0]].odef.queue_batches
-        self._metrics = [ChannelMetrics(spec.name, i, capacity=self.capacity)
+        kind = "process" if spec.process else "channel"
+        self._metrics = [ChannelMetrics(spec.name, i, kind, capacity=self.capacity)
                          for i in range(spec.width)]
+        self.sources = [n for n in spec.members if job.runners[n].odef.kind == "source"]
+        self.where = f"{spec.kind} {spec.name!r}"
         self.channels = [_Channel(m) for m in self._metrics]
         # Each stream into the region is read once, from the first member it feeds (the worker
         # hands it to every member it feeds); a member's other connections are None.
@@ -215,7 +239,7 @@ class ParallelHost:
     def idle(self) -> bool:
         """Nothing in flight: every channel answered, the answers are merged and delivered, and
         the feeders wait on empty inboxes (a trace replay settles on it)."""
-        return (not self._merging and not any(ch.outstanding for ch in self.channels)
+        return (not self._merging and not any(ch.outstanding or ch.producing for ch in self.channels)
                 and all(r.inbox.idle for r, _ in self._feeds))
 
     @property
@@ -240,6 +264,19 @@ class ParallelHost:
         for runner in self.runners.values():
             for delivery in runner._deliveries:
                 delivery.targets = [t for t in delivery.targets if id(t[0]) not in inboxes]
+        if self.sources and self.region is not None:
+            # The job-wide checkpoint region (--checkpoint-dir): `freeze` refuses a declared one.
+            name = self.sources[0]
+            raise OperatorError(name, None, None, RuntimeError(
+                f"source {name!r} runs in {self.where} (one replica per channel, in the worker "
+                "processes) and cannot take part in checkpoints yet: run without "
+                "--checkpoint-dir, or put the source before the with block"))
+
+    def request_stop(self) -> None:
+        """The job was asked to stop: replicated sources end at their next batch."""
+        for ch in self.channels:
+            if ch.producing and ch.writer is not None:
+                ch.writer.write(frame(dumps((STOP,))))
 
     def start(self) -> None:
         """Run the region in a task of the job (again after its consistent region reset)."""
@@ -382,6 +419,7 @@ class ParallelHost:
         now = self.job.clock.now()
         region = self.region
         restore = self._restore
+        wall_clock = type(self.job.clock) is RealClock
         for ch in self.channels:
             parent, child = socket.socketpair()
             _PARENT_FDS.add(parent.fileno())
@@ -392,7 +430,10 @@ class ParallelHost:
                                        "region": None if region is None else region.name,
                                        "region_members": frozenset() if region is None
                                        else region.member_names,
-                                       "restore": None if restore is None else restore[ch.index]},
+                                       "restore": None if restore is None else restore[ch.index],
+                                       "channel": ch.index, "width": self.width,
+                                       "key": self._splitter.key, "wall_clock": wall_clock,
+                                       "batch": self.job.batch_size},
                                daemon=True)
             proc.start()
             child.close()
@@ -400,7 +441,9 @@ class ParallelHost:
             ch.metrics.pid = proc.pid
             ch.metrics.alive = True
             ch.outstanding = 1  # the worker's first answer: what activation raised, its deadline
+            ch.producing = bool(self.sources)
             self.job.log_region("channel_started", level="info", region=self.name, channel=ch.index,
+                                kind=ch.metrics.kind,
                                 pid=proc.pid, operators=list(self.spec.members),
                                 restored=restore is not None, restarts=self.restarts)
             ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
@@ -489,12 +532,15 @@ class ParallelHost:
                 raise self._failed(ch, msg)
             if kind == METRICS_OUT:
                 continue
-            assert kind == OUT, msg
+            assert kind in (OUT, EMIT), msg
             _, fed, exits, deadline, finished, _worker_metrics, reports, finals = msg
             if reports:
                 self._report(ch.index, reports)
             self._merging += 1
-            ch.outstanding -= 1
+            if kind == EMIT:  # unasked: what the replicas produced (``fed``: they still run)
+                ch.producing, fed = bool(fed), 0
+            else:
+                ch.outstanding -= 1
             if fed:
                 ch.inflight -= fed
                 ch.room.set()
@@ -621,7 +667,7 @@ class ParallelHost:
         assert busy is not None
         fds = [ch.fd for ch in self.channels]
         while True:
-            if not any(ch.outstanding for ch in self.channels):
+            if not any(ch.outstanding or ch.producing for ch in self.channels):
                 busy.clear()
                 await busy.wait()
                 continue
@@ -697,7 +743,7 @@ class ParallelHost:
             code = proc.exitcode
         how = ("still running" if code is None else f"killed by signal {-code}" if code < 0
                else f"exit code {code}")
-        return ChannelError(f"parallel region {self.name!r}: channel {ch.index} (pid "
+        return ChannelError(f"{self.where}: channel {ch.index} (pid "
                             f"{ch.metrics.pid}, operators {', '.join(self.members)}) ended without "
                             f"finishing ({how}); "
                             + ("its consistent region resets from its last checkpoint"
@@ -708,8 +754,8 @@ class ParallelHost:
     def _failed(self, ch: _Channel, msg: tuple[Any, ...]) -> BaseException:
         _, op, port, text, error_type, message = msg
         cause = ChannelError(f"{error_type}: {message}"
-                             f"{'' if text is None else f' on tuple {text}'} (parallel region "
-                             f"{self.name!r}, channel {ch.index}, pid {ch.metrics.pid})")
+                             f"{'' if text is None else f' on tuple {text}'} ({self.where}, "
+                             f"channel {ch.index}, pid {ch.metrics.pid})")
         if op is None:
             return cause
         return OperatorError(op, port, None, cause)
