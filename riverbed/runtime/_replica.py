@@ -15,7 +15,8 @@ replica runs ahead of the merge: the worker blocks on its send while the job doe
 In a keyed region (width > 1) a replica that emits a tuple whose key belongs to another
 channel would break SPL's promise that a key's tuples meet in one channel (its windows would
 be split over channels, silently). The worker checks each batch, with the split's own C loop
-(`Splitter.channels`, ~60-90 ns a tuple) and fails the job naming the source, the tuple, its
+(a set of each batch's keys, ~50-100 ns a tuple; a key is hashed to its channel once) and
+fails the job naming the source, the tuple, its
 key and both channels (`ReplicaKeyError`). It is an error, not a tuple for an error port: a
 source has none, and a replica emitting another channel's keys is a bug in how it finds its
 share, not bad input.
@@ -30,8 +31,16 @@ from typing import Any
 from ..core import OperatorCore, OperatorError, SyncGraph
 from ..graph import Punct, Source
 from ._parallel_split import SplitFailed, Splitter
+from ._parallel_wire import channel_of
 
 __all__ = ["ReplicaKeyError", "Replicas", "place"]
+
+
+_KEYS_KEPT = 1 << 20  # keys known to be this channel's (forgotten when full)
+
+
+def _no_key(tup: Any) -> None:
+    return None
 
 
 class ReplicaKeyError(ValueError):
@@ -63,6 +72,8 @@ class Replicas:
         self.width = width
         self.batch = batch
         self._check = key is not None and width > 1
+        self._key: Callable[[Any], Hashable] = key if key is not None else _no_key
+        self._mine: set[Hashable] = set()  # keys seen, all of this channel
         self._splitter = Splitter(width, key)
         self._live: dict[str, Iterator[Any]] = {}
         for core in sync.cores:
@@ -105,9 +116,28 @@ class Replicas:
         self.sync.emit(name, chunk)
 
     def check(self, name: str, chunk: list[Any]) -> None:
-        """Every tuple of ``chunk`` has a key of this channel, or `ReplicaKeyError`."""
+        """Every tuple of ``chunk`` has a key of this channel, or `ReplicaKeyError`. A key is
+        hashed to its channel once (`channel_of`); a batch whose keys were all seen costs one
+        set of its keys (~50-100 ns a tuple)."""
         tuples = chunk if Punct not in set(map(type, chunk)) else \
             [t for t in chunk if type(t) is not Punct]
+        mine = self._mine
+        try:
+            keys = set(map(self._key, tuples))
+        except Exception:
+            keys = None  # a key missing or unhashable: the split's loop says which tuple
+        if keys is not None:
+            if keys <= mine:
+                return
+            if len(mine) >= _KEYS_KEPT:
+                mine.clear()
+            me, width = self.channel, self.width
+            if all(channel_of(k, width) == me for k in keys - mine):
+                mine |= keys
+                return
+        self._refuse(name, tuples)
+
+    def _refuse(self, name: str, tuples: list[Any]) -> None:
         splitter, me = self._splitter, self.channel
         try:
             chans = splitter.channels(tuples)
@@ -115,15 +145,12 @@ class Replicas:
             raise OperatorError(name, None, exc.tuple, type(exc.error)(
                 f"replica {me} of {self.width}: the region splits by a key this tuple does not "
                 f"have: {exc.error!r}")) from exc.error
-        if chans.count(me) == len(chans):
-            return
         i = next(i for i, c in enumerate(chans) if c != me)
         tup = tuples[i]
-        key = splitter.key(tup) if splitter.key is not None else None
         raise OperatorError(name, None, tup, ReplicaKeyError(
             f"replica {me} of {self.width} (context.channel={me}, context.width={self.width}) "
-            f"emitted a tuple with key {key!r}, which belongs to channel {chans[i]}: in a keyed "
-            "parallel region each replica must emit only its own channel's keys (a key's tuples "
-            "meet in one channel); keep the tuples whose channel_of(key, width) == "
+            f"emitted a tuple with key {self._key(tup)!r}, which belongs to channel {chans[i]}: "
+            "in a keyed parallel region each replica must emit only its own channel's keys (a "
+            "key's tuples meet in one channel); keep the tuples whose channel_of(key, width) == "
             "context.channel (riverbed's stable key hash), or put the source before the with "
             "block"))
