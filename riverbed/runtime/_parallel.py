@@ -8,9 +8,9 @@ final punctuation go to every channel, in place. Each channel answers with what 
 sent out of the region; the merge puts it in the members' output ports, and the members'
 runners deliver it downstream (`OperatorRunner.flush`), in order, waiting while it is full.
 
-SPL's rules at the merge: tuples pass as they come (a key's tuples come from one channel, in
-order); a window mark leaves once every channel has sent its next one; the watermark leaving
-is the minimum over the channels; final leaves once every channel has sent it.
+SPL's rules at the merge (`_parallel_merge`): tuples pass as they come (a key's tuples come from
+one channel, in order); a window mark leaves once every channel has sent its next one; the
+watermark leaving is the minimum over the channels; final leaves once every channel has sent it.
 
 Bounded queues: at most ``queue_batches`` (the first member's) FEED messages with tuples are
 unanswered per channel; a feeder waits for room, its inbox fills, and the upstream waits.
@@ -52,9 +52,10 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from ..core import OperatorError, OutputPort, RestoreRefused
+from ..core import OperatorError, RestoreRefused
 from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
 from ._clock import RealClock, TimerHandle, VirtualClock
+from ._parallel_merge import Merge
 from ._parallel_split import SplitFailed, Splitter
 from ._parallel_wire import (
     COMMIT,
@@ -141,35 +142,6 @@ class _Channel:
         self.room.set()
 
 
-class _Merge:
-    """One output port of a member that leads out of the region: SPL's merge of its channels."""
-
-    __slots__ = ("barriers", "final_from", "finals", "held", "marks", "marks_sent", "out", "runner",
-                 "wm", "wm_sent")
-
-    def __init__(self, runner: OperatorRunner, out: OutputPort, width: int) -> None:
-        self.runner = runner
-        self.out = out
-        self.marks = [0] * width
-        self.marks_sent = 0
-        self.wm: list[int | None] = [None] * width
-        self.wm_sent: int | None = None
-        self.finals = 0
-        self.final_from = [False] * width
-        self.barriers: dict[int, tuple[CheckpointBarrier, set[int]]] = {}  # id -> the channels sent
-        self.held: list[list[Any] | None] = [None] * width  # a channel's items after its barrier
-
-    def barriers_due(self) -> list[CheckpointBarrier]:
-        """The barriers every channel sent (or ended without: it owes none), in order."""
-        due = [b for b, seen in self.barriers.values()
-               if all(seen_it or ended for seen_it, ended in
-                      zip((c in seen for c in range(len(self.final_from))), self.final_from,
-                          strict=True))]
-        for b in due:
-            del self.barriers[b.id]
-        return due
-
-
 class ParallelHost:
     """Runs one parallel region of a job in ``width`` worker processes."""
 
@@ -208,7 +180,7 @@ class ParallelHost:
                 if any(op not in members for op, _ in job.graph.consumers(runner.name, port)):
                     out.first_invalid = None  # the worker checked the schema already
                     self._leaves.append((runner, port))
-        self._merges: dict[tuple[str, int], _Merge] = {}
+        self._merges: dict[tuple[str, int], Merge] = {}
         self._new_merges()
         # Checkpoints: what each channel restores from, and the states reported so far.
         self._restore: list[dict[str, Any]] | None = None
@@ -227,7 +199,7 @@ class ParallelHost:
         self.done = False
 
     def _new_merges(self) -> None:
-        self._merges = {(r.name, port): _Merge(r, r.core.outputs[port], self.width)
+        self._merges = {(r.name, port): Merge(r, r.core.outputs[port], list(self._metrics))
                         for r, port in self._leaves}
 
     @property
@@ -565,72 +537,9 @@ class ParallelHost:
             if merge is None:
                 continue
             touched[name] = merge.runner
-            self._take(merge, index, item)
+            merge.take(index, item)
         for runner in touched.values():
             await runner.flush()
-
-    def _take(self, merge: _Merge, index: int, item: Any) -> None:
-        """One item channel ``index`` sent on ``merge``'s port. After a barrier that not every
-        channel sent yet, the channel's items wait (the merge aligns the checkpoint: what a
-        channel sent after its barrier must not reach a checkpoint taken downstream of it)."""
-        held = merge.held[index]
-        if held is not None:
-            held.append(item)
-            return
-        out = merge.out
-        if type(item) is list:
-            out.buf.extend(item)
-            self.channels[index].metrics.tuples_out += len(item)
-        elif type(item) is tuple:  # tuples with marks among them (`_parallel_split.pack_exits`)
-            tuples, marks = item
-            buf = out.buf
-            self.channels[index].metrics.tuples_out += len(tuples)
-            start = 0
-            for before, mark in marks:
-                if before > start:
-                    buf.extend(tuples[start:before])
-                    start = before
-                self._take(merge, index, mark)
-            if start < len(tuples):
-                buf.extend(tuples[start:] if start else tuples)
-        elif item is Punct.WINDOW:
-            merge.marks[index] += 1
-            if min(merge.marks) > merge.marks_sent:
-                merge.marks_sent += 1
-                out.mark(Punct.WINDOW)
-        elif type(item) is int:  # a watermark
-            current = merge.wm[index]
-            if current is None or item > current:
-                merge.wm[index] = item
-            if all(v is not None for v in merge.wm):
-                low = min(v for v in merge.wm if v is not None)
-                if merge.wm_sent is None or low > merge.wm_sent:
-                    merge.wm_sent = low
-                    out.mark(Watermark(low))
-        elif type(item) is CheckpointBarrier:
-            merge.barriers.setdefault(item.id, (item, set()))[1].add(index)
-            if item.id in merge.barriers:
-                merge.held[index] = []  # until the others sent it
-            self._release(merge)
-        elif item is Punct.FINAL:
-            merge.finals += 1
-            merge.final_from[index] = True
-            self._release(merge)  # the channel owes no barrier any more
-            if merge.finals == self.width:
-                out.control(Punct.FINAL)
-
-    def _release(self, merge: _Merge) -> None:
-        """Barriers every channel sent go out; the items held behind them follow, in order."""
-        due = merge.barriers_due()
-        if not due:
-            return
-        for barrier in due:
-            merge.out.control(barrier)
-        for index, held in enumerate(merge.held):
-            if held is not None and not any(index in seen for _, seen in merge.barriers.values()):
-                merge.held[index] = None
-                for item in held:
-                    self._take(merge, index, item)
 
     # --------------------------------------------------------------------- time
 
