@@ -24,6 +24,7 @@ and its windows see time move while they produce); on a virtual clock it is the 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import time
@@ -160,6 +161,9 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
     """The body of a worker process (forked): host ``members`` until the job hangs up
     (``region``: the consistent region they are in; ``restore``: each one's state; ``channel``
     of ``width``: which one this is, for replicated sources, keyed by ``key``)."""
+    # What the job's process had is the worker's too (fork), page by page until written to: a
+    # collection walking it would write to every tracked object, copying its pages.
+    gc.freeze()
     signal.set_wakeup_fd(-1)  # the inherited fd is the job's event loop's: never write to it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
