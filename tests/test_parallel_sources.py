@@ -124,6 +124,7 @@ def test_replicas_give_the_same_panes_and_watermarks_as_one_source(width: int, v
     g, sink, _ = _graph(None)
     run_graph(g, clock=VirtualClock() if virtual else None)
     expected = _by_key(sink.tuples)
+    last_watermark = sink.watermarks[-1]
     assert len(expected) == KEYS and len(sink.tuples) > KEYS
     g, sink, _ = _graph(width)
     job = Job(g, clock=VirtualClock() if virtual else None)
@@ -135,7 +136,7 @@ def test_replicas_give_the_same_panes_and_watermarks_as_one_source(width: int, v
     assert sink.finals == 1
     # Event time crossed the merge: the watermark leaving is the minimum over the replicas,
     # never going back, and the last is the end of every replica's input.
-    assert sink.watermarks == sorted(sink.watermarks) and sink.watermarks
+    assert sink.watermarks == sorted(sink.watermarks) and sink.watermarks[-1] == last_watermark
     channels = job.channel_metrics()
     assert [m.channel for m in channels] == list(range(width))
     assert all(m.tuples_in == 0 for m in channels), "nothing was split: the replicas produced it"
@@ -291,3 +292,63 @@ def test_a_source_in_a_block_is_accepted_where_it_was_refused() -> None:
             g.source("inner", Share(1))
     except GraphError as exc:  # pragma: no cover - what it did before
         pytest.fail(f"refused: {exc}")
+
+
+def test_a_worker_leaves_what_it_inherited_to_the_garbage_collector_frozen() -> None:
+    """A collection in a worker would write to every object it inherited from the job's process
+    (fork), copying the pages they are on: the worker freezes them first."""
+    import gc
+
+    g = Graph("frozen")
+    seen: list[Any] = []
+
+    class Frozen(Source):
+        def generate(self) -> Any:
+            yield {"frozen": gc.get_freeze_count()}
+
+    class Record(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            seen.append(tup["frozen"])
+
+    with g.parallel(2):
+        src = g.source("src", Frozen())
+    g.sink("sink", Record(), [src])
+    run_graph(g)
+    assert len(seen) == 2 and all(n > 1000 for n in seen)
+    assert gc.get_freeze_count() == 0, "the job's process is left as it was"
+
+
+def test_a_region_with_a_replicated_source_also_takes_a_stream_from_outside() -> None:
+    g = Graph("both")
+    got: list[Any] = []
+
+    class Tag(Source):
+        def __init__(self, tag: str, n: int) -> None:
+            self.tag, self.n = tag, n
+
+        def generate(self) -> Any:
+            where = getattr(self.context, "channel", None)
+            return ({"tag": self.tag, "i": i, "channel": where} for i in range(self.n))
+
+    class Union(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            self.submit({**tup, "port": port, "pid": os.getpid()})
+
+    class Record(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            got.append(tup)
+
+    outside = g.source("outside", Tag("outside", 1000))
+    with g.parallel(2):
+        inside = g.source("inside", Tag("inside", 300))
+        union = g.operator("union", Union(), [inside, outside])
+    g.sink("sink", Record(), [union])
+    job = Job(g)
+    asyncio.run(job.run())
+    pids = [m.pid for m in job.channel_metrics()]
+    inside_rows = [t for t in got if t["tag"] == "inside"]
+    assert sorted((t["channel"], t["i"]) for t in inside_rows) == \
+        sorted((c, i) for c in range(2) for i in range(300))
+    assert all(t["pid"] == pids[t["channel"]] and t["port"] == 0 for t in inside_rows)
+    assert sorted(t["i"] for t in got if t["tag"] == "outside") == list(range(1000))
+    assert {t["pid"] for t in got if t["tag"] == "outside"} == set(pids), "split round-robin"
