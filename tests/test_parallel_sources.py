@@ -352,3 +352,44 @@ def test_a_region_with_a_replicated_source_also_takes_a_stream_from_outside() ->
     assert all(t["pid"] == pids[t["channel"]] and t["port"] == 0 for t in inside_rows)
     assert sorted(t["i"] for t in got if t["tag"] == "outside") == list(range(1000))
     assert {t["pid"] for t in got if t["tag"] == "outside"} == set(pids), "split round-robin"
+
+
+def test_replicas_window_marks_pass_the_key_check_and_a_missing_key_is_named() -> None:
+    got: list[Any] = []
+
+    class Marked(Source):
+        def __init__(self, bad: bool) -> None:
+            self.bad = bad
+
+        def generate(self) -> Any:
+            me, width = self.context.channel, self.context.width  # type: ignore[attr-defined]
+            for i in range(400):
+                r = _reading(i)
+                if channel_of(r["k"], width) == me:
+                    yield r
+                if i % 100 == 99:
+                    yield Punct.WINDOW
+            if self.bad:
+                yield {"v": 1}
+
+    class Record(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            got.append(tup)
+
+        def on_punct(self, punct: Punct, port: int) -> None:
+            got.append(punct)
+
+    def graph(bad: bool) -> Graph:
+        g = Graph("marks")
+        with g.parallel(2, partition_by="k"):
+            src = g.source("src", Marked(bad))
+        g.sink("sink", Record(), [src])
+        return g
+
+    run_graph(graph(False))
+    assert got.count(Punct.WINDOW) == 4 and got[-1] is Punct.FINAL
+    assert sorted(t["v"] for t in got if isinstance(t, dict)) == list(range(400))
+    with pytest.raises(JobError) as info:
+        run_graph(graph(True))
+    text = str(info.value)
+    assert "'src'" in text and "KeyError" in text and "{'v': 1}" in text

@@ -119,13 +119,16 @@ class Replicas:
         """Every tuple of ``chunk`` has a key of this channel, or `ReplicaKeyError`. A key is
         hashed to its channel once (`channel_of`); a batch whose keys were all seen costs one
         set of its keys (~50-100 ns a tuple)."""
-        tuples = chunk if Punct not in set(map(type, chunk)) else \
-            [t for t in chunk if type(t) is not Punct]
         mine = self._mine
+        tuples = chunk
         try:
-            keys = set(map(self._key, tuples))
-        except Exception:
-            keys = None  # a key missing or unhashable: the split's loop says which tuple
+            keys: set[Hashable] | None = set(map(self._key, tuples))
+        except Exception:  # a window mark among them, or a key missing or unhashable
+            tuples = [t for t in chunk if type(t) is not Punct]
+            try:
+                keys = set(map(self._key, tuples))
+            except Exception:
+                keys = None  # the split's loop says which tuple, and why
         if keys is not None:
             if keys <= mine:
                 return
@@ -135,7 +138,7 @@ class Replicas:
             if all(channel_of(k, width) == me for k in keys - mine):
                 mine |= keys
                 return
-        self._refuse(name, tuples)
+        self._refuse(name, [t for t in tuples if type(t) is not Punct])
 
     def _refuse(self, name: str, tuples: list[Any]) -> None:
         splitter, me = self._splitter, self.channel
@@ -145,7 +148,9 @@ class Replicas:
             raise OperatorError(name, None, exc.tuple, type(exc.error)(
                 f"replica {me} of {self.width}: the region splits by a key this tuple does not "
                 f"have: {exc.error!r}")) from exc.error
-        i = next(i for i, c in enumerate(chans) if c != me)
+        i = next((i for i, c in enumerate(chans) if c != me), None)
+        if i is None:  # a key function that took a window mark for a tuple: all are mine
+            return
         tup = tuples[i]
         raise OperatorError(name, None, tup, ReplicaKeyError(
             f"replica {me} of {self.width} (context.channel={me}, context.width={self.width}) "
