@@ -340,15 +340,21 @@ def test_the_status_the_metrics_and_the_log_show_the_process() -> None:
                 seen["prometheus"] = generate_latest(registry).decode()
                 seen["metrics"] = [m.as_dict() for m in job.channel_metrics()]
 
+    class Busy(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            sum(range(20_000))  # CPU the process spends, which its metrics show
+            self.submit(tup)
+
     g = Graph("shown")
     src = g.source("src", Count(300), schema=SCHEMA)
     with g.process("heavy"):
-        p = g.operator("p", Pass(), [src])
+        p = g.operator("p", Busy(), [src])
     g.sink("look", Look(), [p])
     job = Job(g, logger=Log())
     asyncio.run(job.run())
     (m,) = seen["metrics"]
     assert m["region"] == "heavy" and m["kind"] == "process" and m["alive"]
+    assert 0 < m["cpu_seconds"] <= job.channel_metrics()[0].cpu_seconds
     assert any(line.startswith("shown/channel heavy[0]: pid=") for line in seen["lines"])
     assert 'riverbed_channel_alive{channel="0",job="shown"' in seen["prometheus"]
     started = [f for e, f in events if e == "channel_started"]

@@ -103,6 +103,7 @@ class ChannelMetrics:
     capacity: int = 0
     backpressure_waits: int = 0
     finished: bool = False
+    cpu_seconds: float = 0.0  # the worker process's CPU time (user + system), as it last said
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -505,7 +506,8 @@ class ParallelHost:
             if kind == METRICS_OUT:
                 continue
             assert kind in (OUT, EMIT), msg
-            _, fed, exits, deadline, finished, _worker_metrics, reports, finals = msg
+            _, fed, exits, deadline, finished, _worker_metrics, reports, finals, cpu = msg
+            ch.metrics.cpu_seconds = round(cpu, 3)
             if reports:
                 self._report(ch.index, reports)
             self._merging += 1

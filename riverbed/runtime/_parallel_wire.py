@@ -14,11 +14,12 @@ checkpoint_id)``, the job's region committed it (no credit); ``(METRICS,)``; ``(
 job was asked to stop: replicated sources end (no answer of its own). A barrier entry
 ``(operator, -1, barrier)`` goes to the member itself (its inputs ended: no barrier reaches it).
 Worker -> job, one reply per FEED, TICK or COMMIT: ``(OUT, fed, exits, deadline, finished,
-metrics, reports, finals)``, ``reports`` the states ``(checkpoint_id, operator, state)`` its
-operators took at barriers, ``finals`` ``(operator, state)`` of those that ended; or
+metrics, reports, finals, cpu)``, ``reports`` the states ``(checkpoint_id, operator, state)``
+its operators took at barriers, ``finals`` ``(operator, state)`` of those that ended, ``cpu``
+the worker's CPU seconds so far; or
 ``(METRICS_OUT, metrics)``; or ``(FAILED, operator, port, tuple_text, error_type, message)``.
 A worker whose channel has replicated sources (`_replica`) also sends, unasked, ``(EMIT,
-producing, exits, deadline, finished, metrics, reports, finals)`` after each batch they
+producing, exits, deadline, finished, metrics, reports, finals, cpu)`` after each batch they
 produced (``producing``: a replica still runs), answering nothing.
 
 A watermark travels as a bare int (an item is otherwise a list, a `Punct` or a barrier):

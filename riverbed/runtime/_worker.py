@@ -180,7 +180,8 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
                               region_members=region_members, restore=restore)
         replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch)
         reports, finals = sync.take()
-        send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None, reports, finals)))
+        send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None, reports, finals,
+                    time.process_time())))
         while True:
             if replicas.live and not conn.poll():
                 if wall_clock:
@@ -189,7 +190,8 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
                 finished = sync.finished
                 reports, finals = sync.take()
                 send(dumps((EMIT, replicas.live, _exits(sync), _deadline(sync), finished,
-                            _metrics(sync) if finished else None, reports, finals)))
+                            _metrics(sync) if finished else None, reports, finals,
+                            time.process_time())))
                 continue
             try:
                 data = conn.recv_bytes()
@@ -232,7 +234,8 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
             finished = sync.finished
             reports, finals = sync.take()
             send(dumps((OUT, fed, _exits(sync), _deadline(sync), finished,
-                        _metrics(sync) if finished else None, reports, finals)))
+                        _metrics(sync) if finished else None, reports, finals,
+                        time.process_time())))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the job went away
     except Exception as exc:  # an operator failed: tell the job, which stops
