@@ -393,3 +393,29 @@ def test_replicas_window_marks_pass_the_key_check_and_a_missing_key_is_named() -
         run_graph(graph(True))
     text = str(info.value)
     assert "'src'" in text and "KeyError" in text and "{'v': 1}" in text
+
+
+def test_a_stop_asked_before_the_workers_started_reaches_the_replicas() -> None:
+    class Endless(Source):
+        def generate(self) -> Any:
+            while True:
+                yield {"i": 0}
+
+    got: list[Any] = []
+
+    class Record(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            got.append(tup)
+
+    g = Graph("early")
+    with g.parallel(2):
+        src = g.source("endless", Endless())
+    g.sink("sink", Record(), [src])
+    job = Job(g)
+    job.stop()
+
+    async def main() -> None:
+        await asyncio.wait_for(job.run(), 60)  # without the stop it would never end
+
+    asyncio.run(main())
+    assert len(got) < 10_000  # the replicas stopped at their first batches

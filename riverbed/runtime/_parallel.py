@@ -420,6 +420,8 @@ class ParallelHost:
                                 pid=proc.pid, operators=list(self.spec.members),
                                 restored=restore is not None, restarts=self.restarts)
             ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
+        if self.job.stopping:
+            self.request_stop()  # asked before the workers could hear it
         self._kick()
 
     # -------------------------------------------------------------------- split
