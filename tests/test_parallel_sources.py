@@ -418,4 +418,4 @@ def test_a_stop_asked_before_the_workers_started_reaches_the_replicas() -> None:
         await asyncio.wait_for(job.run(), 60)  # without the stop it would never end
 
     asyncio.run(main())
-    assert len(got) < 10_000  # the replicas stopped at their first batches
+    assert got == []  # the replicas were told before their first batch

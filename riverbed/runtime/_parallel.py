@@ -406,7 +406,8 @@ class ParallelHost:
                                        "restore": None if restore is None else restore[ch.index],
                                        "channel": ch.index, "width": self.width,
                                        "key": self._splitter.key, "wall_clock": wall_clock,
-                                       "batch": self.job.batch_size},
+                                       "batch": self.job.batch_size,
+                                       "stopping": self.job.stopping},
                                daemon=True)
             proc.start()
             child.close()
@@ -421,7 +422,7 @@ class ParallelHost:
                                 restored=restore is not None, restarts=self.restarts)
             ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
         if self.job.stopping:
-            self.request_stop()  # asked before the workers could hear it
+            self.request_stop()  # asked while they were starting
         self._kick()
 
     # -------------------------------------------------------------------- split

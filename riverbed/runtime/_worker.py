@@ -157,7 +157,7 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
           region_members: frozenset[str] = frozenset(),
           restore: dict[str, Any] | None = None, channel: int = 0, width: int = 1,
           key: Callable[[Any], Hashable] | None = None, wall_clock: bool = False,
-          batch: int = 1000) -> None:
+          batch: int = 1000, stopping: bool = False) -> None:
     """The body of a worker process (forked): host ``members`` until the job hangs up
     (``region``: the consistent region they are in; ``restore``: each one's state; ``channel``
     of ``width``: which one this is, for replicated sources, keyed by ``key``)."""
@@ -178,6 +178,7 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
     try:
         sync = _channel_graph(graph, members, name=name, now=now, region=region,
                               region_members=region_members, restore=restore)
+        sync.stopping = stopping  # the job was asked to stop already: replicas end at once
         replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch)
         reports, finals = sync.take()
         send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None, reports, finals,
