@@ -14,10 +14,10 @@ replica runs ahead of the merge: the worker blocks on its send while the job doe
 
 In a keyed region (width > 1) a replica that emits a tuple whose key belongs to another
 channel would break SPL's promise that a key's tuples meet in one channel (its windows would
-be split over channels, silently). The worker checks each batch, with the split's own C loop
-(a set of each batch's keys, ~50-100 ns a tuple; a key is hashed to its channel once) and
-fails the job naming the source, the tuple, its
-key and both channels (`ReplicaKeyError`). It is an error, not a tuple for an error port: a
+be split over channels, silently). The worker checks each batch (a set of its keys against the
+keys already seen to be the channel's, ~130 ns a tuple alone on the loaded machine, within the
+noise of whole runs; a key is hashed to its channel once) and fails the job naming the source,
+the tuple, its key and both channels (`ReplicaKeyError`). It is an error, not a tuple for an error port: a
 source has none, and a replica emitting another channel's keys is a bug in how it finds its
 share, not bad input.
 """
