@@ -1,25 +1,33 @@
-"""Parallel regions: W2 and W3 through SPL Aggregate at width 1, 2 and 4, against one process.
+"""Parallel regions: W2 and W3 through SPL Aggregate at width 1, 2 and 4, in two shapes.
 
 Usage::
 
     .venv/bin/python bench/parallel.py [--n N] [--repeat K] [--widths 1,2,4] [--only W2]
+                                       [--shapes split,replicated]
 
 Each workload (see `workloads`: per sensor, event-time panes of 10 s, tumbling for W2,
-sliding every 5 s for W3) runs as ``source -> Aggregate -> sink`` with the Aggregate
-(``IntervalStart``, ``Count``, ``Average``) in a parallel region split by sensor, at each
-width, and once with no region (everything in the job's process). Variants alternate, each
-``--repeat`` times (default 3); the table gives the median tuples/s, and the ratios width 2 /
-width 1, width 4 / width 2, and each width / no region. Every run's results (an
-order-independent digest of every record) must equal the no-region run's: the script fails
-otherwise.
+sliding every 5 s for W3) runs as ``source -> Aggregate -> sink`` at each width, in two shapes,
+and once with no region (everything in the job's process):
 
-What limits the speed-up: the job's process generates the readings, derives watermarks, splits
-every batch by key, pickles the parts and merges the results; the workers unpickle, window and
-aggregate. The table shows the CPU seconds per tuple of the job's process (``process_time``)
-and of the workers (their rusage), so the main process's share is visible, and "CPU-bound/s":
-the rate those CPU seconds allow on idle cores (the busiest process, or all the work spread
-over the cores, whichever is slower), which other load on the machine disturbs far less. On 2 cores shared
-with other work, numbers are noisy: compare medians, and look at the CPU columns.
+* ``split``: the source in the job's process, the Aggregate in a region split by sensor: the
+  job's process generates the readings, derives watermarks, splits every batch by key,
+  pickles the parts and merges the results; the workers unpickle, window and aggregate.
+* ``replicated``: the source inside the region (SPL replicates it): each channel's replica
+  reads the shared readings and keeps its channel's sensors (``channel_of(sensor, width) ==
+  context.channel``), in the worker, while the clock runs (that cost is counted); its tuples
+  go straight into the channel's Aggregate (no split, no pickling); the job's process only
+  merges the results.
+
+Variants alternate, each ``--repeat`` times (default 3); the table gives the median tuples/s,
+and the ratios width 2 / width 1, width 4 / width 2, and each width / no region. Every run's
+results (an order-independent digest of every record) must equal the no-region run's: the
+script fails otherwise.
+
+The table shows the CPU seconds per tuple of the job's process (``process_time``) and of the
+workers (their rusage), and "CPU-bound/s": the rate those CPU seconds allow on idle cores (the
+busiest process, or all the work spread over the cores, whichever is slower), which other load
+on the machine disturbs far less than wall time. On 2 cores shared with other work, numbers are
+noisy: compare medians, and look at the CPU columns.
 
 Transport: the cost per tuple of moving a batch of 1000 readings through a socketpair (framed,
 as the region does it) with pickle, with msgpack, and the hand-written loop's cost per tuple for
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
 import pickle
 import resource
@@ -37,30 +46,97 @@ import socket
 import statistics
 import sys
 import time
+from array import array
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
-from riverbed_flows import CLAUSES, READING, DigestSink, Readings
+from riverbed_flows import CLAUSES, READING, DigestSink
 from workloads import Digest, Reading, loop_w2, loop_w3, make_readings, same_results
 
-from riverbed.graph import Graph
+from riverbed.graph import Graph, Source
 from riverbed.operators import Aggregate, Average, Count, IntervalStart
 from riverbed.runtime import Job
+from riverbed.runtime._parallel_wire import channel_of
 
 LOOPS = {"W2": loop_w2, "W3": loop_w3}
+SHAPES = ("split", "replicated")
+Variant = tuple[str, int | None]  # (shape, width); ("none", None): no region
 
 
-def graph(workload: str, readings: Sequence[Reading], digest: Digest, width: int | None) -> Graph:
+class Columns:
+    """The readings as a columnar file would hold them (one array per attribute), read by the
+    sources of every variant while the clock runs. Why not the list of dicts `make_readings`
+    returns: a worker inherits that list from the job's process (fork), and a replica that
+    scans it touches every dict's reference count, so the kernel copies every page of it into
+    each worker (copy-on-write, ~0.27 us a reading per replica here); a source reads its input,
+    it does not inherit it. ``--input dicts`` measures that way anyway."""
+
+    def __init__(self, readings: Sequence[Reading]) -> None:
+        self.sensor = array("l", (r["sensor"] for r in readings))
+        self.value = array("d", (r["value"] for r in readings))
+        self.ts = array("q", (r["ts"] for r in readings))
+        self.dicts = readings
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Columns:
+        return self  # read-only: the copy a host makes of each operator it runs must share it
+
+
+def _rows(sensor: Any, value: Any, ts: Any) -> Any:
+    return ({"sensor": s, "value": v, "ts": t} for s, v, t in zip(sensor, value, ts, strict=True))
+
+
+class ReadColumns(Source):
+    """Every reading, a dict built from the columns as it is read (``dicts``: the list)."""
+
+    def __init__(self, columns: Columns, dicts: bool) -> None:
+        self.columns, self.use_dicts = columns, dicts
+
+    def generate(self) -> Any:
+        c = self.columns
+        return iter(c.dicts) if self.use_dicts else _rows(c.sensor, c.value, c.ts)
+
+
+class ShareOfReadings(ReadColumns):
+    """A replica's share of the readings: those whose sensor its channel owns (all of them
+    outside a region), found in the worker while the benchmark's clock runs: the sensor column
+    is scanned, and only the replica's rows are built."""
+
+    def generate(self) -> Any:
+        ctx: Any = self.context
+        me, width = ctx.channel, ctx.width
+        c = self.columns
+        if width == 1:
+            return super().generate()
+        mine = {s: channel_of(s, width) == me for s in set(c.sensor)}
+        mask = bytes(map(mine.__getitem__, c.sensor))
+        if self.use_dicts:
+            return itertools.compress(c.dicts, mask)
+        pick = partial(itertools.compress, selectors=mask)
+        return _rows(pick(c.sensor), pick(c.value), pick(c.ts))
+
+
+def graph(workload: str, readings: Columns, digest: Digest, variant: Variant,
+          dicts: bool = False) -> Graph:
+    shape, width = variant
     g = Graph(f"parallel-{workload}")
-    src = g.source("readings", Readings(readings), schema=READING, event_time="ts", resolution="ms")
     agg = Aggregate({"start": IntervalStart(), "count": Count(), "avg": Average("value")},
                     copy=("sensor",))
-    port = src.window(CLAUSES[workload], partition_by="sensor")
+
+    def source(op: Source) -> Any:
+        return g.source("readings", op, schema=READING, event_time="ts", resolution="ms")
+
     if width is None:
-        out = g.operator("agg", agg, [port])
+        src = source(ReadColumns(readings, dicts))
+        out = g.operator("agg", agg, [src.window(CLAUSES[workload], partition_by="sensor")])
+    elif shape == "split":
+        src = source(ReadColumns(readings, dicts))
+        with g.parallel(width, partition_by="sensor"):
+            out = g.operator("agg", agg, [src.window(CLAUSES[workload], partition_by="sensor")])
     else:
         with g.parallel(width, partition_by="sensor"):
-            out = g.operator("agg", agg, [port])
+            src = source(ShareOfReadings(readings, dicts))
+            out = g.operator("agg", agg, [src.window(CLAUSES[workload], partition_by="sensor")])
     g.sink("sink", DigestSink(digest), [out])
     return g
 
@@ -70,11 +146,11 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_once(workload: str, readings: Sequence[Reading], width: int | None) -> dict[str, Any]:
+def run_once(workload: str, readings: Columns, variant: Variant, dicts: bool) -> dict[str, Any]:
     import asyncio
 
     digest = Digest(workload)
-    job = Job(graph(workload, readings, digest, width))
+    job = Job(graph(workload, readings, digest, variant, dicts))
     gc.collect()
     children = _children_cpu()
     cpu = time.process_time()
@@ -134,24 +210,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per variant (median kept)")
     parser.add_argument("--widths", default="1,2,4", help="region widths (default 1,2,4)")
     parser.add_argument("--only", default="W2,W3", help="workloads (default W2,W3)")
+    parser.add_argument("--input", choices=("columns", "dicts"), default="columns",
+                        help="what the sources read: arrays, a dict built per reading as it is "
+                             "read (default), or the list of dicts made before the clock runs")
+    parser.add_argument("--shapes", default=",".join(SHAPES),
+                        help="split (source in the job's process), replicated (source in the "
+                             "region); default both")
     args = parser.parse_args(argv)
     widths = [int(w) for w in args.widths.split(",")]
     readings = make_readings(args.n)
     print(f"parallel regions: {args.n:,} readings, 1000 sensors, {os.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]}, median of {args.repeat} alternating runs")
+    columns = Columns(readings)
     costs = transport_costs(readings)
+    shapes = [x for x in args.shapes.split(",") if x]
     failed = False
     for workload in args.only.split(","):
-        variants: list[int | None] = [None, *widths]
-        runs: dict[int | None, list[dict[str, Any]]] = {v: [] for v in variants}
+        variants: list[Variant] = [("none", None)] + [(sh, w) for sh in shapes for w in widths]
+        runs: dict[Variant, list[dict[str, Any]]] = {v: [] for v in variants}
         for _ in range(args.repeat):
             for v in variants:
-                runs[v].append(run_once(workload, readings, v))
-        reference = runs[None][0]["summary"]
+                runs[v].append(run_once(workload, columns, v, args.input == "dicts"))
+        reference = runs[("none", None)][0]["summary"]
         print(f"\n{workload}: Aggregate over '{CLAUSES[workload]}' ({reference['records']:,} records)")
-        print(f"  {'variant':<12} {'tuples/s':>10} {'vs 1 proc':>9} {'main us/t':>9} "
-              f"{'workers us/t':>12} {'CPU-bound/s':>11} {'identical':>9}")
-        rate: dict[int | None, float] = {}
+        print(f"  {'variant':<22} {'tuples/s':>10} {'vs 1 proc':>9} {'main us/t':>9} "
+              f"{'workers us/t':>12} {'total us/t':>10} {'CPU-bound/s':>11} {'identical':>9}")
+        rate: dict[Variant, float] = {}
+        bound: dict[Variant, float] = {}
         for v in variants:
             wall = statistics.median(r["wall"] for r in runs[v])
             main_cpu = statistics.median(r["main_cpu"] for r in runs[v])
@@ -159,18 +244,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             same = all(same_results(r["summary"], reference) for r in runs[v])
             failed |= not same
             rate[v] = args.n / wall
-            label = "no region" if v is None else f"width {v}"
+            shape, width = v
+            label = "no region" if width is None else f"{shape}, width {width}"
             # What the CPU seconds allow on idle cores: the busiest process, or all the work
             # shared by the cores, whichever is slower (a model: it ignores waiting).
             cores = os.cpu_count() or 1
-            busiest = max(main_cpu, worker_cpu / (v or 1), (main_cpu + worker_cpu) / cores)
-            print(f"  {label:<12} {rate[v]:>10,.0f} {rate[v] / rate[None]:>8.2f}x "
+            busiest = max(main_cpu, worker_cpu / (width or 1), (main_cpu + worker_cpu) / cores)
+            bound[v] = args.n / busiest
+            print(f"  {label:<22} {rate[v]:>10,.0f} {rate[v] / rate[('none', None)]:>8.2f}x "
                   f"{main_cpu / args.n * 1e6:>9.2f} {worker_cpu / args.n * 1e6:>12.2f} "
+                  f"{(main_cpu + worker_cpu) / args.n * 1e6:>10.2f} "
                   f"{args.n / busiest:>11,.0f} {'yes' if same else 'NO':>9}")
-        if 1 in rate and 2 in rate:
-            print(f"  width 2 / width 1: {rate[2] / rate[1]:.2f}x (target >= 1.7x on 2 cores)")
-        if 2 in rate and 4 in rate:
-            print(f"  width 4 / width 2: {rate[4] / rate[2]:.2f}x (target >= 1.0x)")
+        for shape in shapes:
+            r1, r2, r4 = (rate.get((shape, w)) for w in (1, 2, 4))
+            b1, b2, b4 = (bound.get((shape, w)) for w in (1, 2, 4))
+            if r1 and r2 and b1 and b2:
+                print(f"  {shape}: width 2 / width 1: {r2 / r1:.2f}x wall, {b2 / b1:.2f}x CPU-bound "
+                      "(target >= 1.7x on 2 cores)")
+            if r2 and r4 and b2 and b4:
+                print(f"  {shape}: width 4 / width 2: {r4 / r2:.2f}x wall, {b4 / b2:.2f}x CPU-bound "
+                      "(target >= 1.0x)")
         print(f"  per tuple: hand loop {loop_cost(workload, readings):.0f} ns; transport "
               + ", ".join(f"{k} {v:.0f} ns" for k, v in costs.items())
               + " (a 1000-reading batch through a socketpair, encoded and decoded)")

@@ -65,14 +65,6 @@ def test_a_bad_width_is_refused_at_once(width: Any) -> None:
     assert info.value.rule == "parallel"
 
 
-def test_a_source_inside_a_block_is_refused_naming_it() -> None:
-    g, _ = _graph()
-    with pytest.raises(GraphError, match="a source cannot be in parallel region") as info, \
-            g.parallel(2):
-        g.source("inner", _Src())
-    assert info.value.operator == "inner"
-
-
 def test_an_empty_block_and_nested_blocks_are_refused() -> None:
     g, src = _graph()
     with pytest.raises(GraphError, match="holds no operator"), g.parallel(2):

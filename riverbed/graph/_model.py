@@ -24,7 +24,7 @@ from typing import Any, Literal
 from ..windows import TimeIntervalSpec, WindowError, WindowSpec, parse_window_clause, seconds_to_ns
 from ._errors import GraphError, GraphValidationError
 from ._operator import Operator, Source
-from ._parallel import ParallelBlock, ParallelRegion, parallel_spec, resolve_parallel
+from ._parallel import ParallelBlock, ParallelRegion, parallel_spec, process_spec, resolve_parallel
 from ._regions import ConsistentRegion, region_spec
 from ._schema import Schema
 
@@ -326,6 +326,21 @@ class Graph:
         self._parallel.append(block)
         return block
 
+    def process(self, name: str | None = None) -> ParallelBlock:
+        """Placement (SPL ``partitionColocation`` / ``partitionIsolation``): ``with
+        g.process("slow"):`` runs the operators added in the block together in one worker
+        process of their own, so a slow operator there does not stall the rest of the job (which
+        goes on in the job's process, and in other groups' processes). ``g.process().add(s)``
+        isolates an operator added earlier. Operators in no group run in the job's process.
+
+        A group is hosted as a parallel region of width 1 (the same transport, bounded queues,
+        checkpoints and restarts); a source in a group runs in its process too.
+        """
+        spec = process_spec(name or f"process{len(self._parallel)}")
+        block = ParallelBlock(spec, _graph=self)
+        self._parallel.append(block)
+        return block
+
     def consistent_region(self, start: Stream | str | Sequence[Stream | str], *,
                           name: str | None = None, **params: Any) -> ConsistentRegion:
         """SPL ``@consistent``: the operators reachable from the ``start`` sources (streams or
@@ -424,12 +439,7 @@ class Graph:
             schemas.append(None)
         ports = [self._port(name, i, arg) for i, arg in enumerate(inputs)]
         if self._parallel_open is not None:
-            if kind == "source":
-                raise GraphError(name, "parallel", f"a source cannot be in parallel region "
-                                                   f"{self._parallel_open.name!r}: nothing splits "
-                                                   "what one source produces; add it before the "
-                                                   "with block")
-            self._parallel_open.members.append(name)
+            self._parallel_open.members.append(name)  # a source: one replica per channel
         self._pending[name] = {
             "operator": operator, "kind": kind, "inputs": ports, "outputs": schemas,
             "event_time": event_time, "error_port": len(schemas) - 1 if error_port else None,

@@ -9,11 +9,24 @@ operators run, never what a partition's tuples see.
 
 Why the rules below: a partition's tuples must all reach one channel, in order, so every
 partitioned window inside a keyed region must be partitioned by the region's own key, and a
-round-robin region must hold no partitioned window at all. Sources are not split (nothing
-divides what one source produces), a region must be connected (one split, one merge), and no
-stream may leave the region and come back into it (the merge would wait on itself).
-A region is inside one consistent region or none: its channels checkpoint together (barriers
-go to every channel and leave once every channel sent them), so it cannot straddle a border.
+round-robin region must hold no partitioned window at all. A region must be connected (one
+split, one merge), and no stream may leave the region and come back into it (the merge would
+wait on itself). A region is inside one consistent region or none: its channels checkpoint
+together (barriers go to every channel and leave once every channel sent them), so it cannot
+straddle a border.
+
+Sources in a region are replicated, as SPL replicates every operator of a region: each channel
+runs its own replica, which reads ``context.channel`` and ``context.width`` (SPL's
+``getChannel()`` / ``getMaxChannels()``) to produce its own share; nothing is split. A replica
+runs inside its worker, driven by the worker (``generate``), so a source whose body is an
+``async def run`` cannot be one, and (for now) a replicated source is in no consistent region:
+its barriers would have to start in every worker (see docs/decisions.md).
+
+Process groups (`Graph.process`, SPL's ``partitionColocation`` / ``partitionIsolation``) are
+regions of width 1 without a key: the operators of a group run together in one worker process
+of their own, so a slow Python operator there does not stall the job's other operators. They
+obey the same rules, except those about channels (there is one), and need not be connected
+(colocated operators may be unrelated).
 """
 
 from __future__ import annotations
@@ -27,11 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..windows import Delta, Punct, WindowSpec, WindowType
 from ._errors import GraphError, GraphValidationError
+from ._operator import Source
 
 if TYPE_CHECKING:
     from ._model import FrozenGraph, InputPort, OperatorDef
 
-__all__ = ["MAX_WIDTH", "ParallelBlock", "ParallelRegion", "parallel_spec", "resolve_parallel"]
+__all__ = ["MAX_WIDTH", "ParallelBlock", "ParallelRegion", "parallel_spec", "process_spec",
+           "resolve_parallel"]
 
 MAX_WIDTH = 256  # more channels than this is a mistake (a width meant for another setting)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -49,10 +64,16 @@ class ParallelRegion:
     width: int
     partition_by: PartitionKey | None = None
     members: tuple[str, ...] = ()
+    process: bool = False  # a process group (`Graph.process`): width 1, no key
 
     @property
     def keyed(self) -> bool:
         return self.partition_by is not None
+
+    @property
+    def kind(self) -> str:
+        """What the status view and the errors call it: "parallel region" or "process group"."""
+        return "process group" if self.process else "parallel region"
 
     def __contains__(self, operator: object) -> bool:
         return operator in self.members
@@ -69,9 +90,11 @@ class ParallelBlock:
     def __enter__(self) -> ParallelBlock:
         graph = self._graph
         if graph._parallel_open is not None:
-            raise GraphError(None, "parallel", f"parallel region {self.spec.name!r} is opened inside "
-                                               f"region {graph._parallel_open.spec.name!r}: parallel "
-                                               "regions do not nest")
+            outer = graph._parallel_open.spec
+            raise GraphError(None, "parallel", f"{self.spec.kind} {self.spec.name!r} is opened inside "
+                                               f"{outer.kind} {outer.name!r}: parallel regions and "
+                                               "process groups do not nest (a region's channels "
+                                               "are processes already)")
         graph._parallel_open = self
         return self
 
@@ -79,7 +102,7 @@ class ParallelBlock:
                  tb: TracebackType | None) -> None:
         self._graph._parallel_open = None
         if exc_type is None and not self.members:
-            raise GraphError(None, "parallel", f"parallel region {self.spec.name!r} holds no "
+            raise GraphError(None, "parallel", f"{self.spec.kind} {self.spec.name!r} holds no "
                                                "operator: add the operators to run in parallel "
                                                "inside the with block")
 
@@ -89,7 +112,7 @@ class ParallelBlock:
         for op in operators:
             name = getattr(op, "operator", op)
             if not isinstance(name, str):
-                raise GraphError(None, "parallel", f"parallel region {self.spec.name!r}: add() takes "
+                raise GraphError(None, "parallel", f"{self.spec.kind} {self.spec.name!r}: add() takes "
                                                    f"operator names or streams, got {op!r}")
             if name not in self.members:
                 self.members.append(name)
@@ -125,6 +148,14 @@ def parallel_spec(name: str, width: Any, partition_by: Any, params: Mapping[str,
     return ParallelRegion(name, width, partition_by)
 
 
+def process_spec(name: str) -> ParallelRegion:
+    """A process group from `Graph.process`'s arguments, checked at once."""
+    if not _NAME.match(name):
+        raise GraphError(None, "parallel", f"process group name {name!r}: use letters, digits, "
+                                           "_ . -")
+    return ParallelRegion(name, 1, None, process=True)
+
+
 def resolve_parallel(graph: FrozenGraph, blocks: list[ParallelBlock],
                      consistent: Mapping[str, str]) -> FrozenGraph:
     """``graph`` with its parallel regions, every rule checked (`GraphValidationError` lists all
@@ -133,18 +164,25 @@ def resolve_parallel(graph: FrozenGraph, blocks: list[ParallelBlock],
     defs = {op.name: op for op in graph.operators}
     regions = [replace(b.spec, members=tuple(n for n in defs if n in b.members)) for b in blocks]
     owner: dict[str, str] = {}
+    kinds: dict[str, str] = {}
     for b in blocks:
+        kinds.setdefault(b.name, b.spec.kind)
         for n in b.members:
             if n not in defs:
-                errors.append(GraphError(n, "parallel", f"parallel region {b.name!r}: no such "
+                errors.append(GraphError(n, "parallel", f"{b.spec.kind} {b.name!r}: no such "
                                                         "operator in the graph"))
             elif n in owner:
-                errors.append(GraphError(n, "parallel", f"is in parallel regions {owner[n]!r} and "
-                                                        f"{b.name!r}: an operator runs in one"))
+                first = kinds[owner[n]]
+                where = (f"{first}s {owner[n]!r} and {b.name!r}" if first == b.spec.kind else
+                         f"{first} {owner[n]!r} and {b.spec.kind} {b.name!r}")
+                errors.append(GraphError(n, "parallel", f"is in {where}: an operator runs in one"))
             owner.setdefault(n, b.name)
+            kinds.setdefault(b.name, b.spec.kind)
     names = [r.name for r in regions]
     for name in sorted({n for n in names if names.count(n) > 1}):
-        errors.append(GraphError(None, "parallel", f"two parallel regions are named {name!r}"))
+        named = {r.kind for r in regions if r.name == name}
+        what = f"{named.pop()}s" if len(named) == 1 else "parallel regions or process groups"
+        errors.append(GraphError(None, "parallel", f"two {what} are named {name!r}"))
     for region in regions:
         errors.extend(_check_region(region, defs, consistent))
     if errors:
@@ -156,19 +194,17 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
                   consistent: Mapping[str, str]) -> list[GraphError]:
     errors: list[GraphError] = []
     members = set(region.members)
-    where = f"parallel region {region.name!r}"
+    where = f"{region.kind} {region.name!r}"
     for name in region.members:
         op = defs[name]
         if op.kind == "source":
-            errors.append(GraphError(name, "parallel", f"a source cannot be in {where}: nothing "
-                                                       "splits what one source produces; put the "
-                                                       "operators after it in the region"))
+            errors.extend(_check_source(region, op, consistent))
         for i, port in enumerate(op.inputs):
             if any(c.feedback for c in port.connections):
                 errors.append(GraphError(name, "parallel", f"input port {i} has a feedback "
                                                            f"connection: not allowed in {where}"))
             window = port.window
-            if window is None or not window.partitioned:
+            if window is None or not window.partitioned or region.process:
                 continue
             spans = _spans_partitions(port) if region.width > 1 else None
             if spans is not None:
@@ -210,6 +246,35 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
     return errors
 
 
+def _check_source(region: ParallelRegion, op: OperatorDef,
+                  consistent: Mapping[str, str]) -> list[GraphError]:
+    """A source in a region runs as one replica per channel, inside the channel's worker."""
+    errors: list[GraphError] = []
+    where = f"{region.kind} {region.name!r}"
+    src = op.operator
+    if isinstance(src, Source) and type(src).run is not Source.run:
+        errors.append(GraphError(op.name, "parallel", f"a source in {where} runs inside a worker "
+                                                      "process, which drives generate(); this one "
+                                                      "has an async run(), which needs the job's "
+                                                      "event loop: give it generate(), or add it "
+                                                      "before the with block"))
+    if op.name in consistent:
+        errors.append(GraphError(op.name, "parallel", f"a source in {where} cannot be in consistent "
+                                                      f"region {consistent[op.name]!r} yet: its "
+                                                      "checkpoints would start in the worker "
+                                                      "processes; put the source before the with "
+                                                      "block (the region's other operators may "
+                                                      "stay in the consistent region)"))
+    key = region.partition_by
+    schema = op.outputs[0] if op.outputs else None
+    if isinstance(key, str) and region.width > 1 and schema is not None \
+            and schema.type_of(key) is None:
+        errors.append(GraphError(op.name, "unknown-attribute",
+                                 f"{where} is keyed by {key!r}, which is not in the schema "
+                                 f"{schema} of its replicated source"))
+    return errors
+
+
 def _spans_partitions(port: InputPort) -> str | None:
     """Why a partitioned window's events depend on partitions other than the tuple's own (so
     splitting its partitions over channels would change them), or None."""
@@ -230,7 +295,7 @@ def _spans_partitions(port: InputPort) -> str | None:
 def _check_shape(region: ParallelRegion, defs: Mapping[str, OperatorDef]) -> list[GraphError]:
     """Connected, and no stream leaves the region to come back into it."""
     members = set(region.members)
-    where = f"parallel region {region.name!r}"
+    where = f"{region.kind} {region.name!r}"
     downstream: dict[str, set[str]] = {n: set() for n in defs}
     for op in defs.values():
         for port in op.inputs:
@@ -239,7 +304,7 @@ def _check_shape(region: ParallelRegion, defs: Mapping[str, OperatorDef]) -> lis
                     downstream[c.operator].add(op.name)
     errors: list[GraphError] = []
     # Connected: every member reached from the first through connections between members,
-    # either way.
+    # either way (a process group may colocate unrelated operators).
     linked: dict[str, set[str]] = {n: set() for n in members}
     for n in members:
         for m in downstream[n] & members:
@@ -253,7 +318,7 @@ def _check_shape(region: ParallelRegion, defs: Mapping[str, OperatorDef]) -> lis
             seen.add(n)
             todo.extend(linked[n])
     for n in region.members:
-        if n not in seen:
+        if n not in seen and not region.process:
             errors.append(GraphError(n, "parallel", f"is not connected to the other operators of "
                                                     f"{where} ({', '.join(region.members)}): a region "
                                                     "is one operator or a chain"))

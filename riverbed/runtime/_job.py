@@ -298,6 +298,8 @@ class Job:
         self.stopping = True
         for r in self.runners.values():
             r.request_stop()
+        for host in self.parallel:
+            host.request_stop()  # replicated sources, in worker processes
 
     def abort(self) -> None:
         """Cancel every task now: nothing is drained; `run` raises `JobError`."""

@@ -8,9 +8,9 @@ final punctuation go to every channel, in place. Each channel answers with what 
 sent out of the region; the merge puts it in the members' output ports, and the members'
 runners deliver it downstream (`OperatorRunner.flush`), in order, waiting while it is full.
 
-SPL's rules at the merge: tuples pass as they come (a key's tuples come from one channel, in
-order); a window mark leaves once every channel has sent its next one; the watermark leaving
-is the minimum over the channels; final leaves once every channel has sent it.
+SPL's rules at the merge (`_parallel_merge`): tuples pass as they come (a key's tuples come from
+one channel, in order); a window mark leaves once every channel has sent its next one; the
+watermark leaving is the minimum over the channels; final leaves once every channel has sent it.
 
 Bounded queues: at most ``queue_batches`` (the first member's) FEED messages with tuples are
 unanswered per channel; a feeder waits for room, its inbox fills, and the upstream waits.
@@ -29,6 +29,12 @@ each channel its own state, so it needs the width the checkpoint was taken with.
 operator failed, a worker died) stops the channels and starts new workers from the last
 committed checkpoint; a commit is passed on to every channel (transactional sinks inside).
 
+Replicated sources (a source inside the region, `_replica`): each channel's worker runs its own
+replica and sends what leaves the region unasked (``EMIT``); the channel counts as busy (not
+idle, the keep-alive runs) until its replicas ended, and a stop of the job is passed on to it.
+
+Process groups (`Graph.process`) are hosted here too, as regions of width 1 without a key.
+
 Worker processes end on every path: after final (the socket closes, the worker sees EOF),
 and on a failure, an abort or a stop (`close` kills what is still alive and reaps it).
 """
@@ -46,11 +52,24 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from ..core import OperatorError, OutputPort, RestoreRefused
+from ..core import OperatorError, RestoreRefused
 from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
-from ._clock import TimerHandle, VirtualClock
+from ._clock import RealClock, TimerHandle, VirtualClock
+from ._parallel_merge import Merge
 from ._parallel_split import SplitFailed, Splitter
-from ._parallel_wire import COMMIT, FAILED, FEED, METRICS_OUT, OUT, TICK, dumps, frame, loads
+from ._parallel_wire import (
+    COMMIT,
+    EMIT,
+    FAILED,
+    FEED,
+    METRICS_OUT,
+    OUT,
+    STOP,
+    TICK,
+    dumps,
+    frame,
+    loads,
+)
 from ._worker import serve
 
 if TYPE_CHECKING:
@@ -75,6 +94,7 @@ class ChannelMetrics:
 
     region: str
     channel: int
+    kind: str = "channel"  # "process": the one worker of a process group (`Graph.process`)
     pid: int | None = None
     alive: bool = False
     tuples_in: int = 0  # sent into the channel
@@ -83,6 +103,7 @@ class ChannelMetrics:
     capacity: int = 0
     backpressure_waits: int = 0
     finished: bool = False
+    cpu_seconds: float = 0.0  # the worker process's CPU time (user + system), as it last said
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -98,6 +119,7 @@ class _Channel:
         "metrics",
         "outstanding",
         "process",
+        "producing",
         "reader",
         "room",
         "sock",
@@ -116,37 +138,9 @@ class _Channel:
         self.outstanding = 0  # messages of any kind not yet answered
         self.deadline: int | None = None
         self.finished = False
+        self.producing = False  # its replicated sources still run
         self.room = asyncio.Event()
         self.room.set()
-
-
-class _Merge:
-    """One output port of a member that leads out of the region: SPL's merge of its channels."""
-
-    __slots__ = ("barriers", "final_from", "finals", "held", "marks", "marks_sent", "out", "runner",
-                 "wm", "wm_sent")
-
-    def __init__(self, runner: OperatorRunner, out: OutputPort, width: int) -> None:
-        self.runner = runner
-        self.out = out
-        self.marks = [0] * width
-        self.marks_sent = 0
-        self.wm: list[int | None] = [None] * width
-        self.wm_sent: int | None = None
-        self.finals = 0
-        self.final_from = [False] * width
-        self.barriers: dict[int, tuple[CheckpointBarrier, set[int]]] = {}  # id -> the channels sent
-        self.held: list[list[Any] | None] = [None] * width  # a channel's items after its barrier
-
-    def barriers_due(self) -> list[CheckpointBarrier]:
-        """The barriers every channel sent (or ended without: it owes none), in order."""
-        due = [b for b, seen in self.barriers.values()
-               if all(seen_it or ended for seen_it, ended in
-                      zip((c in seen for c in range(len(self.final_from))), self.final_from,
-                          strict=True))]
-        for b in due:
-            del self.barriers[b.id]
-        return due
 
 
 class ParallelHost:
@@ -160,8 +154,11 @@ class ParallelHost:
         members = set(spec.members)
         self.runners = {n: job.runners[n] for n in spec.members}
         self.capacity = self.runners[spec.members[0]].odef.queue_batches
-        self._metrics = [ChannelMetrics(spec.name, i, capacity=self.capacity)
+        kind = "process" if spec.process else "channel"
+        self._metrics = [ChannelMetrics(spec.name, i, kind, capacity=self.capacity)
                          for i in range(spec.width)]
+        self.sources = [n for n in spec.members if job.runners[n].odef.kind == "source"]
+        self.where = f"{spec.kind} {spec.name!r}"
         self.channels = [_Channel(m) for m in self._metrics]
         # Each stream into the region is read once, from the first member it feeds (the worker
         # hands it to every member it feeds); a member's other connections are None.
@@ -184,7 +181,7 @@ class ParallelHost:
                 if any(op not in members for op, _ in job.graph.consumers(runner.name, port)):
                     out.first_invalid = None  # the worker checked the schema already
                     self._leaves.append((runner, port))
-        self._merges: dict[tuple[str, int], _Merge] = {}
+        self._merges: dict[tuple[str, int], Merge] = {}
         self._new_merges()
         # Checkpoints: what each channel restores from, and the states reported so far.
         self._restore: list[dict[str, Any]] | None = None
@@ -203,7 +200,7 @@ class ParallelHost:
         self.done = False
 
     def _new_merges(self) -> None:
-        self._merges = {(r.name, port): _Merge(r, r.core.outputs[port], self.width)
+        self._merges = {(r.name, port): Merge(r, r.core.outputs[port], list(self._metrics))
                         for r, port in self._leaves}
 
     @property
@@ -215,7 +212,7 @@ class ParallelHost:
     def idle(self) -> bool:
         """Nothing in flight: every channel answered, the answers are merged and delivered, and
         the feeders wait on empty inboxes (a trace replay settles on it)."""
-        return (not self._merging and not any(ch.outstanding for ch in self.channels)
+        return (not self._merging and not any(ch.outstanding or ch.producing for ch in self.channels)
                 and all(r.inbox.idle for r, _ in self._feeds))
 
     @property
@@ -240,6 +237,19 @@ class ParallelHost:
         for runner in self.runners.values():
             for delivery in runner._deliveries:
                 delivery.targets = [t for t in delivery.targets if id(t[0]) not in inboxes]
+        if self.sources and self.region is not None:
+            # The job-wide checkpoint region (--checkpoint-dir): `freeze` refuses a declared one.
+            name = self.sources[0]
+            raise OperatorError(name, None, None, RuntimeError(
+                f"source {name!r} runs in {self.where} (one replica per channel, in the worker "
+                "processes) and cannot take part in checkpoints yet: run without "
+                "--checkpoint-dir, or put the source before the with block"))
+
+    def request_stop(self) -> None:
+        """The job was asked to stop: replicated sources end at their next batch."""
+        for ch in self.channels:
+            if ch.producing and ch.writer is not None:
+                ch.writer.write(frame(dumps((STOP,))))
 
     def start(self) -> None:
         """Run the region in a task of the job (again after its consistent region reset)."""
@@ -382,6 +392,7 @@ class ParallelHost:
         now = self.job.clock.now()
         region = self.region
         restore = self._restore
+        wall_clock = type(self.job.clock) is RealClock
         for ch in self.channels:
             parent, child = socket.socketpair()
             _PARENT_FDS.add(parent.fileno())
@@ -392,7 +403,11 @@ class ParallelHost:
                                        "region": None if region is None else region.name,
                                        "region_members": frozenset() if region is None
                                        else region.member_names,
-                                       "restore": None if restore is None else restore[ch.index]},
+                                       "restore": None if restore is None else restore[ch.index],
+                                       "channel": ch.index, "width": self.width,
+                                       "key": self._splitter.key, "wall_clock": wall_clock,
+                                       "batch": self.job.batch_size,
+                                       "stopping": self.job.stopping},
                                daemon=True)
             proc.start()
             child.close()
@@ -400,10 +415,14 @@ class ParallelHost:
             ch.metrics.pid = proc.pid
             ch.metrics.alive = True
             ch.outstanding = 1  # the worker's first answer: what activation raised, its deadline
+            ch.producing = bool(self.sources)
             self.job.log_region("channel_started", level="info", region=self.name, channel=ch.index,
+                                kind=ch.metrics.kind,
                                 pid=proc.pid, operators=list(self.spec.members),
                                 restored=restore is not None, restarts=self.restarts)
             ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
+        if self.job.stopping:
+            self.request_stop()  # asked while they were starting
         self._kick()
 
     # -------------------------------------------------------------------- split
@@ -489,12 +508,16 @@ class ParallelHost:
                 raise self._failed(ch, msg)
             if kind == METRICS_OUT:
                 continue
-            assert kind == OUT, msg
-            _, fed, exits, deadline, finished, _worker_metrics, reports, finals = msg
+            assert kind in (OUT, EMIT), msg
+            _, fed, exits, deadline, finished, _worker_metrics, reports, finals, cpu = msg
+            ch.metrics.cpu_seconds = round(cpu, 3)
             if reports:
                 self._report(ch.index, reports)
             self._merging += 1
-            ch.outstanding -= 1
+            if kind == EMIT:  # unasked: what the replicas produced (``fed``: they still run)
+                ch.producing, fed = bool(fed), 0
+            else:
+                ch.outstanding -= 1
             if fed:
                 ch.inflight -= fed
                 ch.room.set()
@@ -519,72 +542,9 @@ class ParallelHost:
             if merge is None:
                 continue
             touched[name] = merge.runner
-            self._take(merge, index, item)
+            merge.take(index, item)
         for runner in touched.values():
             await runner.flush()
-
-    def _take(self, merge: _Merge, index: int, item: Any) -> None:
-        """One item channel ``index`` sent on ``merge``'s port. After a barrier that not every
-        channel sent yet, the channel's items wait (the merge aligns the checkpoint: what a
-        channel sent after its barrier must not reach a checkpoint taken downstream of it)."""
-        held = merge.held[index]
-        if held is not None:
-            held.append(item)
-            return
-        out = merge.out
-        if type(item) is list:
-            out.buf.extend(item)
-            self.channels[index].metrics.tuples_out += len(item)
-        elif type(item) is tuple:  # tuples with marks among them (`_parallel_split.pack_exits`)
-            tuples, marks = item
-            buf = out.buf
-            self.channels[index].metrics.tuples_out += len(tuples)
-            start = 0
-            for before, mark in marks:
-                if before > start:
-                    buf.extend(tuples[start:before])
-                    start = before
-                self._take(merge, index, mark)
-            if start < len(tuples):
-                buf.extend(tuples[start:] if start else tuples)
-        elif item is Punct.WINDOW:
-            merge.marks[index] += 1
-            if min(merge.marks) > merge.marks_sent:
-                merge.marks_sent += 1
-                out.mark(Punct.WINDOW)
-        elif type(item) is int:  # a watermark
-            current = merge.wm[index]
-            if current is None or item > current:
-                merge.wm[index] = item
-            if all(v is not None for v in merge.wm):
-                low = min(v for v in merge.wm if v is not None)
-                if merge.wm_sent is None or low > merge.wm_sent:
-                    merge.wm_sent = low
-                    out.mark(Watermark(low))
-        elif type(item) is CheckpointBarrier:
-            merge.barriers.setdefault(item.id, (item, set()))[1].add(index)
-            if item.id in merge.barriers:
-                merge.held[index] = []  # until the others sent it
-            self._release(merge)
-        elif item is Punct.FINAL:
-            merge.finals += 1
-            merge.final_from[index] = True
-            self._release(merge)  # the channel owes no barrier any more
-            if merge.finals == self.width:
-                out.control(Punct.FINAL)
-
-    def _release(self, merge: _Merge) -> None:
-        """Barriers every channel sent go out; the items held behind them follow, in order."""
-        due = merge.barriers_due()
-        if not due:
-            return
-        for barrier in due:
-            merge.out.control(barrier)
-        for index, held in enumerate(merge.held):
-            if held is not None and not any(index in seen for _, seen in merge.barriers.values()):
-                merge.held[index] = None
-                for item in held:
-                    self._take(merge, index, item)
 
     # --------------------------------------------------------------------- time
 
@@ -621,7 +581,7 @@ class ParallelHost:
         assert busy is not None
         fds = [ch.fd for ch in self.channels]
         while True:
-            if not any(ch.outstanding for ch in self.channels):
+            if not any(ch.outstanding or ch.producing for ch in self.channels):
                 busy.clear()
                 await busy.wait()
                 continue
@@ -697,7 +657,7 @@ class ParallelHost:
             code = proc.exitcode
         how = ("still running" if code is None else f"killed by signal {-code}" if code < 0
                else f"exit code {code}")
-        return ChannelError(f"parallel region {self.name!r}: channel {ch.index} (pid "
+        return ChannelError(f"{self.where}: channel {ch.index} (pid "
                             f"{ch.metrics.pid}, operators {', '.join(self.members)}) ended without "
                             f"finishing ({how}); "
                             + ("its consistent region resets from its last checkpoint"
@@ -708,8 +668,8 @@ class ParallelHost:
     def _failed(self, ch: _Channel, msg: tuple[Any, ...]) -> BaseException:
         _, op, port, text, error_type, message = msg
         cause = ChannelError(f"{error_type}: {message}"
-                             f"{'' if text is None else f' on tuple {text}'} (parallel region "
-                             f"{self.name!r}, channel {ch.index}, pid {ch.metrics.pid})")
+                             f"{'' if text is None else f' on tuple {text}'} ({self.where}, "
+                             f"channel {ch.index}, pid {ch.metrics.pid})")
         if op is None:
             return cause
         return OperatorError(op, port, None, cause)

@@ -75,6 +75,11 @@ class Splitter:
     def reset(self) -> None:
         self._next = 0
 
+    def channels(self, run: list[Any]) -> bytes:
+        """One byte per tuple of ``run`` (no marks): its channel (`SplitFailed` if a key is
+        missing or unhashable). A replicated source's batch is checked with it."""
+        return self._bytes(run)
+
     def _bytes(self, run: list[Any]) -> bytes:
         """One byte per tuple: its channel."""
         width = self.width

@@ -10,12 +10,17 @@ docs/decisions.md, "Parallel regions").
 Job -> worker: ``(FEED, now, entries)`` with entries ``(operator, port, item)`` (items of
 streams into the region: batches, marks, watermarks as ints, final), one credit of the channel's bounded
 queue; ``(TICK, now)``, the clock reached the channel's deadline (no credit); ``(COMMIT, now,
-checkpoint_id)``, the job's region committed it (no credit); ``(METRICS,)``. A barrier entry
+checkpoint_id)``, the job's region committed it (no credit); ``(METRICS,)``; ``(STOP,)``, the
+job was asked to stop: replicated sources end (no answer of its own). A barrier entry
 ``(operator, -1, barrier)`` goes to the member itself (its inputs ended: no barrier reaches it).
 Worker -> job, one reply per FEED, TICK or COMMIT: ``(OUT, fed, exits, deadline, finished,
-metrics, reports, finals)``, ``reports`` the states ``(checkpoint_id, operator, state)`` its
-operators took at barriers, ``finals`` ``(operator, state)`` of those that ended; or
+metrics, reports, finals, cpu)``, ``reports`` the states ``(checkpoint_id, operator, state)``
+its operators took at barriers, ``finals`` ``(operator, state)`` of those that ended, ``cpu``
+the worker's CPU seconds so far; or
 ``(METRICS_OUT, metrics)``; or ``(FAILED, operator, port, tuple_text, error_type, message)``.
+A worker whose channel has replicated sources (`_replica`) also sends, unasked, ``(EMIT,
+producing, exits, deadline, finished, metrics, reports, finals, cpu)`` after each batch they
+produced (``producing``: a replica still runs), answering nothing.
 
 A watermark travels as a bare int (an item is otherwise a list, a `Punct` or a barrier):
 unpickling a frozen dataclass costs 50 us, and an event-time stream carries many.
@@ -34,10 +39,10 @@ from collections.abc import Hashable
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["COMMIT", "FAILED", "FEED", "METRICS", "METRICS_OUT", "OUT", "TICK", "channel_of", "dumps",
-           "frame", "key_bytes", "loads"]
+__all__ = ["COMMIT", "EMIT", "FAILED", "FEED", "METRICS", "METRICS_OUT", "OUT", "STOP", "TICK",
+           "channel_of", "dumps", "frame", "key_bytes", "loads"]
 
-FEED, TICK, METRICS, OUT, METRICS_OUT, FAILED, COMMIT = range(7)
+FEED, TICK, METRICS, OUT, METRICS_OUT, FAILED, COMMIT, EMIT, STOP = range(9)
 
 _HEADER = struct.Struct("!i")
 _LONG = struct.Struct("!Q")

@@ -14,15 +14,22 @@ out of the region (``exits``), its next deadline, whether it finished, the state
 reported at a checkpoint barrier, and the final states of operators that ended. It ends when the job
 closes its end of the socket (also when the job's process dies), and refuses SIGINT: the job,
 which sees the Ctrl-C too, decides how the region ends.
+
+A channel with replicated sources (`_replica`) does not wait for messages while its sources
+produce: it pulls a batch from each, sends what left the region (``EMIT``), and handles the
+job's messages between two batches. On the wall clock its time is the wall clock's (a source
+and its windows see time move while they produce); on a virtual clock it is the job's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from multiprocessing.connection import Connection
 from socket import socket
 from typing import Any
@@ -30,7 +37,20 @@ from typing import Any
 from ..core import OperatorCore, OperatorError, SchemaViolation, SyncGraph
 from ..graph import CheckpointBarrier, FrozenGraph, Watermark
 from ._parallel_split import join_marked, pack_exits
-from ._parallel_wire import COMMIT, FAILED, FEED, METRICS, METRICS_OUT, OUT, TICK, dumps, loads
+from ._parallel_wire import (
+    COMMIT,
+    EMIT,
+    FAILED,
+    FEED,
+    METRICS,
+    METRICS_OUT,
+    OUT,
+    STOP,
+    TICK,
+    dumps,
+    loads,
+)
+from ._replica import Replicas, place
 
 __all__ = ["serve"]
 
@@ -135,23 +155,45 @@ def _failure(exc: BaseException) -> tuple[Any, ...]:
 def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str, ...], *,
           name: str, now: int, region: str | None = None,
           region_members: frozenset[str] = frozenset(),
-          restore: dict[str, Any] | None = None) -> None:
+          restore: dict[str, Any] | None = None, channel: int = 0, width: int = 1,
+          key: Callable[[Any], Hashable] | None = None, wall_clock: bool = False,
+          batch: int = 1000, stopping: bool = False) -> None:
     """The body of a worker process (forked): host ``members`` until the job hangs up
-    (``region``: the consistent region they are in; ``restore``: each one's state)."""
+    (``region``: the consistent region they are in; ``restore``: each one's state; ``channel``
+    of ``width``: which one this is, for replicated sources, keyed by ``key``)."""
+    # What the job's process had is the worker's too (fork), page by page until written to: a
+    # collection walking it would write to every tracked object, copying its pages.
+    gc.freeze()
     signal.set_wakeup_fd(-1)  # the inherited fd is the job's event loop's: never write to it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for fd in close:  # the job's ends of every channel's socket: EOF must reach each worker
         with contextlib.suppress(OSError):
             os.close(fd)
+    # Every core of this process runs in this channel: what context.channel / .width read,
+    # already in setup().
+    place(OperatorCore, channel, width)
     conn = Connection(sock.detach())
     send = conn.send_bytes
     try:
         sync = _channel_graph(graph, members, name=name, now=now, region=region,
                               region_members=region_members, restore=restore)
+        sync.stopping = stopping  # the job was asked to stop already: replicas end at once
+        replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch)
         reports, finals = sync.take()
-        send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None, reports, finals)))
+        send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None, reports, finals,
+                    time.process_time())))
         while True:
+            if replicas.live and not conn.poll():
+                if wall_clock:
+                    sync.advance(time.time_ns())
+                replicas.step()
+                finished = sync.finished
+                reports, finals = sync.take()
+                send(dumps((EMIT, replicas.live, _exits(sync), _deadline(sync), finished,
+                            _metrics(sync) if finished else None, reports, finals,
+                            time.process_time())))
+                continue
             try:
                 data = conn.recv_bytes()
             except (EOFError, OSError):
@@ -185,12 +227,16 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
             elif kind == METRICS:
                 send(dumps((METRICS_OUT, _metrics(sync))))
                 continue
+            elif kind == STOP:
+                sync.stopping = True  # the replicas end at their next batch
+                continue
             else:
                 raise RuntimeError(f"worker {name}: unknown message kind {kind!r}")
             finished = sync.finished
             reports, finals = sync.take()
             send(dumps((OUT, fed, _exits(sync), _deadline(sync), finished,
-                        _metrics(sync) if finished else None, reports, finals)))
+                        _metrics(sync) if finished else None, reports, finals,
+                        time.process_time())))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the job went away
     except Exception as exc:  # an operator failed: tell the job, which stops

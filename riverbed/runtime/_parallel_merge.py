@@ -1,0 +1,150 @@
+"""The merge at a parallel region's end: SPL's rules for what its channels send out of it.
+
+Tuples pass as they come (a key's tuples come from one channel, in order); a window mark leaves
+once every channel has sent its next one; the watermark leaving is the minimum over the
+channels; final leaves once every channel has sent it. A checkpoint barrier leaves once every
+channel (that has not ended) sent it, and what a channel sends after its barrier waits until
+then: it must not reach a checkpoint taken downstream of the region.
+
+A channel's run of tuples with marks among them comes as one ``(tuples, marks)`` item
+(`_parallel_split.pack_exits`). Its marks are counted in place, and the tuples before a mark
+are cut from the run only when the mark leaves: an Aggregate sends a window mark after every
+result, and most of them wait for another channel's, so a run is mostly copied in one piece.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..graph import CheckpointBarrier, Punct, Watermark
+
+if TYPE_CHECKING:
+    from ..core import OutputPort
+    from ._runner import OperatorRunner
+
+__all__ = ["Merge"]
+
+_WINDOW = Punct.WINDOW
+
+
+class _Counted(Protocol):
+    tuples_out: int
+
+
+class Merge:
+    """One output port of a member that leads out of the region."""
+
+    __slots__ = ("barriers", "counted", "final_from", "finals", "held", "marks", "marks_sent", "out",
+                 "runner", "width", "wm", "wm_sent")
+
+    def __init__(self, runner: OperatorRunner, out: OutputPort, counted: list[_Counted]) -> None:
+        width = len(counted)
+        self.runner = runner
+        self.out = out
+        self.counted = counted  # each channel's metrics: tuples merged out of it
+        self.width = width
+        self.marks = [0] * width
+        self.marks_sent = 0
+        self.wm: list[int | None] = [None] * width
+        self.wm_sent: int | None = None
+        self.finals = 0
+        self.final_from = [False] * width
+        self.barriers: dict[int, tuple[CheckpointBarrier, set[int]]] = {}  # id -> the channels sent
+        self.held: list[list[Any] | None] = [None] * width  # a channel's items after its barrier
+
+    def take(self, index: int, item: Any) -> None:
+        """One item channel ``index`` sent on this port."""
+        held = self.held[index]
+        if held is not None:
+            held.append(item)
+            return
+        out = self.out
+        kind = type(item)
+        if kind is list:
+            out.buf.extend(item)
+            self.counted[index].tuples_out += len(item)
+        elif kind is tuple:
+            self._take_run(index, *item)
+        elif item is _WINDOW:
+            self.marks[index] += 1
+            if min(self.marks) > self.marks_sent:
+                self.marks_sent += 1
+                out.mark(_WINDOW)
+        elif kind is int:
+            low = self._watermark(index, item)
+            if low is not None:
+                out.mark(Watermark(low))
+        elif kind is CheckpointBarrier:
+            self.barriers.setdefault(item.id, (item, set()))[1].add(index)
+            self.held[index] = []  # until the others sent it
+            self._release()
+        elif item is Punct.FINAL:
+            self.finals += 1
+            self.final_from[index] = True
+            self._release()  # the channel owes no barrier any more
+            if self.finals == self.width:
+                out.control(Punct.FINAL)
+
+    def _take_run(self, index: int, tuples: list[Any], marks: list[tuple[int, Any]]) -> None:
+        """A run of tuples with window marks and watermarks (ints) at their positions."""
+        out = self.out
+        buf = out.buf
+        counts = self.marks
+        self.counted[index].tuples_out += len(tuples)
+        start = 0
+        for before, mark in marks:
+            if mark is _WINDOW:
+                counts[index] += 1
+                if min(counts) <= self.marks_sent:
+                    continue  # another channel has not sent its mark yet
+                self.marks_sent += 1
+                if before > start:
+                    buf.extend(tuples[start:before])
+                    start = before
+                out.mark(_WINDOW)
+            else:
+                low = self._watermark(index, mark)
+                if low is None:
+                    continue
+                if before > start:
+                    buf.extend(tuples[start:before])
+                    start = before
+                out.mark(Watermark(low))
+        if start < len(tuples):
+            buf.extend(tuples[start:] if start else tuples)
+
+    def _watermark(self, index: int, value: int) -> int | None:
+        """Channel ``index``'s watermark is ``value``: the new minimum to send, or None."""
+        wm = self.wm
+        current = wm[index]
+        if current is None or value > current:
+            wm[index] = value
+        if None in wm:
+            return None
+        low = min(v for v in wm if v is not None)
+        if self.wm_sent is None or low > self.wm_sent:
+            self.wm_sent = low
+            return low
+        return None
+
+    def _barriers_due(self) -> list[CheckpointBarrier]:
+        """The barriers every channel sent (or ended without: it owes none), in order."""
+        ended = self.final_from
+        due = [b for b, seen in self.barriers.values()
+               if all(c in seen or ended[c] for c in range(self.width))]
+        for b in due:
+            del self.barriers[b.id]
+        return due
+
+    def _release(self) -> None:
+        """Barriers every channel sent go out; the items held behind them follow, in order."""
+        due = self._barriers_due()
+        if not due:
+            return
+        for barrier in due:
+            self.out.control(barrier)
+        for index, held in enumerate(self.held):
+            if held is not None and not any(index in seen for _, seen in self.barriers.values()):
+                self.held[index] = None
+                for item in held:
+                    self.take(index, item)
