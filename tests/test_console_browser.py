@@ -160,7 +160,8 @@ def test_the_page_shows_the_region_and_its_checkpoint_history_each_checkpoint_on
     assert label == "consistent region main (periodic, every 0.5 s)"
     _samples_seen(page, 3)
     cells = page.eval_on_selector_all("#regions tbody td", "els => els.map(e => e.textContent)")
-    assert cells[:2] == ["main", "processing"] and int(cells[2]) > 0, cells
+    # A periodic region is processing or, for the moment a checkpoint takes, draining.
+    assert cells[0] == "main" and cells[1] in ("processing", "draining") and int(cells[2]) > 0, cells
     history = page.eval_on_selector_all("#checkpoints li", "els => els.map(e => e.textContent)")
     ids = [int(m.group(1)) for m in (re.search(r"checkpoint (\d+)", h) for h in history) if m]
     assert len(ids) >= 2 and ids == sorted(set(ids), reverse=True), history  # newest first, once each

@@ -355,7 +355,7 @@ def test_the_status_the_metrics_and_the_log_show_the_process() -> None:
     (m,) = seen["metrics"]
     assert m["region"] == "heavy" and m["kind"] == "process" and m["alive"]
     assert 0 < m["cpu_seconds"] <= job.channel_metrics()[0].cpu_seconds
-    assert any(line.startswith("shown/channel heavy[0]: pid=") for line in seen["lines"])
+    assert any(line.startswith("shown/process heavy[0]: pid=") for line in seen["lines"])
     assert 'riverbed_channel_alive{channel="0",job="shown"' in seen["prometheus"]
     started = [f for e, f in events if e == "channel_started"]
     assert [(f["region"], f["kind"], f["pid"]) for f in started] == [("heavy", "process", m["pid"])]

@@ -133,6 +133,12 @@ class OperatorCore:
 
     # ------------------------------------------------------------ context API
 
+    # SPL getChannel() / getMaxChannels(): the parallel-region channel this core runs in and the
+    # region's width; 0 and 1 outside any region. A region's worker process sets them on this
+    # class (every core there runs in its channel), so a source sees them from setup() on.
+    channel: int = 0
+    width: int = 1
+
     @property
     def name(self) -> str:
         return self.odef.name

@@ -37,6 +37,18 @@ class OperatorContext(Protocol):
     @property
     def job(self) -> str: ...
 
+    @property
+    def channel(self) -> int:
+        """The parallel-region channel this operator runs in (SPL ``getChannel()``): a replicated
+        source reads its share by it; 0 outside any region."""
+        ...
+
+    @property
+    def width(self) -> int:
+        """The width of the operator's parallel region (SPL ``getMaxChannels()``); 1 outside any
+        region."""
+        ...
+
     def submit(self, tup: Any, port: int = 0) -> None: ...
 
     def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None: ...

@@ -23,6 +23,8 @@ from ..core import (
 )
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
 from ._job import MIN_CHECKPOINT_PERIOD, Job, run_graph
+from ._parallel_wire import channel_of
+from ._replica import ReplicaKeyError
 
 if TYPE_CHECKING:
     from ._logging import configure_logging, get_logger
@@ -62,10 +64,12 @@ __all__ = [
     "OperatorMetrics",
     "OutputPortMetrics",
     "RealClock",
+    "ReplicaKeyError",
     "RestoreRefused",
     "SchemaViolation",
     "StatusView",
     "VirtualClock",
+    "channel_of",
     "configure_logging",
     "get_logger",
     "render_plain",

@@ -22,7 +22,6 @@ from ..core import OperatorCore, OperatorError, OutputPort, SchemaViolation
 from ..graph import EventTime, OperatorDef, Punct, Source
 from ._channel import Inbox
 from ._clock import Clock, TimerHandle
-from ._replica import place
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -62,7 +61,6 @@ class OperatorRunner:
         self.odef = odef
         self.clock: Clock = job.clock
         self.core = OperatorCore(odef, job.graph, region, job.host_for(self))
-        place(self.core, 0, 1)  # context.channel / .width: in no region (a region's: its worker)
         self.op = self.core.op
         self.metrics = self.core.metrics
         self.inbox = Inbox(odef.queue_batches)
