@@ -200,7 +200,9 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
                              f"{how}")
     for name in inputs:
         p.notes[name] = ("a Spark stream (SparkInput): rows turned into tuples in Spark's tasks, "
-                         "submitted by this source in the driver stage in the stream's order")
+                         "submitted by this source in the driver stage in the stream's order (an "
+                         "MQTT subscription has one reader: one session delivers its messages in "
+                         "one order, which readers sharing a subscription would not keep)")
     keyed_why = _keyable(graph, p, groups) if not inputs else \
         (None, "a source is read by Spark (SparkInput): the driver stage submits its tuples")
     if mode == "keyed" and keyed_why is not None:

@@ -47,6 +47,7 @@ from ._rows import (
     item_of,
     source_ord,
 )
+from ._runs import FillSplitter, feed_cut
 
 __all__ = [
     "JOIN_ROUTED_DDL",
@@ -146,16 +147,23 @@ def host_merged_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple
     # one, so that what each raises is ordered after its own tuple.
     runner = host.core(members[0])
     batchable = bool(runner.windows) and all(isinstance(w, TimeIntervalWindow) for w in runner.windows)
+    # A tumbling count window takes runs too, cut before each tuple filling its partition (`_runs`).
+    splitter = None if batchable else FillSplitter.of(graph, host, members[0])
     run: list[Any] = []
+    ords: list[bytes] = []
     run_at, run_ord = 0, b""
 
     def feed_run() -> None:
         advance(run_at)
+        if splitter is not None:
+            feed_cut(host, (op, port), splitter, run, ord_of=ords.__getitem__,
+                     taken=lambda cause: taken(cause, run_at), where=label)
+            return
         host.feed(op, port, run)
         taken(run_ord, run_at)
 
     for o, chan, kind, at, value, data in items:
-        if kind == KIND_TUPLE and not batchable:
+        if kind == KIND_TUPLE and not batchable and splitter is None:
             advance(at)
             host.feed(op, port, [data])
             taken(o, at)
@@ -163,15 +171,19 @@ def host_merged_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple
         if kind == KIND_TUPLE:
             if run and at == run_at:
                 run.append(data)
+                ords.append(o)
                 run_ord = o
                 continue
             if run:
                 feed_run()
             run, run_at, run_ord = [data], at, o
+            ords = [o]
             continue
         if run:
             feed_run()
             run = []
+        if splitter is not None:
+            splitter.forget()
         advance(at)
         if kind == KIND_WATERMARK:
             low = merge.watermark(chan, value)
