@@ -106,7 +106,17 @@ def bridge(spark: Any, batch: int, data: Path, per_site: int) -> tuple[float, li
     d.await_termination()
     took = time.perf_counter() - start
     assert len(d.plan.stages) == 2, d.plan.explain()
-    return took, d.stage.operator("sink").rows, _batches(d.query)
+    return took, d.stage.operator("sink").rows, f"{_batches(d.query)}; {spread_note(d)}"
+
+
+def spread_note(d: Any) -> str:
+    """Each keyed stage's tasks: how many, over how many partitions and Python workers, and the
+    share of the stage's busy time with two of its tasks running at once."""
+    parts = []
+    for n, s in d.stage_spread().items():
+        parts.append(f"stage {n}: {s['tasks']} tasks, {s['groups']} groups, {s['partitions']} partitions, "
+                     f"{s['workers']} workers, 2 running {s['overlap']:.0%} of its busy time")
+    return "; ".join(parts) or "no keyed stage"
 
 
 def spark_own(spark: Any, data: Path, sentinel_site: int) -> tuple[float, list[Result], str]:

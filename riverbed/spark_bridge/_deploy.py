@@ -18,6 +18,7 @@ from ._errors import TranslationError
 from ._feeder import SourceFeeder
 from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, STATE_DDL, Hosted, group_function, make_router, spread_labels
+from ._metrics import list_accumulator
 from ._outputs import SparkOutput, with_outputs
 from ._pipeline import PipelinedStage
 from ._plan import Mode, Plan, plan
@@ -48,6 +49,14 @@ class Deployment:
     temporary: bool = False  # the checkpoint is a temporary directory, removed at the end
     feeders: tuple[SourceFeeder, ...] = ()
     reads: Any = None  # `_reads.read_log`: which task read each part of a source Spark reads
+    tasks: Any = None  # `_metrics.list_accumulator`: each keyed group's task (`stage_spread`)
+
+    def stage_spread(self) -> dict[int, dict[str, Any]]:
+        """Per keyed stage: its tasks, key groups, partitions and Python workers, and the share
+        of its busy time with two or more of its tasks running (`_metrics.spread`)."""
+        from ._metrics import spread
+
+        return spread(self.tasks.value) if self.tasks is not None else {}
 
     @property
     def read_tasks(self) -> list[tuple[int, int, int, int]]:
@@ -284,6 +293,7 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
     os.makedirs(checkpoint, exist_ok=True)
     feeders: list[SourceFeeder] = []
     log = read_log(spark) if p.reads else None
+    tasks = list_accumulator(spark) if p.mode == "keyed" else None
     if p.mode == "driver":
         # The graph's own sources share one feeder, so each batch holds a share of every one.
         own = [(name, i) for i, name in enumerate(p.sources) if name not in inputs and name not in p.reads]
@@ -314,7 +324,7 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
                                    stream_column=True)
             df = source.mapInPandas(make_join_router(_join_keys(frozen, p), labels[:p.groups]),
                                     JOIN_ROUTED_DDL).groupBy("grp").applyInPandasWithState(
-                joined_group_function(hosted, nxt), KEYED_OUT_DDL, STATE_DDL, "append", "NoTimeout")
+                joined_group_function(hosted, nxt, tasks), KEYED_OUT_DDL, STATE_DDL, "append", "NoTimeout")
         elif p.pre_chain:  # the stateless chain runs first, then routes its output
             router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
                                  labels=labels[:p.groups])
@@ -338,11 +348,11 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
                                    route=route_of(frozen, p.keyed, p.groups, size, labels[:p.groups]))
         if not p.entries:
             df = routed.groupBy("grp").applyInPandasWithState(
-                group_function(_Fixed(hosted), bundle_output=True, next_stage=nxt), KEYED_OUT_DDL,
+                group_function(_Fixed(hosted), bundle_output=True, next_stage=nxt, log=tasks), KEYED_OUT_DDL,
                 STATE_DDL, "append", "NoTimeout")
-        for hosted, nxt in later:  # each later stage: its input repartitioned by its key
+        for n, (hosted, nxt) in enumerate(later, 2):  # each later stage: repartitioned by its key
             df = df.withColumnRenamed("stream", "grp").groupBy("grp").transformWithStateInPandas(
-                stage_processor(hosted, nxt), KEYED_OUT_DDL, "append", "None")
+                stage_processor(hosted, nxt, stage=n, log=tasks), KEYED_OUT_DDL, "append", "None")
     pipeline = PipelinedStage(stage, log_dir(checkpoint))
 
     def on_batch(batch: Any, batch_id: int) -> None:
@@ -375,4 +385,4 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
     if feeders:
         threading.Thread(target=_watch_feeders, args=(query, feeders, available_now), daemon=True,
                          name="riverbed-watch-feeders").start()
-    return Deployment(p, query, stage, checkpoint, pipeline, temporary, tuple(feeders), log)
+    return Deployment(p, query, stage, checkpoint, pipeline, temporary, tuple(feeders), log, tasks)

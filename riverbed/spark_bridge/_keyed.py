@@ -369,7 +369,7 @@ def _first(row: tuple[Any, ...]) -> Any:
 
 def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks | None = None,
                    key_columns: Sequence[str] = (), *, timer_order: bool = True,
-                   bundle_output: bool = False, next_stage: Any = None) -> Any:
+                   bundle_output: bool = False, next_stage: Any = None, log: Any = None) -> Any:
     """The ``applyInPandasWithState`` function hosting one operator per key group (see `host_group`).
 
     ``hosted(key)`` names what a group hosts: the graph, the operator and the
@@ -384,14 +384,20 @@ def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
     the JVM for each state read and write.
 
     With ``next_stage`` (a `_stages.NextStage`), the output goes to the next keyed stage's
-    groups instead, one bundle per group (`_stages.next_stage_rows`).
+    groups instead, one bundle per group (`_stages.next_stage_rows`). Each group's task is
+    reported to ``log`` (`_metrics.list_accumulator`) as stage 1.
     """
 
     columns = [*KEYED_OUT_COLUMNS, *key_columns]
 
     def run(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import time
+
         import pandas as pd
 
+        from ._metrics import record_task
+
+        started = time.time_ns()
         frame = pd.concat(list(frames), ignore_index=True)
         rows = list(zip(*(frame[c].tolist() for c in ("ord", "kind", "time", "value", "data")),
                         strict=True))
@@ -414,6 +420,7 @@ def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
             out = bundle_rows(out, int(key[-1]))
         else:
             out = [(o, k, t, v, None if d is None else encode(d), *rest) for o, k, t, v, d, *rest in out]
+        record_task(log, 1, int(key[-1]), started)
         yield pd.DataFrame(out, columns=columns)
 
     return run

@@ -395,17 +395,9 @@ def read_log(spark: Any) -> Any:
     """A Spark accumulator gathering which task read each part: ``(part, stage, partition,
     worker pid)`` (`Deployment.read_tasks`). Spark's own metrics count a stage's tasks, not
     what each read; this shows a file's parts going to several tasks of one stage."""
-    from pyspark.accumulators import AccumulatorParam
+    from ._metrics import list_accumulator
 
-    class _Log(AccumulatorParam):  # type: ignore[type-arg]
-        def zero(self, value: Any) -> list[Any]:
-            return []
-
-        def addInPlace(self, a: list[Any], b: list[Any]) -> list[Any]:
-            a.extend(b)
-            return a
-
-    return spark.sparkContext.accumulator([], _Log())
+    return list_accumulator(spark)
 
 
 def part_reader(graph: FrozenGraph, rp: ReadPlan, index: int, route: Any = None,

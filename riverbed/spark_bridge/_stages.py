@@ -230,9 +230,10 @@ def stage_rows(hosted: Hosted, nxt: NextStage | None, key: tuple[Any, ...], fram
             else bundle_rows(out, group)), new
 
 
-def stage_processor(hosted: Hosted, nxt: NextStage | None) -> Any:
+def stage_processor(hosted: Hosted, nxt: NextStage | None, *, stage: int = 2, log: Any = None) -> Any:
     """The ``transformWithStateInPandas`` processor of a later stage (output columns
-    `KEYED_OUT_COLUMNS`; the group's state is one binary value)."""
+    `KEYED_OUT_COLUMNS`; the group's state is one binary value); each group's task is reported
+    to ``log`` (`_metrics.list_accumulator`) as keyed stage ``stage``."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -241,11 +242,17 @@ def stage_processor(hosted: Hosted, nxt: NextStage | None) -> Any:
             self.state = handle.getValueState("host", StructType([StructField("host", BinaryType())]))
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+            import time
+
             import pandas as pd
 
+            from ._metrics import record_task
+
+            started = time.time_ns()
             stored = self.state.get()[0] if self.state.exists() else None
             out, new = stage_rows(hosted, nxt, tuple(key), rows, stored)
             self.state.update((new,))
+            record_task(log, stage, int(tuple(key)[-1]), started)
             yield pd.DataFrame(out, columns=list(KEYED_OUT_COLUMNS))
 
         def close(self) -> None:
@@ -332,15 +339,19 @@ def _first(row: tuple[Any, ...]) -> Any:
     return row[0]
 
 
-def joined_group_function(hosted: Hosted, nxt: NextStage | None) -> Any:
+def joined_group_function(hosted: Hosted, nxt: NextStage | None, log: Any = None) -> Any:
     """The ``applyInPandasWithState`` function of a keyed Join's groups (output as the first
-    stage's: bundles for the driver stage, or for the next stage)."""
+    stage's: bundles for the driver stage, or for the next stage; tasks reported to ``log``)."""
 
     def run(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import time
+
         import pandas as pd
 
         from ._keyed import bundle_rows
+        from ._metrics import record_task
 
+        started = time.time_ns()
         frame = pd.concat(list(frames), ignore_index=True)
         rows = list(zip(*(frame[c].tolist() for c in ("ord", "kind", "time", "value", "data", "stream")),
                         strict=True))
@@ -353,6 +364,7 @@ def joined_group_function(hosted: Hosted, nxt: NextStage | None) -> Any:
         state.update((new,))
         group = int(key[-1])
         bundles = next_stage_rows(out, group, nxt, tail) if nxt is not None else bundle_rows(out, group)
+        record_task(log, 1, group, started)
         yield pd.DataFrame(bundles, columns=list(KEYED_OUT_COLUMNS))
 
     return run
