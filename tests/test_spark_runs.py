@@ -93,12 +93,22 @@ class _Feeds:
         monkeypatch.setattr(SyncGraph, "feed", feed)
 
 
-@pytest.mark.parametrize("batch_rows", [6, 40])
+@pytest.mark.parametrize(("batch_rows", "marked"), [(6, True), (40, True), (40, False)])
 def test_cut_runs_give_every_stage_the_rows_of_a_tuple_at_a_time_in_a_fraction_of_the_calls(
-        monkeypatch: pytest.MonkeyPatch, batch_rows: int) -> None:
+        monkeypatch: pytest.MonkeyPatch, batch_rows: int, marked: bool) -> None:
     graph = _sites()
     feeds = _Feeds()
     feeds.install(monkeypatch)
+    if not marked:  # each filling tuple fed alone (its outputs not cut out of a whole run's)
+        real = FillSplitter.of.__func__  # type: ignore[attr-defined]
+
+        def unmarked(cls: type, *args: Any) -> Any:
+            made = real(cls, *args)
+            if made is not None:
+                made.marked = False
+            return made
+
+        monkeypatch.setattr(FillSplitter, "of", classmethod(unmarked))
     cut = _stage_rows(graph, batch_rows=batch_rows)
     cut_calls, cut_tuples = feeds.calls, feeds.tuples
     with monkeypatch.context() as m:  # the splitter off: each tuple fed alone, as before
@@ -110,18 +120,26 @@ def test_cut_runs_give_every_stage_the_rows_of_a_tuple_at_a_time_in_a_fraction_o
     assert feeds.calls == feeds.tuples == cut_tuples  # alone: one call a tuple
     # 2400 readings, a pane filled every 10th of a sensor's; 240 panes, a site's filled every 15th
     assert cut_tuples == 2400 + 240
-    assert cut_calls < (240 + 16) + 2 * 40 * 2 + 40 * 2 * 2, cut_calls  # fills + a batch per run
+    if marked:  # stage 1: a call per run (a round of a group's sensors); stage 2: one per pane
+        assert cut_calls <= 2 * 40 + 240, cut_calls  # (a mark follows each pane: runs of one)
+    else:  # and one per filling tuple
+        assert cut_calls < (240 + 16) + 2 * 40 * 2 + 40 * 2 * 2, cut_calls
 
 
-def test_a_batch_that_raises_what_the_splitter_did_not_foresee_stops_the_stage() -> None:
+@pytest.mark.parametrize(("marked", "message"), [
+    (False, "8 tuples fed in one batch, none filling its tumbling count window, raised 8 items"),
+    (True, "0 tuples filling their tumbling count window raised 4 window marks"),
+])
+def test_a_batch_that_raises_what_the_splitter_did_not_foresee_stops_the_stage(
+        marked: bool, message: str) -> None:
     graph = _sites(sensors=4, sites=2, rounds=3, pane=2)
     host = SyncGraph(graph, ["panes", "spread"])
-    splitter = FillSplitter.of(graph, host, "panes")
-    assert splitter is not None
+    splitter = FillSplitter.of(graph, host, "panes", ["spread"])
+    assert splitter is not None and splitter.marked  # an Aggregate, then a Functor
+    splitter.marked = marked
     splitter.size = 99  # wrong on purpose: the second reading of a sensor fills its pane
     readings = [{"sensor": s % 4, "site": s % 2, "temp": 1.0, "ts": 0} for s in range(8)]
-    with pytest.raises(SilentBatchError, match="8 tuples fed in one batch, none filling its "
-                                               "tumbling count window, raised 8 items"):
+    with pytest.raises(SilentBatchError, match=message):
         feed_cut(host, ("src", 0), splitter, readings, ord_of=lambda j: b"", taken=lambda o: None,
                  where="panes/0")
 
@@ -154,9 +172,9 @@ def test_the_later_stage_cuts_its_runs_too(monkeypatch: pytest.MonkeyPatch) -> N
     made: list[str] = []
     real = _stages.FillSplitter.of.__func__  # type: ignore[attr-defined]
 
-    def of(cls: type, graph: FrozenGraph, host: SyncGraph, member: str) -> Any:
+    def of(cls: type, graph: FrozenGraph, host: SyncGraph, member: str, after: Any = ()) -> Any:
         made.append(member)
-        return real(cls, graph, host, member)
+        return real(cls, graph, host, member, after)
 
     monkeypatch.setattr(FillSplitter, "of", classmethod(of))
     _stage_rows(_sites(rounds=20), batch_rows=40)

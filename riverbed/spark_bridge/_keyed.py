@@ -255,7 +255,7 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     # window, a run goes in as batches cut before each tuple that fills its partition (`_runs`).
     batchable = hooks is None and bool(runner.windows) and all(
         isinstance(w, TimeIntervalWindow) for w in runner.windows)
-    splitter = FillSplitter.of(graph, host, keyed) if hooks is None and not batchable else None
+    splitter = FillSplitter.of(graph, host, keyed, members[1:]) if hooks is None and not batchable else None
     items = expand(rows, runs=batchable or splitter is not None)
 
     def advance(at: int) -> None:
@@ -406,11 +406,13 @@ def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
         # pass of the cycle collector would walk them again. Cycles wait until the batch is done.
         gc.disable()
         tail: list[tuple[bytes, int]] = []
+        read = time.time_ns()
         try:
             out, new = host_group(hosted(tuple(key)), hooks, tuple(key), rows, stored,
                                   timer_order=timer_order, tail=tail)
         finally:
             gc.enable()
+        hosted_ns = time.time_ns() - read
         state.update((new,))
         if next_stage is not None:
             from ._stages import next_stage_rows
@@ -420,7 +422,7 @@ def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
             out = bundle_rows(out, int(key[-1]))
         else:
             out = [(o, k, t, v, None if d is None else encode(d), *rest) for o, k, t, v, d, *rest in out]
-        record_task(log, 1, int(key[-1]), started)
+        record_task(log, 1, int(key[-1]), started, read_ns=read - started, hosted_ns=hosted_ns)
         yield pd.DataFrame(out, columns=columns)
 
     return run

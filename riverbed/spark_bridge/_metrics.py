@@ -34,15 +34,17 @@ def list_accumulator(spark: Any) -> Any:
     return spark.sparkContext.accumulator([], _Log())
 
 
-def record_task(log: Any, stage: int, group: int, started_ns: int) -> None:
-    """A keyed group's task ran from ``started_ns`` until now (wall clock, ns)."""
+def record_task(log: Any, stage: int, group: int, started_ns: int, *, read_ns: int = 0,
+                hosted_ns: int = 0) -> None:
+    """A keyed group's task ran from ``started_ns`` until now (wall clock, ns), of which
+    ``read_ns`` taking its rows from Spark and ``hosted_ns`` in the hosted operators."""
     if log is None:
         return
     from pyspark import TaskContext
 
     task = TaskContext.get()
     ids = (task.stageId(), task.partitionId()) if task is not None else (-1, -1)
-    log.add([(stage, group, *ids, os.getpid(), started_ns, time.time_ns())])
+    log.add([(stage, group, *ids, os.getpid(), started_ns, time.time_ns(), read_ns, hosted_ns)])
 
 
 def spread(entries: list[tuple[int, ...]]) -> dict[int, dict[str, Any]]:
@@ -64,5 +66,8 @@ def spread(entries: list[tuple[int, ...]]) -> dict[int, dict[str, Any]]:
             last = at
         out[stage] = {"tasks": len(rows), "groups": len({r[1] for r in rows}),
                       "partitions": len({r[3] for r in rows}), "workers": len({r[4] for r in rows}),
-                      "overlap": both / busy if busy else 0.0}
+                      "overlap": both / busy if busy else 0.0,
+                      "task_s": sum(r[6] - r[5] for r in rows) / 1e9,
+                      "read_s": sum(r[7] for r in rows if len(r) > 7) / 1e9,
+                      "hosted_s": sum(r[8] for r in rows if len(r) > 8) / 1e9}
     return out

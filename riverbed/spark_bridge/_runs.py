@@ -43,16 +43,24 @@ class FillSplitter:
     """Cuts runs of tuples into a tumbling count window before each tuple that fills its
     partition (see the module docstring)."""
 
-    def __init__(self, window: Any, key_of: Callable[[Any], Hashable] | None, size: int) -> None:
+    def __init__(self, window: Any, key_of: Callable[[Any], Hashable] | None, size: int, *,
+                 marked: bool = False) -> None:
         self.window = window
         self.key_of = key_of
         self.size = size
+        # True: each filling tuple's outputs end with one window mark (an Aggregate, then only
+        # operators that forward marks after their outputs), so a whole run goes in at once and
+        # its exits are cut after each mark (`feed_cut`).
+        self.marked = marked
         self.fill: dict[Hashable, int] = {}  # tuples in each partition's pane, as far as known
 
     @classmethod
-    def of(cls, graph: FrozenGraph, host: SyncGraph, member: str) -> FillSplitter | None:
-        """A splitter for the window of stage member ``member`` (its first), or None where the
-        cut would not be exact."""
+    def of(cls, graph: FrozenGraph, host: SyncGraph, member: str,
+           after: Sequence[str] = ()) -> FillSplitter | None:
+        """A splitter for the window of stage member ``member`` (its first; ``after``: the
+        members after it in the host), or None where the cut would not be exact."""
+        from ..operators import Aggregate
+
         odef = graph.operator(member)
         if len(odef.inputs) != 1 or not odef.inputs[0].windowed or odef.error_port is not None:
             return None
@@ -76,7 +84,9 @@ class FillSplitter:
             key_of = _Item(by)
         else:
             key_of = by
-        return cls(windows[0], key_of, spec.eviction.size)
+        # Aggregate's contract: at each flush of a tumbling window, its rows, then one mark.
+        marked = type(odef.operator) is Aggregate and all(_forwards(graph.operator(m)) for m in after)
+        return cls(windows[0], key_of, spec.eviction.size, marked=marked)
 
     def forget(self) -> None:
         """Anything but a tuple reached the window (a mark, final, a restore): count afresh."""
@@ -110,6 +120,13 @@ class FillSplitter:
             yield a, len(tuples)
 
 
+def _forwards(odef: Any) -> bool:
+    """A member after the window's that answers each tuple at once and forwards each mark after
+    what it answered: one plain port, one output, marks preserved, no window, no error port."""
+    return (len(odef.inputs) == 1 and not odef.inputs[0].windowed and len(odef.outputs) == 1
+            and odef.error_port is None and odef.operator.window_punctuation == "preserving")
+
+
 class _Item:
     """``t[name]`` as a picklable function."""
 
@@ -123,17 +140,49 @@ class _Item:
 def feed_cut(host: SyncGraph, entry: tuple[str, int], splitter: FillSplitter, tuples: Sequence[Any], *,
              ord_of: Callable[[int], bytes], taken: Callable[[bytes], None], where: str) -> None:
     """Feed a run of tuples on stream ``entry`` in batches cut by ``splitter``; ``taken(ord)``
-    collects what each filling tuple raised, ordered after it (``ord_of(j)``: tuple j's)."""
+    collects what each filling tuple raised, ordered after it (``ord_of(j)``: tuple j's), from
+    the host's exits."""
     n = len(tuples)
-    for a, j in splitter.cuts(tuples):
+    cuts = list(splitter.cuts(tuples))
+    if splitter.marked and not host.exits:
+        fills = [j for _, j in cuts if j < n]
+        host.feed(*entry, tuples if type(tuples) is list else list(tuples))
+        groups = _after_marks(host.take_exits())
+        if len(groups) != len(fills) + 1 or groups[-1]:
+            raise SilentBatchError(
+                f"{where}: {len(fills)} tuples filling their tumbling count window raised "
+                f"{len(groups) - 1} window marks (and {len(groups[-1])} items after the last): "
+                "run this graph with mode='driver' and report it")
+        for j, group in zip(fills, groups, strict=False):
+            host.exits = group
+            taken(ord_of(j))
+        return
+    for a, j in cuts:
         if j > a:
-            before = len(host.exits)
+            before_n = len(host.exits)
             host.feed(*entry, list(tuples[a:j]) if a or j < n else tuples)
-            if len(host.exits) != before:
+            if len(host.exits) != before_n:
                 raise SilentBatchError(
                     f"{where}: {j - a} tuples fed in one batch, none filling its tumbling count "
-                    f"window, raised {len(host.exits)} items; run this graph with mode='driver' "
-                    "and report it")
+                    f"window, raised {len(host.exits) - before_n} items; run this graph with "
+                    "mode='driver' and report it")
         if j < n:
             host.feed(*entry, [tuples[j]])
             taken(ord_of(j))
+
+
+def _after_marks(exits: list[tuple[str, int, Any]]) -> list[list[tuple[str, int, Any]]]:
+    """Exits cut after each window mark: what each filling tuple raised, in order."""
+    from ..graph import Punct
+
+    groups: list[list[tuple[str, int, Any]]] = [[]]
+    for ex in exits:
+        item = ex[2]
+        if type(item) is list:
+            if item:
+                groups[-1].append(ex)
+            continue
+        groups[-1].append(ex)
+        if item is Punct.WINDOW:
+            groups.append([])
+    return groups

@@ -148,7 +148,7 @@ def host_merged_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple
     runner = host.core(members[0])
     batchable = bool(runner.windows) and all(isinstance(w, TimeIntervalWindow) for w in runner.windows)
     # A tumbling count window takes runs too, cut before each tuple filling its partition (`_runs`).
-    splitter = None if batchable else FillSplitter.of(graph, host, members[0])
+    splitter = None if batchable else FillSplitter.of(graph, host, members[0], members[1:])
     run: list[Any] = []
     ords: list[bytes] = []
     run_at, run_ord = 0, b""
