@@ -120,8 +120,9 @@ def test_cut_runs_give_every_stage_the_rows_of_a_tuple_at_a_time_in_a_fraction_o
     assert feeds.calls == feeds.tuples == cut_tuples  # alone: one call a tuple
     # 2400 readings, a pane filled every 10th of a sensor's; 240 panes, a site's filled every 15th
     assert cut_tuples == 2400 + 240
-    if marked:  # stage 1: a call per run (a round of a group's sensors); stage 2: one per pane
-        assert cut_calls <= 2 * 40 + 240, cut_calls  # (a mark follows each pane: runs of one)
+    if marked:  # stage 1: a call per run (a round of a group's sensors, 80, and where batches cut
+        # one); stage 2: one per round of panes (the marks between panes do not end its runs)
+        assert cut_calls <= 100, cut_calls
     else:  # and one per filling tuple
         assert cut_calls < (240 + 16) + 2 * 40 * 2 + 40 * 2 * 2, cut_calls
 

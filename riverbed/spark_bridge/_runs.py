@@ -31,7 +31,7 @@ from ..core import SyncGraph
 from ..graph import FrozenGraph
 from ..windows import Count, EventType, WindowSpec, WindowType
 
-__all__ = ["FillSplitter", "SilentBatchError", "feed_cut"]
+__all__ = ["FillSplitter", "SilentBatchError", "feed_cut", "ignores_marks"]
 
 
 class SilentBatchError(RuntimeError):
@@ -118,6 +118,20 @@ class FillSplitter:
                 fill[key] = n
         if a < len(tuples):
             yield a, len(tuples)
+
+
+def ignores_marks(odef: Any) -> bool:
+    """Whether a window mark reaching operator ``odef`` changes nothing: an Aggregate (it drops
+    incoming marks, its ``on_punct`` does nothing) on one window that ignores them (any but a
+    ``punct()`` window, R37). Skipping such a mark leaves only the port's count of marks
+    processed (a metric) lower than the runtime's."""
+    from ..operators import Aggregate
+    from ..windows import Punct as PunctPolicy
+
+    if type(odef.operator) is not Aggregate or len(odef.inputs) != 1:
+        return False
+    spec = odef.inputs[0].window
+    return isinstance(spec, WindowSpec) and not isinstance(spec.eviction, PunctPolicy)
 
 
 def _forwards(odef: Any) -> bool:

@@ -47,7 +47,7 @@ from ._rows import (
     item_of,
     source_ord,
 )
-from ._runs import FillSplitter, feed_cut
+from ._runs import FillSplitter, feed_cut, ignores_marks
 
 __all__ = [
     "JOIN_ROUTED_DDL",
@@ -149,6 +149,9 @@ def host_merged_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple
     batchable = bool(runner.windows) and all(isinstance(w, TimeIntervalWindow) for w in runner.windows)
     # A tumbling count window takes runs too, cut before each tuple filling its partition (`_runs`).
     splitter = None if batchable else FillSplitter.of(graph, host, members[0], members[1:])
+    # The stage before makes a window mark after each of its outputs (an Aggregate does), so
+    # a mark follows every tuple; where the head ignores marks, they do not end a run.
+    deaf = splitter is not None and ignores_marks(graph.operator(members[0]))
     run: list[Any] = []
     ords: list[bytes] = []
     run_at, run_ord = 0, b""
@@ -178,6 +181,10 @@ def host_merged_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple
                 feed_run()
             run, run_at, run_ord = [data], at, o
             ords = [o]
+            continue
+        if run and at == run_at and (kind == KIND_TIME or (kind == KIND_WINDOW and deaf)):
+            if kind == KIND_WINDOW:
+                merge.window(chan)  # counted; the head would ignore it: the run goes on
             continue
         if run:
             feed_run()
