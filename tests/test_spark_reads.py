@@ -170,6 +170,12 @@ def test_a_directory_scan_is_read_a_file_per_part_through_its_reader(tmp_path: P
     p = plan(frozen)
     assert p.where("scan") == p.where("read") == "parallel read"
     assert "read" not in p.driver
+    from riverbed.run import load_graph
+
+    totals = plan(load_graph(Path(__file__).resolve().parents[1] / "examples" / "per_file_totals.py",
+                             {"input": str(data), "out": str(tmp_path / "t.csv")}))
+    assert totals.mode == "driver" and totals.where("scan") == "parallel read"
+    assert "read: reads the files a DirectoryScan reports" in str(totals.why_not_keyed)
 
 
 def test_explain_says_which_sources_stay_in_the_feeder_and_why(tmp_path: Path) -> None:

@@ -281,6 +281,9 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
                 return up.name, ("its stream also feeds operators outside the keyed stage; only "
                                  "the driver stage sees every row")
             break
+        if any(r.reader == up.name for r in p.reads.values()):
+            return up.name, ("reads the files a DirectoryScan reports (Spark's tasks read them in "
+                             "parallel): keyed stages start from a source's own stream")
         if not _stateless(up):
             return up.name, ("sits between the source and the window but is not a stateless "
                              "single-port operator (state, punctuation handling or an error port)")
