@@ -50,6 +50,7 @@ sys.path.insert(0, str(HERE))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
 
 from riverbed_flows import CLAUSES, PaneAvg  # noqa: E402
+from spark_cpu import cpu_seconds  # noqa: E402
 from workloads import (  # noqa: E402
     PANE_MS,
     SEED,
@@ -194,6 +195,7 @@ def main() -> None:
     conf = dict(item.split("=", 1) for item in args.conf)
     spark = spark_session(args.master, app_name="riverbed-bench-w2", conf=conf)
     times: dict[str, list[float]] = {"spark": [], "bridge": []}
+    cpu: dict[str, list[float]] = {"spark": [], "bridge": []}
     expected = Digest(args.workload)  # the hand-written loop's panes: every timed run must give them
     (loop_w2 if args.workload == "W2" else loop_w3)(make_readings(args.readings, SEED), expected.add)
     want = expected.summary()
@@ -211,13 +213,19 @@ def main() -> None:
             for name in ("spark", "bridge"):
                 if args.only and name != args.only:
                     continue
+                before = cpu_seconds()
                 took, summary, note = (bridge(spark, args.batch, data, args.workload) if name == "bridge"
                                        else spark_own(spark, data, args.workload))
+                after = cpu_seconds()
+                used = after - before if after is not None and before is not None else None
+                if used is not None:
+                    cpu[name].append(used)
                 if not same_results(summary, want):
                     sys.exit(f"MISMATCH, no ratio printed: a timed {name} run gave {summary}, "
                              f"the hand-written loop {want}")
                 times[name].append(took)
-                print(f"{name:>6}: {took:7.2f} s  {args.readings / took:10,.0f} readings/s  "
+                spent = f"cpu {used:6.1f} s  " if used is not None else ""
+                print(f"{name:>6}: {took:7.2f} s  {spent}{args.readings / took:10,.0f} readings/s  "
                       f"{summary['records']} panes  ({note})", flush=True)
     for name, runs in times.items():
         if runs:
@@ -227,6 +235,11 @@ def main() -> None:
     if times["spark"] and times["bridge"]:
         ratio = statistics.median(times["spark"]) / statistics.median(times["bridge"])
         print(f"{args.workload} bridge / spark throughput (medians of {args.repeat}): {ratio:.2f}x")
+    if cpu["spark"] and cpu["bridge"]:
+        per_cpu = statistics.median(cpu["spark"]) / statistics.median(cpu["bridge"])
+        print(f"{args.workload} CPU seconds, medians: spark {statistics.median(cpu['spark']):.1f}, bridge "
+              f"{statistics.median(cpu['bridge']):.1f}: readings per CPU second, bridge / spark "
+              f"{per_cpu:.2f}x")
 
 
 if __name__ == "__main__":
