@@ -41,6 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from spark_cpu import cpu_seconds
+
 from riverbed.graph import Graph, Operator, Schema, Source
 from riverbed.operators import Aggregate, Average, Count, Functor, Max, Min
 from riverbed.spark_bridge import spark_session
@@ -106,7 +109,17 @@ def bridge(spark: Any, batch: int, data: Path, per_site: int) -> tuple[float, li
     d.await_termination()
     took = time.perf_counter() - start
     assert len(d.plan.stages) == 2, d.plan.explain()
-    return took, d.stage.operator("sink").rows, _batches(d.query)
+    return took, d.stage.operator("sink").rows, f"{_batches(d.query)}; {spread_note(d)}"
+
+
+def spread_note(d: Any) -> str:
+    """Each keyed stage's tasks: how many, over how many partitions and Python workers, and the
+    share of the stage's busy time with two of its tasks running at once."""
+    parts = []
+    for n, s in d.stage_spread().items():
+        parts.append(f"stage {n}: {s['tasks']} tasks, {s['groups']} groups, {s['partitions']} partitions, "
+                     f"{s['workers']} workers, 2 running {s['overlap']:.0%} of its busy time")
+    return "; ".join(parts) or "no keyed stage"
 
 
 def spark_own(spark: Any, data: Path, sentinel_site: int) -> tuple[float, list[Result], str]:
@@ -204,6 +217,7 @@ def main() -> None:
     per_site = args.sensors // args.sites
     spark = spark_session(args.master, app_name="riverbed-bench-stages")
     times: dict[str, list[float]] = {"spark": [], "bridge": []}
+    cpu: dict[str, list[float]] = {"spark": [], "bridge": []}
     first: list[Result] | None = None
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,20 +232,32 @@ def main() -> None:
         sentinel = write_data(args.sensors, args.sites, rounds, args.batch, data)
         for _ in range(args.repeat):
             for name in ("spark", "bridge"):
+                before = cpu_seconds()
                 took, rows, note = (bridge(spark, args.batch, data, per_site) if name == "bridge"
                                     else spark_own(spark, data, sentinel))
+                after = cpu_seconds()
+                used = after - before if after is not None and before is not None else None
+                if used is not None:
+                    cpu[name].append(used)
                 times[name].append(took)
                 if first is None:
                     first = rows
                 ok = same(rows, first)
                 failed |= not ok
-                print(f"{name:>6}: {took:7.2f} s  {readings / took:10,.0f} readings/s  {len(rows)} site "
+                spent = f"cpu {used:6.1f} s  " if used is not None else ""
+                print(f"{name:>6}: {took:7.2f} s  {spent}{readings / took:10,.0f} readings/s  "
+                      f"{len(rows)} site "
                       f"aggregates, {'equal' if ok else 'DIFFERENT'}  ({note})", flush=True)
     for name, runs in times.items():
         print(f"{name:>6} median: {statistics.median(runs):7.2f} s  "
               f"{readings / statistics.median(runs):10,.0f} readings/s")
     ratio = statistics.median(times["spark"]) / statistics.median(times["bridge"])
     print(f"results equal on every run: {not failed}")
+    if cpu["spark"] and cpu["bridge"]:
+        per_cpu = statistics.median(cpu["spark"]) / statistics.median(cpu["bridge"])
+        print(f"CPU seconds, medians: spark {statistics.median(cpu['spark']):.1f}, bridge "
+              f"{statistics.median(cpu['bridge']):.1f}: readings per CPU second, bridge / spark "
+              f"{per_cpu:.2f}x")
     print(f"bridge / spark throughput (medians of {args.repeat}): {ratio:.2f}x")
     if failed:
         sys.exit(1)

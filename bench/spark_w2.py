@@ -1,6 +1,11 @@
-"""W2 on Spark: the bridge's keyed stage next to Spark's own ``window()`` + watermark query.
+"""W2 (or W3) on Spark: the bridge's keyed stage next to Spark's own ``window()`` + watermark query.
 
-    .venv/bin/python bench/spark_w2.py [--readings 2000000] [--batch 250000] [--master local[2]]
+    .venv/bin/python bench/spark_w2.py [--workload W2|W3] [--readings 2000000] [--batch 250000]
+
+W2: per-sensor tumbling 10 s panes (``timeInterval, intervalDuration(10)``;
+Spark: ``window(ts, 10 s)``). W3: per-sensor sliding 10 s panes every 5 s
+(``timeInterval, intervalDuration(10), creationPeriod(5)``; Spark:
+``window(ts, 10 s, 5 s)``): each reading lands in two panes.
 
 The same readings (`workloads.make_readings`: 1000 sensors, event time in
 ms growing by 0-2 ms per reading) go through:
@@ -44,14 +49,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
 
-from riverbed_flows import PaneAvg  # noqa: E402
+from riverbed_flows import CLAUSES, PaneAvg  # noqa: E402
+from spark_cpu import cpu_seconds  # noqa: E402
 from workloads import (  # noqa: E402
     PANE_MS,
     SEED,
     SENSORS,
+    SLIDE_MS,
     T0,
     Digest,
     loop_w2,
+    loop_w3,
     make_readings,
     same_results,
 )
@@ -82,25 +90,34 @@ class ParquetReadings(Source):
 
 
 class Keep(Operator):
-    def __init__(self) -> None:
-        self.digest = Digest("W2")
+    def __init__(self, workload: str = "W2") -> None:
+        self.digest = Digest(workload)
 
     def on_tuple(self, tup: Any, port: int) -> None:
         self.digest.add(tup)
 
 
-def bridge(spark: Any, batch: int, data: Path) -> tuple[float, dict[str, Any], str]:
-    g = Graph("w2-bridge")
+def bridge(spark: Any, batch: int, data: Path, workload: str = "W2") -> tuple[float, dict[str, Any], str]:
+    g = Graph(f"{workload.lower()}-bridge")
     src = g.source("readings", ParquetReadings(str(data)), schema=READING, event_time="ts",
                    resolution="ms")
-    panes = g.operator("agg", PaneAvg(), [src.window(f"timeInterval, intervalDuration({PANE_MS // 1000}), "
-                                                     "partitioned", partition_by="sensor")])
-    g.sink("sink", Keep(), [panes])
+    panes = g.operator("agg", PaneAvg(), [src.window(CLAUSES[workload], partition_by="sensor")])
+    g.sink("sink", Keep(workload), [panes])
     start = time.perf_counter()
     d = deploy(g, spark, mode="keyed", max_records_per_batch=batch)
     d.await_termination()
     took = time.perf_counter() - start
-    return took, d.stage.operator("sink").digest.summary(), _batches(d.query)
+    return took, d.stage.operator("sink").digest.summary(), f"{_batches(d.query)}; {spread_note(d)}"
+
+
+def spread_note(d: Any) -> str:
+    """Each keyed stage's tasks: how many, over how many partitions and Python workers, and the
+    share of the stage's busy time with two of its tasks running at once."""
+    parts = []
+    for n, s in d.stage_spread().items():
+        parts.append(f"stage {n}: {s['tasks']} tasks, {s['groups']} groups, {s['partitions']} partitions, "
+                     f"{s['workers']} workers, 2 running {s['overlap']:.0%} of its busy time")
+    return "; ".join(parts) or "no keyed stage"
 
 
 def _batches(query: Any) -> str:
@@ -130,10 +147,11 @@ def write_data(n: int, batch: int, data: Path) -> None:
                    data / "sentinel.parquet")
 
 
-def spark_own(spark: Any, data: Path) -> tuple[float, dict[str, Any], str]:
+def spark_own(spark: Any, data: Path, workload: str = "W2") -> tuple[float, dict[str, Any], str]:
     from pyspark.sql import functions as F
 
-    digest = Digest("W2")
+    digest = Digest(workload)
+    slide = f"{PANE_MS // 1000} seconds" if workload == "W2" else f"{SLIDE_MS // 1000} seconds"
     batches = [0]
 
     def collect(df: Any, batch_id: int) -> None:
@@ -148,7 +166,7 @@ def spark_own(spark: Any, data: Path) -> tuple[float, dict[str, Any], str]:
               .option("maxFilesPerTrigger", 1).parquet(str(data))
               .withColumn("et", F.timestamp_millis("ts"))
               .withWatermark("et", "0 seconds")
-              .groupBy(F.window("et", f"{PANE_MS // 1000} seconds"), "sensor")
+              .groupBy(F.window("et", f"{PANE_MS // 1000} seconds", slide), "sensor")
               .agg(F.count("*").alias("count"), F.avg("value").alias("avg"))
               .select("sensor", (F.unix_millis(F.col("window.start"))).alias("start"), "count", "avg"))
     with tempfile.TemporaryDirectory() as ck:
@@ -161,6 +179,7 @@ def spark_own(spark: Any, data: Path) -> tuple[float, dict[str, Any], str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", choices=("W2", "W3"), default="W2")
     ap.add_argument("--readings", type=int, default=2_000_000)
     ap.add_argument("--batch", type=int, default=250_000, help="readings per micro-batch")
     ap.add_argument("--master", default="local[2]")
@@ -176,16 +195,17 @@ def main() -> None:
     conf = dict(item.split("=", 1) for item in args.conf)
     spark = spark_session(args.master, app_name="riverbed-bench-w2", conf=conf)
     times: dict[str, list[float]] = {"spark": [], "bridge": []}
-    expected = Digest("W2")  # the hand-written loop's panes: every timed run must give them
-    loop_w2(make_readings(args.readings, SEED), expected.add)
+    cpu: dict[str, list[float]] = {"spark": [], "bridge": []}
+    expected = Digest(args.workload)  # the hand-written loop's panes: every timed run must give them
+    (loop_w2 if args.workload == "W2" else loop_w3)(make_readings(args.readings, SEED), expected.add)
     want = expected.summary()
     with tempfile.TemporaryDirectory() as tmp:
         if args.warmup:
             warm = Path(tmp) / "warm"
             warm.mkdir()
             write_data(50_000, 25_000, warm)
-            spark_own(spark, warm)
-            bridge(spark, 25_000, warm)
+            spark_own(spark, warm, args.workload)
+            bridge(spark, 25_000, warm, args.workload)
         data = Path(tmp) / "parquet"
         data.mkdir()
         write_data(args.readings, args.batch, data)
@@ -193,13 +213,19 @@ def main() -> None:
             for name in ("spark", "bridge"):
                 if args.only and name != args.only:
                     continue
-                took, summary, note = (bridge(spark, args.batch, data) if name == "bridge"
-                                       else spark_own(spark, data))
+                before = cpu_seconds()
+                took, summary, note = (bridge(spark, args.batch, data, args.workload) if name == "bridge"
+                                       else spark_own(spark, data, args.workload))
+                after = cpu_seconds()
+                used = after - before if after is not None and before is not None else None
+                if used is not None:
+                    cpu[name].append(used)
                 if not same_results(summary, want):
                     sys.exit(f"MISMATCH, no ratio printed: a timed {name} run gave {summary}, "
                              f"the hand-written loop {want}")
                 times[name].append(took)
-                print(f"{name:>6}: {took:7.2f} s  {args.readings / took:10,.0f} readings/s  "
+                spent = f"cpu {used:6.1f} s  " if used is not None else ""
+                print(f"{name:>6}: {took:7.2f} s  {spent}{args.readings / took:10,.0f} readings/s  "
                       f"{summary['records']} panes  ({note})", flush=True)
     for name, runs in times.items():
         if runs:
@@ -208,7 +234,12 @@ def main() -> None:
     print(f"results: every timed run equals the hand-written loop's ({want['records']} panes)")
     if times["spark"] and times["bridge"]:
         ratio = statistics.median(times["spark"]) / statistics.median(times["bridge"])
-        print(f"bridge / spark throughput (medians of {args.repeat}): {ratio:.2f}x")
+        print(f"{args.workload} bridge / spark throughput (medians of {args.repeat}): {ratio:.2f}x")
+    if cpu["spark"] and cpu["bridge"]:
+        per_cpu = statistics.median(cpu["spark"]) / statistics.median(cpu["bridge"])
+        print(f"{args.workload} CPU seconds, medians: spark {statistics.median(cpu['spark']):.1f}, bridge "
+              f"{statistics.median(cpu['bridge']):.1f}: readings per CPU second, bridge / spark "
+              f"{per_cpu:.2f}x")
 
 
 if __name__ == "__main__":

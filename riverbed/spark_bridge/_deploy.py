@@ -18,9 +18,11 @@ from ._errors import TranslationError
 from ._feeder import SourceFeeder
 from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, STATE_DDL, Hosted, group_function, make_router, spread_labels
+from ._metrics import list_accumulator
 from ._outputs import SparkOutput, with_outputs
 from ._pipeline import PipelinedStage
 from ._plan import Mode, Plan, plan
+from ._reads import PART_DDL, ReadPlan, part_reader, parts_published, plan_parts, publish_parts, read_log
 from ._rows import ROW_DDL
 from ._source import BUNDLE_ITEMS, dump_payload, route_of
 from ._stages import (
@@ -46,6 +48,21 @@ class Deployment:
     pipeline: PipelinedStage
     temporary: bool = False  # the checkpoint is a temporary directory, removed at the end
     feeders: tuple[SourceFeeder, ...] = ()
+    reads: Any = None  # `_reads.read_log`: which task read each part of a source Spark reads
+    tasks: Any = None  # `_metrics.list_accumulator`: each keyed group's task (`stage_spread`)
+
+    def stage_spread(self) -> dict[int, dict[str, Any]]:
+        """Per keyed stage: its tasks, key groups, partitions and Python workers, and the share
+        of its busy time with two or more of its tasks running (`_metrics.spread`)."""
+        from ._metrics import spread
+
+        return spread(self.tasks.value) if self.tasks is not None else {}
+
+    @property
+    def read_tasks(self) -> list[tuple[int, int, int, int]]:
+        """Each part of a source read by Spark's tasks, as ``(part, stage, partition, worker
+        pid)``, in the order the reads were reported (sorted by part)."""
+        return sorted(self.reads.value) if self.reads is not None else []
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait for the query (with ``available_now`` it stops once its sources ended and
@@ -197,6 +214,22 @@ def _source_frame(spark: Any, graph: FrozenGraph, sources: list[tuple[str, int]]
             .option("cleanSource", "delete").parquet(directory))
 
 
+def _parts_frame(spark: Any, graph: FrozenGraph, rp: ReadPlan, index: int, *, max_rows: int,
+                 spool: str, log: Any, route: Any = None) -> Any:
+    """Source ``rp`` read by Spark's tasks (`_reads`): its parts' descriptions, a micro-batch
+    of one part per task, spread over the tasks, each read into rows (routed with ``route``)."""
+    from ._keyed import ROUTED_DDL
+
+    tasks = max(1, int(spark.sparkContext.defaultParallelism))
+    directory = os.path.join(spool, f"riverbed-parts-{index}")
+    if not parts_published(directory):
+        publish_parts(directory, plan_parts(graph, rp, records=max_rows, tasks=tasks), tasks)
+    frame = (spark.readStream.schema(PART_DDL).option("maxFilesPerTrigger", 1).parquet(directory)
+             .repartition(tasks))
+    return frame.mapInPandas(part_reader(graph, rp, index, route, log),
+                             ROW_DDL if route is None else ROUTED_DDL)
+
+
 def _watch_feeders(query: Any, feeders: list[SourceFeeder], available_now: bool) -> None:
     """Stop the query when a source failed (`await_termination` raises its error), and with
     ``available_now`` once every source ended and the query took what they published
@@ -259,11 +292,16 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
     p = plan(frozen, mode, groups=n_groups, inputs=set(inputs))
     os.makedirs(checkpoint, exist_ok=True)
     feeders: list[SourceFeeder] = []
+    log = read_log(spark) if p.reads else None
+    tasks = list_accumulator(spark) if p.mode == "keyed" else None
     if p.mode == "driver":
         # The graph's own sources share one feeder, so each batch holds a share of every one.
-        own = [(name, i) for i, name in enumerate(p.sources) if name not in inputs]
+        own = [(name, i) for i, name in enumerate(p.sources) if name not in inputs and name not in p.reads]
         frames = [inputs[name].rows(i).withColumn("stream", F.lit(i))
                   for i, name in enumerate(p.sources) if name in inputs]
+        frames.extend(_parts_frame(spark, frozen, p.reads[name], i, max_rows=max_records_per_batch,
+                                   spool=checkpoint, log=log).withColumn("stream", F.lit(i))
+                      for i, name in enumerate(p.sources) if name in p.reads)
         if own:
             frames.append(_source_frame(spark, frozen, own, max_rows=max_records_per_batch,
                                         spool=checkpoint, feeders=feeders, stream_column=True))
@@ -271,7 +309,7 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
         for f in frames[1:]:
             df = df.unionByName(f)
         df = df.withColumn("chan", F.lit(0))
-        streams = [(name, 0) for name in p.sources]
+        streams = [p.reads[name].stream if name in p.reads else (name, 0) for name in p.sources]
         stage = DriverStage(frozen, [*inputs, *p.driver], streams, [1] * len(streams),
                             state_dir=stage_dir(checkpoint), emitted=set(inputs))
     else:
@@ -286,13 +324,22 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
                                    stream_column=True)
             df = source.mapInPandas(make_join_router(_join_keys(frozen, p), labels[:p.groups]),
                                     JOIN_ROUTED_DDL).groupBy("grp").applyInPandasWithState(
-                joined_group_function(hosted, nxt), KEYED_OUT_DDL, STATE_DDL, "append", "NoTimeout")
+                joined_group_function(hosted, nxt, tasks), KEYED_OUT_DDL, STATE_DDL, "append", "NoTimeout")
         elif p.pre_chain:  # the stateless chain runs first, then routes its output
             router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
                                  labels=labels[:p.groups])
-            source = _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=max_records_per_batch,
-                                   spool=checkpoint, feeders=feeders)
+            read = p.reads.get(p.sources[0])
+            source = (_parts_frame(spark, frozen, read, 0, max_rows=max_records_per_batch, spool=checkpoint,
+                                   log=log)
+                      if read is not None else
+                      _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=max_records_per_batch,
+                                    spool=checkpoint, feeders=feeders))
             routed = source.mapInPandas(router, ROUTED_DDL)
+        elif p.sources[0] in p.reads:  # Spark's tasks read the source in parts, routing as they go
+            size = min(BUNDLE_ITEMS, max_records_per_batch)
+            routed = _parts_frame(spark, frozen, p.reads[p.sources[0]], 0, max_rows=max_records_per_batch,
+                                  spool=checkpoint, log=log,
+                                  route=route_of(frozen, p.keyed, p.groups, size, labels[:p.groups]))
         else:  # the source routes its rows itself, in bundles: about max_records items a batch
             size = min(BUNDLE_ITEMS, max_records_per_batch)
             rounds = max(1, max_records_per_batch // size)
@@ -301,11 +348,11 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
                                    route=route_of(frozen, p.keyed, p.groups, size, labels[:p.groups]))
         if not p.entries:
             df = routed.groupBy("grp").applyInPandasWithState(
-                group_function(_Fixed(hosted), bundle_output=True, next_stage=nxt), KEYED_OUT_DDL,
+                group_function(_Fixed(hosted), bundle_output=True, next_stage=nxt, log=tasks), KEYED_OUT_DDL,
                 STATE_DDL, "append", "NoTimeout")
-        for hosted, nxt in later:  # each later stage: its input repartitioned by its key
+        for n, (hosted, nxt) in enumerate(later, 2):  # each later stage: repartitioned by its key
             df = df.withColumnRenamed("stream", "grp").groupBy("grp").transformWithStateInPandas(
-                stage_processor(hosted, nxt), KEYED_OUT_DDL, "append", "None")
+                stage_processor(hosted, nxt, stage=n, log=tasks), KEYED_OUT_DDL, "append", "None")
     pipeline = PipelinedStage(stage, log_dir(checkpoint))
 
     def on_batch(batch: Any, batch_id: int) -> None:
@@ -338,4 +385,4 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
     if feeders:
         threading.Thread(target=_watch_feeders, args=(query, feeders, available_now), daemon=True,
                          name="riverbed-watch-feeders").start()
-    return Deployment(p, query, stage, checkpoint, pipeline, temporary, tuple(feeders))
+    return Deployment(p, query, stage, checkpoint, pipeline, temporary, tuple(feeders), log, tasks)

@@ -15,6 +15,7 @@ step copies them), so a group sees the whole stream's control items in order.
 
 from __future__ import annotations
 
+import functools
 import gc
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +39,7 @@ from ._rows import (
     source_ord,
     unpack_seqs,
 )
+from ._runs import FillSplitter, feed_cut
 
 __all__ = [
     "KEYED_OUT_COLUMNS",
@@ -249,10 +251,12 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
         out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, b"", host.clock.now()))
     runner = host.core(keyed)
     # Tuples into timeInterval windows raise nothing until a watermark: a run of them with one
-    # stamped time goes in as one batch (the window's inlined batch path).
+    # stamped time goes in as one batch (the window's inlined batch path). Into a tumbling count
+    # window, a run goes in as batches cut before each tuple that fills its partition (`_runs`).
     batchable = hooks is None and bool(runner.windows) and all(
         isinstance(w, TimeIntervalWindow) for w in runner.windows)
-    items = expand(rows, runs=batchable)
+    splitter = FillSplitter.of(graph, host, keyed, members[1:]) if hooks is None and not batchable else None
+    items = expand(rows, runs=batchable or splitter is not None)
 
     def advance(at: int) -> None:
         if timer_order:
@@ -262,12 +266,23 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
         else:
             host.advance(at)
 
-    for ord_, kind, at, value, data in items:
+    def taken_at(at: int) -> Callable[[bytes], None]:
+        return lambda cause: out.extend((*row[1:], row[0], group, *extra)
+                                        for row in exit_rows(host, cause, at))
+
+    for it in items:
+        ord_, kind, at, value, data = it[:5]
         if kind == _RUN:
             advance(at)
+            if splitter is not None:
+                feed_cut(host, entry, splitter, data, ord_of=functools.partial(run_ord, it),
+                         taken=taken_at(at), where=label)
+                continue
             host.feed(*entry, data)
             out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
             continue
+        if splitter is not None:
+            splitter.forget()
         if hooks is not None:
             hooks.before(host, KIND_TIME)
         advance(at)
@@ -293,9 +308,10 @@ _RUN = -1  # an item of `expand`: a list of tuples with one stamped time, fed as
 
 
 def expand(rows: list[tuple[Any, ...]], *, runs: bool = False) -> list[Sequence[Any]]:
-    """Rows (in order; bundles opened) as items ``(ord, kind, time, value, data)`` in order,
-    with the tuple of a tuple item decoded. With ``runs``, consecutive tuples with one stamped
-    time are one item of kind `_RUN` whose data is their list and whose ord is the last one's."""
+    """Rows (in order; bundles opened) as items ``(ord, kind, time, value, data, ords)`` in
+    order, with the tuple of a tuple item decoded. With ``runs``, consecutive tuples with one
+    stamped time are one item of kind `_RUN` whose data is their list, whose ord is the last
+    one's, and whose ``ords`` says each one's (`run_ord`); ``ords`` is None for other items."""
     items: list[Sequence[Any]] = []
     pending: list[Any] | None = None  # with runs: the open run of single tuple rows
     for ord_, kind_, time_, value, data in rows:
@@ -305,27 +321,38 @@ def expand(rows: list[tuple[Any, ...]], *, runs: bool = False) -> list[Sequence[
             index, entries = decode(data)
             for e in entries:
                 if e[0] != KIND_TUPLE:
-                    items.append((source_ord(e[1], index, e[3]), e[0], e[1], e[2], None))
+                    items.append((source_ord(e[1], index, e[3]), e[0], e[1], e[2], None, None))
                 elif runs:
-                    items.append((source_ord(e[1], index, unpack_seqs(e[2])[-1]), _RUN, e[1], 0, e[3]))
+                    seqs = unpack_seqs(e[2])
+                    items.append((source_ord(e[1], index, seqs[-1]), _RUN, e[1], 0, e[3], (index, seqs)))
                 else:
                     at = e[1]
-                    items.extend((source_ord(at, index, seq), KIND_TUPLE, at, 0, tup)
+                    items.extend((source_ord(at, index, seq), KIND_TUPLE, at, 0, tup, None)
                                  for seq, tup in zip(unpack_seqs(e[2]), e[3], strict=True))
         elif kind == KIND_TUPLE:
             at = int(time_)
             if not runs:
-                items.append((ord_, kind, at, int(value), decode(data)))
+                items.append((ord_, kind, at, int(value), decode(data), None))
                 continue
             if pending is None or pending[2] != at:
-                pending = [ord_, _RUN, at, 0, []]
+                pending = [ord_, _RUN, at, 0, [], []]
                 items.append(pending)
             pending[0] = ord_
             pending[4].append(decode(data))
+            pending[5].append(ord_)
         else:
             pending = None
-            items.append((ord_, kind, int(time_), int(value), data))
+            items.append((ord_, kind, int(time_), int(value), data, None))
     return items
+
+
+def run_ord(item: Sequence[Any], j: int) -> bytes:
+    """The ord of tuple ``j`` of a `_RUN` item of `expand`."""
+    ords = item[5]
+    if type(ords) is list:
+        return ords[j]  # type: ignore[no-any-return]
+    index, seqs = ords
+    return source_ord(item[2], index, seqs[j])
 
 
 def bundle_rows(out: list[tuple[Any, ...]], group: int) -> list[tuple[Any, ...]]:
@@ -342,7 +369,7 @@ def _first(row: tuple[Any, ...]) -> Any:
 
 def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks | None = None,
                    key_columns: Sequence[str] = (), *, timer_order: bool = True,
-                   bundle_output: bool = False, next_stage: Any = None) -> Any:
+                   bundle_output: bool = False, next_stage: Any = None, log: Any = None) -> Any:
     """The ``applyInPandasWithState`` function hosting one operator per key group (see `host_group`).
 
     ``hosted(key)`` names what a group hosts: the graph, the operator and the
@@ -357,14 +384,20 @@ def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
     the JVM for each state read and write.
 
     With ``next_stage`` (a `_stages.NextStage`), the output goes to the next keyed stage's
-    groups instead, one bundle per group (`_stages.next_stage_rows`).
+    groups instead, one bundle per group (`_stages.next_stage_rows`). Each group's task is
+    reported to ``log`` (`_metrics.list_accumulator`) as stage 1.
     """
 
     columns = [*KEYED_OUT_COLUMNS, *key_columns]
 
     def run(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import time
+
         import pandas as pd
 
+        from ._metrics import record_task
+
+        started = time.time_ns()
         frame = pd.concat(list(frames), ignore_index=True)
         rows = list(zip(*(frame[c].tolist() for c in ("ord", "kind", "time", "value", "data")),
                         strict=True))
@@ -373,11 +406,13 @@ def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
         # pass of the cycle collector would walk them again. Cycles wait until the batch is done.
         gc.disable()
         tail: list[tuple[bytes, int]] = []
+        read = time.time_ns()
         try:
             out, new = host_group(hosted(tuple(key)), hooks, tuple(key), rows, stored,
                                   timer_order=timer_order, tail=tail)
         finally:
             gc.enable()
+        hosted_ns = time.time_ns() - read
         state.update((new,))
         if next_stage is not None:
             from ._stages import next_stage_rows
@@ -387,6 +422,7 @@ def group_function(hosted: Callable[[tuple[Any, ...]], Hosted], hooks: ItemHooks
             out = bundle_rows(out, int(key[-1]))
         else:
             out = [(o, k, t, v, None if d is None else encode(d), *rest) for o, k, t, v, d, *rest in out]
+        record_task(log, 1, int(key[-1]), started, read_ns=read - started, hosted_ns=hosted_ns)
         yield pd.DataFrame(out, columns=columns)
 
     return run

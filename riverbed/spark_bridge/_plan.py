@@ -34,6 +34,7 @@ from ..windows import Punct as PunctPolicy
 from ..windows import TimeIntervalSpec, WindowSpec
 from ._errors import TranslationError
 from ._outputs import SparkWriter
+from ._reads import ReadPlan, read_plan
 
 __all__ = ["Plan", "plan"]
 
@@ -65,6 +66,8 @@ class Plan:
     # keyed Join: stream i of the (merged) source rows enters the first stage at entries[i]
     entries: list[tuple[str, int]] = field(default_factory=list)
     driver: list[str] = field(default_factory=list)
+    reads: dict[str, ReadPlan] = field(default_factory=dict)  # sources Spark's tasks read in parts
+    feeder: dict[str, str] = field(default_factory=dict)  # sources run by the feeder -> why there
     notes: dict[str, str] = field(default_factory=dict)  # operator -> how it was translated
     why_not_keyed: str | None = None
 
@@ -77,11 +80,16 @@ class Plan:
         return [Stage([self.keyed, *self.keyed_chain], (first, 0), self.groups), *self.later]
 
     def where(self, name: str) -> str:
-        """Where operator ``name`` runs: ``feeder``, ``source task``, ``stage <n>`` (keyed, on
-        the executors), ``spark`` (a SparkInput's stream) or ``driver``."""
+        """Where operator ``name`` runs: ``feeder``, ``parallel read`` (Spark's tasks read the
+        source in parts), ``source task``, ``stage <n>`` (keyed, on the executors), ``spark``
+        (a SparkInput's stream) or ``driver``."""
         op = self.graph.operator(name)
         if op.kind == "source":
-            return "feeder" if name in self.notes and "feeder" in self.notes[name] else "spark"
+            if name in self.reads:
+                return "parallel read"
+            return "feeder" if name in self.feeder else "spark"
+        if any(r.reader == name for r in self.reads.values()):
+            return "parallel read"
         if name in self.pre_chain:
             return "source task"
         for n, stage in enumerate(self.stages, 1):
@@ -100,6 +108,7 @@ class Plan:
         for op in self.graph.operators:
             where = self.where(op.name)
             tag = {"feeder": "[feeder]", "source task": "[executors, source task]",
+                   "parallel read": "[executors, parallel read]",
                    "spark": "[executors, Spark stream]",
                    "driver": "[driver]"}.get(where, f"[executors, {where}]")
             lines.append(f"  {op.name} {tag}: {self.notes.get(op.name, '?')}")
@@ -170,13 +179,30 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
         if op.kind == "source" and not isinstance(op.operator, Source):
             raise TranslationError(op.name, "not a riverbed Source")
     p = Plan(graph, "driver", sources)
+    only = len(sources) == 1 and not inputs
     for name in sources:
-        p.notes[name] = ("riverbed source: runs in a feeder process on a virtual clock, each item "
-                         "stamped with its time, order and watermark, published as Parquet files "
-                         "that Spark's file source reads")
+        if name in inputs:
+            continue
+        how = read_plan(graph, name, only_source=only)
+        if isinstance(how, ReadPlan):
+            p.reads[name] = how
+            p.notes[name] = (f"riverbed source read by Spark: {how.why}; the parts (described in "
+                             "Parquet files that Spark's file source reads, a micro-batch each) "
+                             "spread over the tasks by repartition")
+            if how.reader is not None:
+                p.notes[how.reader] = (f"reads each file {name!r} reports, in the task reading "
+                                       "that file (its output is the stream Spark reads)")
+        else:
+            p.feeder[name] = how
+            p.notes[name] = ("riverbed source: runs in a feeder process on a virtual clock, each "
+                             "item stamped with its time, order and watermark, published as "
+                             f"Parquet files that Spark's file source reads; in one place because: "
+                             f"{how}")
     for name in inputs:
         p.notes[name] = ("a Spark stream (SparkInput): rows turned into tuples in Spark's tasks, "
-                         "submitted by this source in the driver stage in the stream's order")
+                         "submitted by this source in the driver stage in the stream's order (an "
+                         "MQTT subscription has one reader: one session delivers its messages in "
+                         "one order, which readers sharing a subscription would not keep)")
     keyed_why = _keyable(graph, p, groups) if not inputs else \
         (None, "a source is read by Spark (SparkInput): the driver stage submits its tuples")
     if mode == "keyed" and keyed_why is not None:
@@ -191,6 +217,8 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
             p.why_not_keyed = f"{where}: {why}" if where else why
         p.pre_chain, p.keyed, p.keyed_chain, p.groups = [], None, [], 1
         p.driver = [op.name for op in graph.operators if op.kind != "source"]
+    readers = {r.reader for r in p.reads.values()}
+    p.driver = [name for name in p.driver if name not in readers]
     for name in p.driver:
         op = graph.operator(name)
         window = "; windows " + ", ".join(repr(_describe_window(i.window)) for i in op.inputs if i.windowed) \
@@ -253,6 +281,9 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
                 return up.name, ("its stream also feeds operators outside the keyed stage; only "
                                  "the driver stage sees every row")
             break
+        if any(r.reader == up.name for r in p.reads.values()):
+            return up.name, ("reads the files a DirectoryScan reports (Spark's tasks read them in "
+                             "parallel): keyed stages start from a source's own stream")
         if not _stateless(up):
             return up.name, ("sits between the source and the window but is not a stateless "
                              "single-port operator (state, punctuation handling or an error port)")

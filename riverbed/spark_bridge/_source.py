@@ -41,13 +41,13 @@ from ._rows import (
     source_ord,
 )
 
-__all__ = ["SourceItems", "arrow_batch", "dump_payload", "load_payload", "source_rows"]
+__all__ = ["SourceItems", "arrow_batch", "dump_payload", "item_rows", "load_payload", "source_rows"]
 
 BUNDLE_ITEMS = 4096  # source items per round of bundles (one bundle row per key group a round)
 _END = object()
 # An item holding a list of tuples submitted at one time (generated sources hand over whole
-# batches): ``(_TUPLES, time, 0, [tuple, ...])``, the same as one KIND_TUPLE item per tuple.
-_TUPLES = -1
+# batches): ``(TUPLES, time, 0, [tuple, ...])``, the same as one KIND_TUPLE item per tuple.
+TUPLES = _TUPLES = -1
 
 
 def dump_payload(obj: Any) -> str:
@@ -183,19 +183,28 @@ def source_rows(graph: FrozenGraph, name: str, index: int, *, route: Route | Non
     """
     src = graph.operator(name).operator
     items = generated_items(graph, name) if _synchronous(src) else iter(SourceItems(graph, name))
+    yield from item_rows(items, index, route=route, time_mark_ns=time_mark_ns)
+
+
+def item_rows(items: Iterator[tuple[int, int, int, Any]], index: int, *, route: Route | None = None,
+              time_mark_ns: int = 1_000_000_000, seq0: int = 0) -> Iterator[tuple[Any, ...]]:
+    """Items ``(kind, time, value, tuple)`` (or a list of tuples at one time, kind `TUPLES`) of
+    source ``index`` as rows, as `source_rows` makes them, their sequence numbers counted from
+    ``seq0``: a part of a source read apart from the rest (`_reads`) numbers its rows after
+    the parts before it, so the rows of all parts sort in the source's order."""
     first = next(items, None)
     if first is None:
         return
     if route is None:
-        rows = _plain_rows(first, items, index, time_mark_ns)
+        yield from _plain_rows(first, items, index, time_mark_ns, seq0)
     else:
-        rows = _routed_rows(first, items, index, time_mark_ns, key_of=route[0], groups=route[1],
-                            bundle=route[2], labels=route[3])
-    yield from rows
+        yield from _routed_rows(first, items, index, time_mark_ns, key_of=route[0], groups=route[1],
+                                bundle=route[2], labels=route[3], seq0=seq0)
 
 
-def _plain_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int) -> Iterator[Row]:
-    seq = 0
+def _plain_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int,
+                seq0: int = 0) -> Iterator[Row]:
+    seq = seq0
     mark = first[1]
     yield source_ord(mark, index, seq), KIND_TIME, mark, 0, None
     for kind, time, value, tup in _one_by_one(itertools.chain([first], items)):
@@ -220,7 +229,7 @@ def _one_by_one(items: Iterator[tuple[int, int, int, Any]]) -> Iterator[tuple[in
 
 def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int, *,
                  key_of: Callable[[Any], Any] | None, groups: int, bundle: int,
-                 labels: list[int]) -> Iterator[tuple[Any, ...]]:
+                 labels: list[int], seq0: int = 0) -> Iterator[tuple[Any, ...]]:
     """Rows for key groups: every ``bundle`` source items, one bundle row per group holding,
     in order, its tuples and a copy of every mark (see `_rows.KIND_BUNDLE`).
 
@@ -230,7 +239,7 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
     """
     entries: list[list[list[Any]]] = [[] for _ in range(groups)]
     runs: list[list[Any] | None] = [None] * groups  # each group's open run: [KIND_TUPLE, time, seqs, tuples]
-    seq = 0
+    seq = seq0  # a multiple of `bundle` (rounds end where they would from 0)
     mark = first[1]
     for lst in entries:
         lst.append([KIND_TIME, mark, 0, seq])

@@ -47,6 +47,7 @@ from ._rows import (
     item_of,
     source_ord,
 )
+from ._runs import FillSplitter, feed_cut, ignores_marks
 
 __all__ = [
     "JOIN_ROUTED_DDL",
@@ -146,16 +147,26 @@ def host_merged_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple
     # one, so that what each raises is ordered after its own tuple.
     runner = host.core(members[0])
     batchable = bool(runner.windows) and all(isinstance(w, TimeIntervalWindow) for w in runner.windows)
+    # A tumbling count window takes runs too, cut before each tuple filling its partition (`_runs`).
+    splitter = None if batchable else FillSplitter.of(graph, host, members[0], members[1:])
+    # The stage before makes a window mark after each of its outputs (an Aggregate does), so
+    # a mark follows every tuple; where the head ignores marks, they do not end a run.
+    deaf = splitter is not None and ignores_marks(graph.operator(members[0]))
     run: list[Any] = []
+    ords: list[bytes] = []
     run_at, run_ord = 0, b""
 
     def feed_run() -> None:
         advance(run_at)
+        if splitter is not None:
+            feed_cut(host, (op, port), splitter, run, ord_of=ords.__getitem__,
+                     taken=lambda cause: taken(cause, run_at), where=label)
+            return
         host.feed(op, port, run)
         taken(run_ord, run_at)
 
     for o, chan, kind, at, value, data in items:
-        if kind == KIND_TUPLE and not batchable:
+        if kind == KIND_TUPLE and not batchable and splitter is None:
             advance(at)
             host.feed(op, port, [data])
             taken(o, at)
@@ -163,15 +174,23 @@ def host_merged_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple
         if kind == KIND_TUPLE:
             if run and at == run_at:
                 run.append(data)
+                ords.append(o)
                 run_ord = o
                 continue
             if run:
                 feed_run()
             run, run_at, run_ord = [data], at, o
+            ords = [o]
+            continue
+        if run and at == run_at and (kind == KIND_TIME or (kind == KIND_WINDOW and deaf)):
+            if kind == KIND_WINDOW:
+                merge.window(chan)  # counted; the head would ignore it: the run goes on
             continue
         if run:
             feed_run()
             run = []
+        if splitter is not None:
+            splitter.forget()
         advance(at)
         if kind == KIND_WATERMARK:
             low = merge.watermark(chan, value)
@@ -218,9 +237,10 @@ def stage_rows(hosted: Hosted, nxt: NextStage | None, key: tuple[Any, ...], fram
             else bundle_rows(out, group)), new
 
 
-def stage_processor(hosted: Hosted, nxt: NextStage | None) -> Any:
+def stage_processor(hosted: Hosted, nxt: NextStage | None, *, stage: int = 2, log: Any = None) -> Any:
     """The ``transformWithStateInPandas`` processor of a later stage (output columns
-    `KEYED_OUT_COLUMNS`; the group's state is one binary value)."""
+    `KEYED_OUT_COLUMNS`; the group's state is one binary value); each group's task is reported
+    to ``log`` (`_metrics.list_accumulator`) as keyed stage ``stage``."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -229,11 +249,17 @@ def stage_processor(hosted: Hosted, nxt: NextStage | None) -> Any:
             self.state = handle.getValueState("host", StructType([StructField("host", BinaryType())]))
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+            import time
+
             import pandas as pd
 
+            from ._metrics import record_task
+
+            started = time.time_ns()
             stored = self.state.get()[0] if self.state.exists() else None
             out, new = stage_rows(hosted, nxt, tuple(key), rows, stored)
             self.state.update((new,))
+            record_task(log, stage, int(tuple(key)[-1]), started)
             yield pd.DataFrame(out, columns=list(KEYED_OUT_COLUMNS))
 
         def close(self) -> None:
@@ -320,15 +346,19 @@ def _first(row: tuple[Any, ...]) -> Any:
     return row[0]
 
 
-def joined_group_function(hosted: Hosted, nxt: NextStage | None) -> Any:
+def joined_group_function(hosted: Hosted, nxt: NextStage | None, log: Any = None) -> Any:
     """The ``applyInPandasWithState`` function of a keyed Join's groups (output as the first
-    stage's: bundles for the driver stage, or for the next stage)."""
+    stage's: bundles for the driver stage, or for the next stage; tasks reported to ``log``)."""
 
     def run(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import time
+
         import pandas as pd
 
         from ._keyed import bundle_rows
+        from ._metrics import record_task
 
+        started = time.time_ns()
         frame = pd.concat(list(frames), ignore_index=True)
         rows = list(zip(*(frame[c].tolist() for c in ("ord", "kind", "time", "value", "data", "stream")),
                         strict=True))
@@ -341,6 +371,7 @@ def joined_group_function(hosted: Hosted, nxt: NextStage | None) -> Any:
         state.update((new,))
         group = int(key[-1])
         bundles = next_stage_rows(out, group, nxt, tail) if nxt is not None else bundle_rows(out, group)
+        record_task(log, 1, group, started)
         yield pd.DataFrame(bundles, columns=list(KEYED_OUT_COLUMNS))
 
     return run

@@ -108,6 +108,11 @@ def test_examples_write_the_same_file_on_spark_as_in_the_runtime(
                checkpoint=str(tmp_path / "ck"), max_records_per_batch=200)
     d.await_termination()
     assert d.plan.mode == mode
+    if example == "per_file_totals.py":  # each scanned file read by a Spark task, not the feeder
+        assert d.plan.where("scan") == d.plan.where("read") == "parallel read"
+        assert sorted(part for part, *_ in d.read_tasks) == [0, 1, 2, 3, 4]  # 4 files, then final
+    else:
+        assert not d.plan.reads and d.read_tasks == []
     assert ref.read_text(), "the example wrote nothing: the comparison would prove nothing"
     assert out.read_text() == ref.read_text()
 
