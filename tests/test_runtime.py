@@ -527,3 +527,40 @@ def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen(
     for name in ("plain", "seeing"):
         assert job.metrics.operators[name].inputs[0].window_puncts_processed == 6
     assert "plain" not in handled and handled.count("seeing") == 6
+
+
+@pytest.mark.parametrize("event_time", [None, "n"])
+def test_a_final_item_ends_a_generated_source_on_every_host(event_time: str | None) -> None:
+    """A `Punct.FINAL` yielded by a source ends it there: the runtime and the synchronous host
+    (Spark's feeder, a parallel region's replicas) emit what came before it, marks included,
+    and nothing after it."""
+    from riverbed.spark_bridge._source import generated_items
+
+    class EndsEarly(Source):
+        def generate(self) -> Any:
+            yield from ({"n": 0}, Punct.WINDOW, {"n": 1}, Punct.FINAL, {"n": 2}, Punct.WINDOW)
+
+    class Seen(Operator):
+        def __init__(self) -> None:
+            self.items: list[Any] = []
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            self.items.append(tup["n"])
+
+        def on_punct(self, punct: Punct, port: int) -> None:
+            self.items.append(punct)
+
+    def graph(seen: Seen) -> Graph:
+        g = Graph("ends")
+        src = g.source("src", EndsEarly(), event_time=event_time, resolution="ms")
+        g.sink("seen", seen, [src])
+        return g
+
+    seen = Seen()
+    job = Job(graph(seen), clock=VirtualClock())
+    run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    assert seen.items == [0, Punct.WINDOW, 1, Punct.FINAL]
+    fed = list(generated_items(graph(Seen()).freeze(), "src"))
+    tuples = [t["n"] for *_, entry in fed if type(entry) is list for t in entry]
+    assert tuples == [0, 1]
+    assert type(fed[0][3]) is list and fed[1][3] is None  # the window mark between the two

@@ -451,10 +451,11 @@ class OperatorCore:
         for out in self.outputs:
             out.control(barrier)
 
-    def emit_items(self, items: Any) -> None:
+    def emit_items(self, items: list[Any]) -> bool:
         """Sources: submit tuples and `Punct.WINDOW` marks, as a synchronous source yields them;
-        a tuple that breaks the event-time rules goes to the error port or stops the job."""
-        _submit.emit_items(self, items)
+        a tuple that breaks the event-time rules goes to the error port or stops the job. True
+        when a `Punct.FINAL` was among them: the source ends there (what follows is dropped)."""
+        return _submit.emit_items(self, items)
 
     # -------------------------------------------------------- checkpoints
 

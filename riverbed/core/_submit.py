@@ -92,10 +92,20 @@ def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]])
     return submit_et
 
 
-def emit_items(core: OperatorCore, items: Iterable[Any]) -> None:
-    """`OperatorCore.emit_items`: without event time a tuple is only appended; with it, the
-    steps of `_event_time_submit`'s fast case run inline and the others go through the submit,
-    which says what is wrong."""
+def emit_items(core: OperatorCore, items: list[Any]) -> bool:
+    """`OperatorCore.emit_items`. One pass over the types finds the marks (12 ns a tuple;
+    ``Punct.FINAL in items`` compares each dict to the mark, 20 ns): a batch of plain tuples
+    without event time is one ``extend``; else without event time a tuple is only appended,
+    and with it the steps of `_event_time_submit`'s fast case run inline and the others go
+    through the submit, which says what is wrong."""
+    ended = False
+    if Punct in set(map(type, items)):
+        end = next((i for i, item in enumerate(items) if item is Punct.FINAL), -1)
+        if end >= 0:  # a final item ends the source: what follows it is not emitted
+            items, ended = items[:end], True
+    elif not core._generates_watermarks:
+        core.outputs[0].buf.extend(items)  # the schema, if any, is checked when it is sealed
+        return False
     out = core.outputs[0]
     mark, append, window = out.mark, out.buf.append, Punct.WINDOW
     if not core._generates_watermarks:
@@ -104,7 +114,7 @@ def emit_items(core: OperatorCore, items: Iterable[Any]) -> None:
                 mark(window)
             else:
                 append(item)
-        return
+        return ended
     submit, attr, lag, gap = core.submit, core._et_attribute, core._lag_ticks, core._gap_ticks
     metrics = core.metrics
     for item in items:
@@ -129,3 +139,4 @@ def emit_items(core: OperatorCore, items: Iterable[Any]) -> None:
             last = core._last_sent
             if last is None or candidate >= last + gap:
                 core._send_watermark(candidate)
+    return ended

@@ -20,7 +20,7 @@ import copy
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -191,12 +191,14 @@ class SyncGraph:
             self._queues[core.name].append((conn, item))
         self._pump()
 
-    def emit(self, source: str, items: Iterable[Any]) -> None:
-        """A member source submits ``items``: tuples, and `Punct.WINDOW` marks."""
+    def emit(self, source: str, items: list[Any]) -> bool:
+        """A member source submits ``items``: tuples, and `Punct.WINDOW` marks; True when a
+        `Punct.FINAL` among them ends it (call `end`)."""
         core = self._by_name[source]
-        core.emit_items(items)
+        ended = core.emit_items(items)
         self._route(core)
         self._pump()
+        return ended
 
     def end(self, source: str) -> None:
         """A member source ended: it sends the maximum watermark (if timed) and final."""

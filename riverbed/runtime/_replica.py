@@ -91,17 +91,9 @@ class Replicas:
         sync = self.sync
         for name, it in list(self._live.items()):
             chunk = [] if sync.stopping else self._pull(name, it)
-            if not chunk:
+            if not chunk or self._emit(name, chunk):  # its items ran out, or a final ends it
                 del self._live[name]
                 sync.end(name)
-                continue
-            if Punct.FINAL in chunk:  # the source ends here
-                chunk = chunk[:chunk.index(Punct.FINAL)]
-                del self._live[name]
-                self._emit(name, chunk)
-                sync.end(name)
-                continue
-            self._emit(name, chunk)
 
     def _pull(self, name: str, it: Iterator[Any]) -> list[Any]:
         try:
@@ -109,11 +101,12 @@ class Replicas:
         except Exception as exc:
             raise OperatorError(name, None, None, exc) from exc
 
-    def _emit(self, name: str, chunk: list[Any]) -> None:
-        if self._check and chunk:
+    def _emit(self, name: str, chunk: list[Any]) -> bool:
+        """Emit ``chunk``; True when a final among it ended the replica."""
+        if self._check:
             self.check(name, chunk)
         self.emitted += len(chunk)
-        self.sync.emit(name, chunk)
+        return self.sync.emit(name, chunk)
 
     def check(self, name: str, chunk: list[Any]) -> None:
         """Every tuple of ``chunk`` has a key of this channel, or `ReplicaKeyError`. A key is

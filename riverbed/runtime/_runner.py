@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core import OperatorCore, OperatorError, OutputPort, SchemaViolation
-from ..graph import EventTime, OperatorDef, Punct, Source
+from ..graph import EventTime, OperatorDef, Source
 from ._channel import Inbox
 from ._clock import Clock, TimerHandle
 
@@ -216,24 +216,11 @@ class OperatorRunner:
         items = core.guard(src.generate)
         it: Iterator[Any] = iter(items)
         size = self._job.batch_size
-        extend = core.outputs[0].buf.extend
-        own = self.odef.event_time
-        plain = own is None or own.manual  # no watermark derived: a tuple's submit is an append
         while not self._job.stopping:
             core.serve_barrier()
             chunk = list(itertools.islice(it, size))
-            if not chunk:
-                break
-            # One pass over the types (12 ns a tuple); `Punct.X in chunk` compares each dict to
-            # each mark through two rich comparisons (20 ns a tuple for both marks).
-            if plain and Punct not in set(map(type, chunk)):
-                extend(chunk)  # the schema, if any, is checked when the batch is sealed
-                await self.flush()
-                continue
-            if Punct.FINAL in chunk:
-                core.emit_items(chunk[:chunk.index(Punct.FINAL)])
+            if not chunk or core.emit_items(chunk):
                 return
-            core.emit_items(chunk)
             await self.flush()
 
     async def _guarded_run(self, src: Source) -> None:

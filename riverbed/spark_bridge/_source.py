@@ -129,9 +129,7 @@ def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterato
         batch = list(itertools.islice(items, chunk))
         if not batch:
             break
-        if Punct.FINAL in batch:  # as in the runtime: a final item ends the source
-            batch, ended = batch[:batch.index(Punct.FINAL)], True
-        host.emit(name, batch)
+        ended = host.emit(name, batch)  # as in the runtime: a final item ends the source
         yield from _items_of(host)
     host.end(name)
     yield from _items_of(host)
