@@ -81,6 +81,8 @@ def test_a_marked_batch_gives_each_channel_its_tuples_and_every_mark_in_place(wi
                 joined = join_marked(list(item[0]), item[1])
                 assert joined.tuples == n
                 assert joined.window_marks == batch.window_marks
+                assert joined.controls == [i for i, x in enumerate(joined)
+                                           if x is Punct.WINDOW or type(x) is Watermark]
 
 
 def test_a_channel_without_tuples_in_a_marked_batch_still_gets_every_mark() -> None:

@@ -165,11 +165,13 @@ def join_marked(tuples: list[Any], marks: list[tuple[int, Any]]) -> MarkedBatch:
     """The worker's side of a marked part: its tuples with the marks back in place (``marks``:
     ``(tuples before it, mark)``, a watermark as an int)."""
     window = 0
+    controls = []
     for j, (before, m) in enumerate(marks):
         if type(m) is not int:
             window += 1
         tuples.insert(before + j, Watermark(m) if type(m) is int else m)
-    return MarkedBatch(tuples, len(tuples) - len(marks), window)
+        controls.append(before + j)
+    return MarkedBatch(tuples, len(tuples) - len(marks), window, controls)
 
 
 def pack_exits(exits: list[tuple[str, int, Any]]) -> list[tuple[str, int, Any]]:
