@@ -637,17 +637,11 @@ class Aggregate(Operator):
                         for remove in removes:
                             remove(t)
                 adds = single.adds
-                if every == 1:
-                    t = tuples[-1]
+                for i in range(n - every, n):
+                    t = tuples[i]
                     order.append(t)
                     for add in adds:
                         add(t)
-                else:
-                    for i in range(n - every, n):
-                        t = tuples[i]
-                        order.append(t)
-                        for add in adds:
-                            add(t)
             if len(order) != n or order[0] is not tuples[0] or order[-1] is not tuples[-1]:
                 self._resyncs += 1
                 state = self._rebuild(key, tuples)
