@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ..graph import FrozenGraph, OperatorDef
-from ._rows import KIND_FINAL, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode, encode, kind_of
+from ._rows import KIND_FINAL, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode, encode
 
 __all__ = ["PART_DDL", "PartReadError", "ReadPlan", "part_reader", "parts_published", "plan_parts",
            "publish_parts", "read_log", "read_plan"]
@@ -283,18 +283,12 @@ def part_items(graph: FrozenGraph, rp: ReadPlan, part: Part) -> Items:
 
 def _file_items(graph: FrozenGraph, rp: ReadPlan, at: int, tup: Any) -> Items:
     from ..core import SyncGraph
-    from ._source import TUPLES
+    from ._source import exit_items
 
     assert rp.reader is not None
     host = SyncGraph(graph, [rp.reader], now=at)
     host.feed(rp.source, 0, [tup])
-    for _op, _port, entry in host.take_exits():
-        if type(entry) is list:
-            if entry:
-                yield TUPLES, at, 0, entry
-        else:
-            k, v = kind_of(entry)
-            yield k, at, v, None
+    yield from exit_items(host)
 
 
 def _range_items(graph: FrozenGraph, name: str, data: list[Any]) -> Items:

@@ -41,7 +41,8 @@ from ._rows import (
     source_ord,
 )
 
-__all__ = ["SourceItems", "arrow_batch", "dump_payload", "item_rows", "load_payload", "source_rows"]
+__all__ = ["SourceItems", "arrow_batch", "dump_payload", "exit_items", "item_rows", "load_payload",
+           "source_rows"]
 
 BUNDLE_ITEMS = 4096  # source items per round of bundles (one bundle row per key group a round)
 _END = object()
@@ -130,12 +131,13 @@ def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterato
         if not batch:
             break
         ended = host.emit(name, batch)  # as in the runtime: a final item ends the source
-        yield from _items_of(host)
+        yield from exit_items(host)
     host.end(name)
-    yield from _items_of(host)
+    yield from exit_items(host)
 
 
-def _items_of(host: SyncGraph) -> Iterator[tuple[int, int, int, Any]]:
+def exit_items(host: SyncGraph) -> Iterator[tuple[int, int, int, Any]]:
+    """What left ``host`` since it was last asked, as feeder items at the host's time."""
     now = host.clock.now()
     for _op, _port, entry in host.take_exits():
         if type(entry) is list:
