@@ -530,6 +530,49 @@ def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen(
 
 
 @pytest.mark.parametrize("event_time", [None, "n"])
+def test_a_batch_sink_that_sees_no_marks_takes_a_marked_batch_in_one_call(
+        event_time: str | None) -> None:
+    """A sink with its own on_tuples and no on_punct / on_watermark cannot tell where the marks
+    were: it gets the tuples between them in one call (not one call a run), every tuple once and
+    in order, with the marks and watermarks counted. One that sees marks still gets each run on
+    its own."""
+
+    class Marks(Source):
+        def generate(self) -> Any:
+            for i in range(60):
+                yield {"n": i}
+                if i % 2:
+                    yield Punct.WINDOW
+
+    class Batches(Operator):
+        def __init__(self) -> None:
+            self.calls: list[list[int]] = []
+
+        def on_tuples(self, tuples: Any, port: int) -> None:
+            self.calls.append([t["n"] for t in tuples])
+
+    class SeesMarks(Batches):
+        def on_punct(self, punct: Punct, port: int) -> None:
+            self.calls.append([-1])
+
+    g = Graph("gathered")
+    src = g.source("src", Marks(), event_time=event_time)
+    blind, seeing = Batches(), SeesMarks()
+    g.sink("blind", blind, [src])
+    g.sink("seeing", seeing, [src])
+    job = Job(g, clock=VirtualClock())
+    run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    assert [n for call in blind.calls for n in call] == list(range(60))
+    assert len(blind.calls) < 30  # 30 runs between marks: fewer calls than runs
+    # every mark (and final) between the runs it separates
+    assert [n for call in seeing.calls for n in call] == [
+        x for i in range(60) for x in ((i, -1) if i % 2 else (i,))] + [-1]
+    blind_metrics = job.metrics.operators["blind"].inputs[0]
+    assert blind_metrics.window_puncts_processed == 30
+    assert blind_metrics.tuples_processed == 60
+
+
+@pytest.mark.parametrize("event_time", [None, "n"])
 def test_a_final_item_ends_a_generated_source_on_every_host(event_time: str | None) -> None:
     """A `Punct.FINAL` yielded by a source ends it there: the runtime and the synchronous host
     (Spark's feeder, a parallel region's replicas) emit what came before it, marks included,

@@ -130,6 +130,12 @@ class OperatorCore:
         # or no data output to forward it on, as for a sink) is only counted.
         self._inert_marks = (type(self.op).on_punct is Operator.on_punct
                              and (self.op.window_punctuation != "preserving" or not self._data_ports))
+        # A sink with its own batch handler that sees neither marks nor watermarks takes every
+        # tuple of a marked batch in one call: it cannot tell where the marks were, and a
+        # watermark it only passes on (to no data output) may come after the tuples around it.
+        self._gathers_marked = (self._inert_marks and not self._data_ports
+                                and self._on_tuples is not None
+                                and type(self.op).on_watermark is Operator.on_watermark)
 
     # ------------------------------------------------------------ context API
 
@@ -601,6 +607,9 @@ class OperatorCore:
                         pm.errors += 1
                         self.fail_or_route(exc, port, item)
             return
+        if self._gathers_marked and self.windows[port] is None:
+            self._gather_marked(conn, port, batch)
+            return
         start = 0
         controls = batch.controls
         if controls is not None:  # where the marks and watermarks are: no walk
@@ -629,6 +638,31 @@ class OperatorCore:
                 start = i + 1
         if start < len(batch):
             self._handle_batch(port, batch[start:])
+
+    def _gather_marked(self, conn: int, port: int, batch: MarkedBatch) -> None:
+        """A marked batch for a sink that sees no marks (`_gathers_marked`): its tuples in one
+        run, its marks counted, then its watermarks."""
+        pm = self.metrics.inputs[port]
+        pm.window_puncts_processed += batch.window_marks
+        controls = batch.controls
+        if controls is None:
+            tuples = [x for x in batch if x is not Punct.WINDOW and type(x) is not Watermark]
+            watermarks = [x for x in batch if type(x) is Watermark]
+        elif len(controls) * 4 >= len(batch):  # marks between most tuples: one filtering pass
+            tuples = [x for x in batch if x is not Punct.WINDOW and type(x) is not Watermark]
+            watermarks = [batch[i] for i in controls if batch[i] is not Punct.WINDOW]
+        else:
+            tuples, start = [], 0
+            for i in controls:
+                tuples += batch[start:i]
+                start = i + 1
+            tuples += batch[start:]
+            watermarks = [batch[i] for i in controls if batch[i] is not Punct.WINDOW]
+        if tuples:
+            pm.tuples_processed += len(tuples)
+            self._run_tuples(port, tuples)
+        for w in watermarks:
+            self._handle_watermark(conn, w.value)
 
     def _insert_routed(self, port: int, batch: list[Any], insert: Callable[[list[Any]], Any],
                        errors: type[Exception], failed_at: Callable[[Exception], int]) -> None:
