@@ -70,6 +70,17 @@ def test_float_sum_and_mean_are_the_exact_values_rounded_once(values: list[float
     assert same(average_values(values), reference(values).mean())
 
 
+@pytest.mark.parametrize("values", [
+    [42.759, 31.415, 58.556, 45.318, 29.977, 79.438],  # fsum / n is a unit off: corrected
+    [21.47, 8.595, 41.817, 24.066, 55.105, 5.911],  # the corrected quotient still in doubt
+    [0.1] * 3, [1.0, 2.0 ** -52, 2.0 ** -53], [-(2.0 ** 10) + 2.0 ** -40, -(2.0 ** -45)],
+])
+def test_a_mean_fsum_over_n_misses_is_still_the_exact_mean_rounded_once(values: list[float]) -> None:
+    exact = sum(map(Fraction, values), Fraction(0)) / len(values)
+    assert same(float_mean(values), exact_float(exact))  # type: ignore[arg-type]
+    assert same(average_values(values), exact_float(exact))
+
+
 def test_float_sum_shortcuts_give_way_where_they_cannot_vouch_for_the_result() -> None:
     assert float_sum([1e308, 1e308, -1e308]) is None  # fsum's intermediate overflow
     assert sum_values([1e308, 1e308, -1e308], "Sum") == 1e308

@@ -172,13 +172,62 @@ def float_sum(values: list[Any]) -> float | None:
     return total + 0.0  # an exact zero is +0.0, as `Numbers.total` gives it
 
 
+_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's constant, cuts a float into two 26-bit halves
+_SMALL_COUNT = 1 << 26  # a count this small times a 26-bit half is exact in a float
+
+
 def float_mean(values: list[Any]) -> float | None:
     """The exact mean of finite floats ``values`` rounded once, or None when this shortcut
-    cannot vouch for it (the exact sum is not hi + lo of two floats, or a value is not finite)."""
+    cannot vouch for it (the exact sum is not hi + lo of two floats, or a value is not finite).
+
+    Most means are ``fsum / n`` already: that quotient is kept when the exact remainder
+    ``sum - q * n`` (one more fsum, with ``q * n`` split into two exact products) shows the
+    exact mean lies within half a unit of it. Only a mean close to a rounding boundary takes
+    the integer division (a few in a million here)."""
     try:
         hi = fsum(values)
         if hi - hi != 0.0:
             return None
+    except (OverflowError, ValueError):
+        return None
+    if not hi:
+        return 0.0  # a sum of floats is zero or at least 2**-1074 away: fsum gives 0 for 0 only
+    n = len(values)
+    q = hi / n
+    if n < _SMALL_COUNT and 1e-250 < abs(q) < 1e290:
+        r = _remainder(values, q, n)
+        if r is None:
+            return q
+        # hi's own rounding, divided by n, is of the size of q's half unit: a quarter of the
+        # quotients are a unit off. The remainder says by how much: one more try.
+        q = q + r / n
+        if 1e-250 < abs(q) < 1e290 and _remainder(values, q, n) is None:
+            return q
+    return _mean_near_a_boundary(values, hi, n)
+
+
+def _remainder(values: list[Any], q: float, n: int) -> float | None:
+    """None if ``q`` is the exact mean of ``values`` rounded once, else ``sum - q * n``
+    rounded (``n`` below `_SMALL_COUNT`; ``q`` normal and far from overflowing)."""
+    c = q * _SPLIT
+    q1 = c - (c - q)  # q == q1 + q2, each of 26 bits: q1 * n and q2 * n are exact
+    q2 = q - q1
+    try:
+        r = fsum([*values, -q1 * n, -q2 * n])  # sum - q * n, rounded once: its sign is exact
+    except OverflowError:
+        return math.inf
+    limit = math.ulp(q) * n * 0.5  # half a unit of q, times n: exact
+    if (r > 0) != (q > 0) and abs(math.frexp(q)[0]) == 0.5:
+        limit *= 0.5  # q a power of two: the next float toward zero is half a unit away
+    if abs(r) < limit:  # rounding is monotonic: the exact remainder is below it too
+        return None
+    return r
+
+
+def _mean_near_a_boundary(values: list[Any], hi: float, n: int) -> float | None:
+    """`float_mean` where ``fsum / n`` may be a unit off: the exact sum as ``hi + lo`` (if two
+    floats hold it), divided in integers, rounded once."""
+    try:
         rest = [*values, -hi]
         lo = fsum(rest)  # the exact sum minus hi, rounded
         if lo:
@@ -187,9 +236,8 @@ def float_mean(values: list[Any]) -> float | None:
                 return None
     except (OverflowError, ValueError):
         return None
-    n = len(values)
     if not lo:
-        return hi / n if hi else 0.0  # hi and n exact: IEEE division rounds once
+        return hi / n  # hi and n exact: IEEE division rounds once
     a, b = hi.as_integer_ratio()
     c, d = lo.as_integer_ratio()
     return _divide(a * d + c * b, b * d * n)
