@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.core import OperatorError
-from riverbed.graph import EventTime, Graph, Operator, Punct, Schema, Watermark
+from riverbed.graph import EventTime, Graph, Operator, Punct, Schema, Source, Watermark
 from riverbed.operators._relational import Custom, Filter, Functor, Punctor
 from riverbed.operators._utility import DeDuplicate, Split, ThreadedSplit, Union
 from riverbed.operators._utility_support import OutputClause
@@ -447,3 +447,52 @@ def test_a_marked_batch_knows_where_its_marks_and_watermarks_are(script: list[An
         got.extend(entry)
     assert got == sent
     assert len(dropped) == (script.count("bad") if schema else 0)
+
+
+class _Seen(Operator):
+    """Records tuples and the watermarks it is told of, in order."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.items.append(tup["n"])
+
+    def on_watermark(self, value: int) -> None:
+        self.items.append(("wm", value))
+
+
+class _Generated(Source):
+    """Its items in one batch (a generating source: the host takes them a batch at a time)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def generate(self) -> Any:
+        return iter(self.items)
+
+
+def _timed_run(items: list[Any], lag: float, gap: float) -> list[Any]:
+    g = Graph("timed")
+    src = g.source("in", _Generated(items), event_time="ts", resolution="ms", lag=lag,
+                   minimum_gap=gap)
+    seen = _Seen()
+    g.sink("seen", seen, [src], error_port=True)
+    run_graph(g, clock=VirtualClock())
+    return seen.items
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 60), max_size=80),
+       st.sampled_from([0.0, 0.002, 0.01]), st.sampled_from([0.0, 0.001, 0.005, 0.1]))
+def test_a_sources_batch_of_event_times_gets_its_watermarks_where_one_tuple_at_a_time_would(
+        times: list[int], lag: float, gap: float) -> None:
+    """A batch of dicts whose event times are all integers takes C loops (the running maximum
+    and a binary search for each watermark to send); the same batch with a window mark at its
+    end takes the loop a tuple at a time. Both give the same tuples and the same watermarks in
+    the same places, whatever the order of the times, the lag and the minimum gap."""
+    items: list[Any] = [{"n": i, "ts": t} for i, t in enumerate(times)]
+    fast = _timed_run(items, lag, gap)
+    reference = _timed_run([*items, Punct.WINDOW], lag, gap)
+    assert fast == reference
+    assert [x for x in fast if type(x) is int] == list(range(len(items)))
