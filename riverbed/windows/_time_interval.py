@@ -219,7 +219,8 @@ class TimeIntervalWindow(Generic[T]):
                 pane.parts[key] = part = [tup]
             else:
                 part.append(tup)
-            pane.updated[key] = None
+            if not pane.fresh:
+                pane.updated[key] = None
             if on_insert:
                 self._emit(on_insert, pane, EventType.INSERTION, key, (tup,))
             start -= period
@@ -256,8 +257,10 @@ class TimeIntervalWindow(Generic[T]):
         aligned = duration % period == 0
         stored = 0
         cached = -1
-        targets: list[tuple[dict[Any, list[T]], dict[Any, None]]] = []
+        targets: list[tuple[dict[Any, list[T]], dict[Any, None] | None]] = []
+        only: dict[Any, list[T]] | None = None  # the one target, a pane never triggered
         key: Any = None
+        highest = EVENT_TIME_MAX
         for i, tup in enumerate(tuples):
             try:
                 t = read(tup)
@@ -267,7 +270,7 @@ class TimeIntervalWindow(Generic[T]):
                         hash(key)
             except Exception:  # `insert` below reads it again and raises the typed error
                 t = None
-            if type(t) is not int or t < 0 or t > EVENT_TIME_MAX:
+            if type(t) is not int or t < 0 or t > highest:
                 stored += self._insert_one(tup, None, i)
                 cached = -1  # `insert` may have made or closed panes
                 continue
@@ -286,16 +289,26 @@ class TimeIntervalWindow(Generic[T]):
                     pane = panes.get(s)
                     if pane is None:
                         pane = panes[s] = Pane(s, s + duration)
-                    targets.append((pane.parts, pane.updated))
+                    targets.append((pane.parts, None if pane.fresh else pane.updated))
                     s -= period
                 cached = start if aligned else -1
+                only = targets[0][0] if len(targets) == 1 and targets[0][1] is None else None
+            if only is not None:
+                part = only.get(key)
+                if part is None:
+                    only[key] = [tup]
+                else:
+                    part.append(tup)
+                stored += 1
+                continue
             for parts, updated in targets:
                 part = parts.get(key)
                 if part is None:
                     parts[key] = [tup]
                 else:
                     part.append(tup)
-                updated[key] = None
+                if updated is not None:
+                    updated[key] = None
             stored += 1
         return stored
 
@@ -384,8 +397,10 @@ class TimeIntervalWindow(Generic[T]):
                     self._emit(on_full, pane, EventType.INITIAL_FULL, key, part)
         if pane.timing is _EARLY:
             pane.timing = _ON_COMPLETE
-        if pane.updated:
-            updated, pane.updated = pane.updated, {}
+        if pane.parts if pane.fresh else pane.updated:
+            # a copy of a fresh pane's keys: a listener may insert while it is told
+            updated = list(pane.parts) if pane.fresh else pane.updated
+            pane.updated, pane.fresh = {}, False
             on_trigger = listeners[EventType.TRIGGER]
             if on_trigger:
                 parts = pane.parts

@@ -41,7 +41,7 @@ NO_WATERMARK = EVENT_TIME_MIN - 1  # below every event time: nothing is late or 
 class Pane:
     """One pane: its partitions' tuples in arrival order and its trigger state."""
 
-    __slots__ = ("end", "index", "parts", "start", "state", "timing", "updated")
+    __slots__ = ("end", "fresh", "index", "parts", "start", "state", "timing", "updated")
 
     def __init__(self, start: int, end: int) -> None:
         self.start = start
@@ -53,6 +53,13 @@ class Pane:
         # Partitions that received tuples since the pane last triggered, in
         # order of their first such tuple (a dict used as an ordered set).
         self.updated: dict[Hashable, None] = {}
+        # Never triggered: every partition in ``parts`` is updated, in its order, so inserts
+        # leave ``updated`` alone (a dict store a tuple saved); see `updated_parts`.
+        self.fresh = True
+
+    def updated_parts(self) -> dict[Hashable, Any]:
+        """The partitions updated since the pane last triggered, in order (keys only count)."""
+        return self.parts if self.fresh else self.updated
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -145,7 +152,7 @@ def encode(config: TimeIntervalConfig, state: TimeIntervalState) -> dict[str, An
             "index": pane.index,
             "timing": pane.timing.value,
             "parts": parts,
-            "updated": [encode_partition_key(k) for k in pane.updated],
+            "updated": [encode_partition_key(k) for k in pane.updated_parts()],
         })
     return {
         "format": FORMAT,
@@ -193,6 +200,7 @@ def decode(config: TimeIntervalConfig, data: Mapping[str, Any]) -> TimeIntervalS
             pane.state = COMPLETE if raw["complete"] else INCOMPLETE
             pane.index = int(raw["index"])
             pane.timing = PaneTiming(raw["timing"])
+            pane.fresh = False  # ``updated`` is restored as it was written
             for key, refs in raw["parts"]:
                 pane.parts[decode_partition_key(key)] = [table[i] for i in refs]
             for key in raw["updated"]:
