@@ -78,10 +78,12 @@ class Rows(Operator):
     def __init__(self) -> None:
         self.seqs: list[int] = []
         self.resets = 0
+        self.changes = 0  # rows and resets: the progress a wait goes on for
         self.changed = asyncio.Event()
 
     def on_tuple(self, tup: Any, port: int) -> None:
         self.seqs.append(tup["seq"])
+        self.changes += 1
         self.changed.set()
 
     def snapshot(self) -> Any:
@@ -90,6 +92,7 @@ class Rows(Operator):
     def restore(self, state: Any) -> None:
         self.seqs = list(state)
         self.resets += 1
+        self.changes += 1
         self.changed.set()
 
     def reset_to_initial_state(self) -> None:
@@ -155,7 +158,9 @@ async def unacknowledged(port: int, client_id: str) -> list[int]:
         await publish(port, [SENTINEL])
         seqs: list[int] = []
         while True:
-            for m in await client.receive(TIMEOUT):
+            got = await client.receive(TIMEOUT)
+            assert got, f"no message for {TIMEOUT} s: the sentinel did not come back ({seqs[-10:]} last)"
+            for m in got:
                 seq = orjson.loads(m.payload)["seq"]
                 if seq == SENTINEL:
                     return seqs
@@ -206,12 +211,19 @@ class Run:
         self.task = asyncio.create_task(self.job.run())
         await self.until(self.source.subscribed.wait(), "the source subscribed")
 
-    async def until(self, aw: Awaitable[Any], what: str) -> Any:
-        """``aw``'s result; fails if the job ended first or it took over TIMEOUT."""
+    async def until(self, aw: Awaitable[Any], what: str, progress: Callable[[], int] | None = None) -> Any:
+        """``aw``'s result; fails if the job ended first or it took over TIMEOUT, or, with
+        ``progress``, once ``progress()`` stood still for TIMEOUT (a long run on a loaded
+        machine goes on while it moves; a stall fails as before)."""
         assert self.task is not None
         waiter = asyncio.ensure_future(aw)
-        done, _ = await asyncio.wait({waiter, self.task}, timeout=TIMEOUT,
-                                     return_when=asyncio.FIRST_COMPLETED)
+        mark = progress() if progress is not None else None
+        while True:
+            done, _ = await asyncio.wait({waiter, self.task}, timeout=TIMEOUT,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if done or progress is None or progress() == mark:
+                break
+            mark = progress()
         if waiter in done:
             return waiter.result()
         waiter.cancel()
@@ -220,12 +232,13 @@ class Run:
             raise AssertionError(f"the job ended before {what}")
         seqs = self.out.seqs
         missing = sorted(set(range(max(seqs, default=0))) - set(seqs))
-        raise AssertionError(f"not {what} within {TIMEOUT} s: {len(seqs)} rows ({missing[:10]} "
-                             f"missing), {self.out.resets} resets")
+        raise AssertionError(f"not {what} within {TIMEOUT} s{' of no progress' if progress else ''}: "
+                             f"{len(seqs)} rows ({missing[:10]} missing), {self.out.resets} resets")
 
     async def reached(self, rows: int, resets: int = 0) -> None:
         """Waits for ``rows`` rows after ``resets`` resets; they must be 0..rows-1, in order."""
-        await self.until(self.out.reached(rows, resets), f"{rows} rows after {resets} resets")
+        await self.until(self.out.reached(rows, resets), f"{rows} rows after {resets} resets",
+                         progress=lambda: self.out.changes)
         seqs = list(self.out.seqs)
         assert seqs == list(range(rows)), _describe(seqs, rows)
 

@@ -458,18 +458,36 @@ class MQTTClient:
         return bool(rc == paho.MQTT_ERR_SUCCESS)
 
     async def publish(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> None:
-        """Publish, waiting out a disconnect (the message is sent again after the reconnect)."""
+        """Publish, waiting out a disconnect (the message is sent again after the reconnect).
+
+        Raises `MQTTPublishError` once the connection task has ended (the client was closed, or
+        that task cancelled, as ``asyncio.run`` does to the tasks left at its end): no reconnect
+        can come, and retrying would go on for ever."""
         while True:
             await self.wait_connected()
-            assert self._client is not None
+            task, client = self._task, self._client
+            if task is None or task.done() or client is None:
+                raise MQTTPublishError(f"MQTT client {self.name!r}: its connection to "
+                                       f"{self.config.host}:{self.config.port} ended (closed or "
+                                       f"cancelled): the message for {topic!r} was not sent")
+            # In a task of its own, waited for with asyncio.wait: aiomqtt waits for the PUBACK
+            # with asyncio.wait_for, which on Python 3.11 drops a cancellation that comes with
+            # the PUBACK, and the cancelled caller would go on publishing.
+            sent = asyncio.ensure_future(client.publish(topic, payload, qos=qos, retain=retain))
             try:
-                await self._client.publish(topic, payload, qos=qos, retain=retain)
+                await asyncio.wait({sent})
+            finally:
+                if not sent.done():
+                    sent.cancel()
+            exc = sent.exception()
+            if exc is None:
                 return
-            except aiomqtt.MqttError as exc:
-                self.last_error = str(exc)
-                self._check()
-                if self._up.is_set():
-                    await asyncio.sleep(self.config.backoff[0])
+            if not isinstance(exc, aiomqtt.MqttError):
+                raise exc
+            self.last_error = str(exc)
+            self._check()
+            if self._up.is_set() and not task.done():
+                await asyncio.sleep(self.config.backoff[0])
 
     async def publish_once(self, topic: str, payload: bytes, qos: int, timeout: float) -> None:
         """Publish with one attempt bounded by ``timeout`` s (waiting for a connection included);

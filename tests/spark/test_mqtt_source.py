@@ -270,6 +270,32 @@ def _drain(query: Any, deliveries: list[Delivery], expected: int,
             raise AssertionError(f"{len(rows)} of {expected} rows after {timeout:g} s")
 
 
+# Spark gives the Python worker that hosts a query's stream reader a fixed 10 s to connect back
+# (PythonWorkerFactory.createSimpleWorker; no setting changes it). The worker imports pyarrow
+# and numpy first, ~0.5 s of CPU: on a loaded 2-core machine that took over 10 s, and the query
+# failed while initializing, before the reader was even made (seen in a stress run).
+_WORKER_LAUNCH_FAILED = "Python worker failed to connect back"
+
+
+def _started(start: Callable[[], Any], attempts: int = 5) -> Any:
+    """``start()``'s query once it ran a first trigger (the reader connected and subscribed).
+
+    A query that failed because Spark could not launch the reader's worker in time is started
+    again from the same checkpoint (nothing of it ran: no offsets, no reader, no batch); any
+    other failure, or that one ``attempts`` times, is the test's failure."""
+    for attempt in range(1, attempts + 1):
+        query = start()
+        try:
+            query.processAllAvailable()
+        except StreamingQueryException as exc:
+            query.stop()
+            if _WORKER_LAUNCH_FAILED not in str(exc) or attempt == attempts:
+                raise
+            continue
+        return query
+    raise AssertionError("unreachable")
+
+
 def _check_order(rows: list[tuple[Any, ...]], published: list[Message]) -> None:
     """Every message exactly once, each topic's messages in publication order."""
     assert [r[0] for r in rows] == list(range(len(published)))
@@ -285,9 +311,8 @@ def test_end_to_end(spark: Any, broker: int, tmp_path: Path) -> None:
     assert df.schema.simpleString() == ("struct<seq:bigint,topic:string,payload:binary,recv_ms:bigint,"
                                         "qos:int,retain:boolean>")
     deliveries: list[Delivery] = []
-    query = df.writeStream.foreachBatch(_collector(deliveries)).start()
-    try:
-        query.processAllAvailable()  # the reader has run initialOffset: connected and subscribed
+    query = _started(df.writeStream.foreachBatch(_collector(deliveries)).start)
+    try:  # the reader has run initialOffset: connected and subscribed
         published = [(f"e2e/{i % 3}", json.dumps({"i": i}).encode()) if i % 50
                      else ("e2e-bin", bytes([0xFF, 0, i % 256])) for i in range(500)]
         _publish(broker, published)
@@ -319,9 +344,8 @@ def test_restart_replays_from_spool_and_loses_nothing(spark: Any, broker: int, t
             raise RuntimeError("injected sink failure")
 
     published = [(f"rs/{i % 2}", f"first-{i}".encode()) for i in range(300)]
-    query = start(failing_sink)
+    query = _started(lambda: start(failing_sink))
     try:
-        query.processAllAvailable()
         _publish(broker, published)
         _drain(query, deliveries, 300)
         armed.set()
@@ -338,7 +362,7 @@ def test_restart_replays_from_spool_and_loses_nothing(spark: Any, broker: int, t
     published += down
     _publish(broker, down)  # the query is down: the broker queues these for its session
 
-    query = start(collect)
+    query = _started(lambda: start(collect))
     try:
         rows = _drain(query, deliveries, len(published))
     finally:
