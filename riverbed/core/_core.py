@@ -645,12 +645,16 @@ class OperatorCore:
         pm = self.metrics.inputs[port]
         pm.window_puncts_processed += batch.window_marks
         controls = batch.controls
+        window = Punct.WINDOW
         if controls is None:
-            tuples = [x for x in batch if x is not Punct.WINDOW and type(x) is not Watermark]
+            tuples = [x for x in batch if x is not window and type(x) is not Watermark]
             watermarks = [x for x in batch if type(x) is Watermark]
+        elif len(controls) == batch.window_marks:  # marks only (Aggregate's after each result)
+            tuples = [x for x in batch if x is not window]
+            watermarks = []
         elif len(controls) * 4 >= len(batch):  # marks between most tuples: one filtering pass
-            tuples = [x for x in batch if x is not Punct.WINDOW and type(x) is not Watermark]
-            watermarks = [batch[i] for i in controls if batch[i] is not Punct.WINDOW]
+            tuples = [x for x in batch if x is not window and type(x) is not Watermark]
+            watermarks = [batch[i] for i in controls if batch[i] is not window]
         else:
             tuples, start = [], 0
             for i in controls:
