@@ -445,6 +445,21 @@ def test_insert_batch_equals_one_by_one_insertion(d: int, p: int, a: int, partit
     assert many.snapshot() == one.snapshot()
 
 
+@pytest.mark.parametrize("bad, why", [
+    ({"id": "c", "ts": 3}, r"cannot compute the partition key \(k\)"),
+    ({"id": "c", "k": 1}, r"no event-time attribute 'ts'"),
+    ({"id": "c", "ts": 3.5, "k": 1}, r"event time 3.5 is a float"),
+])
+def test_insert_batch_reading_attributes_inline_says_what_a_tuple_lacks(bad: dict[str, Any],
+                                                                        why: str) -> None:
+    """A window keyed and timed by attribute names reads them inline (a subscript, not the
+    itemgetter's call): a tuple lacking one, or with a bad time, fails as `insert` says."""
+    w, _ = _window("timeInterval, intervalDuration(10), partitioned", "k")
+    with pytest.raises(WindowTupleError, match="tuple 1 of the batch: .*" + why):
+        w.insert_batch([{"id": "a", "ts": 1, "k": 1}, bad, {"id": "d", "ts": 4, "k": 1}])
+    assert [t["id"] for t in w.contents(0, 1)] == ["a"]
+
+
 def test_insert_batch_stops_at_a_bad_tuple_after_storing_the_ones_before() -> None:
     w, _ = _window("timeInterval, intervalDuration(10), partitioned", "k")
     with pytest.raises(WindowTupleError, match=r"tuple 2 of the batch: partition key \{\} .* not hashable"):

@@ -27,6 +27,7 @@ restricted to some types is called directly, not through a filter.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
@@ -88,7 +89,7 @@ class Partitioner(Generic[T]):
     raises the typed error.
     """
 
-    __slots__ = ("clause", "getter", "key_of", "name", "partitioned")
+    __slots__ = ("attribute", "clause", "getter", "key_of", "name", "partitioned")
 
     def __init__(self, clause: str, partitioned: bool, getter: Callable[[str], Callable[[T], Any]]) -> None:
         self.clause = clause
@@ -96,6 +97,9 @@ class Partitioner(Generic[T]):
         self.getter = getter
         self.key_of: Callable[[T], Hashable] | None = None
         self.name: str | None = None
+        # The key's attribute when ``key_of`` is the default `operator.itemgetter` of it: an
+        # inline insert path may read ``tup[attribute]`` itself, which is the same read.
+        self.attribute: str | None = None
 
     def set(self, partition_by: str | Callable[[T], Hashable], *, has_partitions: bool) -> None:
         """Use ``partition_by`` from now on; ``has_partitions`` says whether the window holds any."""
@@ -114,6 +118,8 @@ class Partitioner(Generic[T]):
                 f"window '{self.clause}' already has partitions, keyed by its partitioner; a new "
                 "partitioner can only be set before the first tuple (or after a reset)")
         self.key_of, self.name = key_of, name
+        self.attribute = (partition_by if isinstance(partition_by, str)
+                          and self.getter is operator.itemgetter else None)
 
     def key(self, t: T) -> Hashable:
         """The partition key of ``t``; typed errors for a missing partitioner or a bad key."""

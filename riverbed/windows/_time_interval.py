@@ -241,15 +241,23 @@ class TimeIntervalWindow(Generic[T]):
             return self._insert_each(tuples, event_times)
         # `insert` inlined: the same steps, with the per-call overhead paid once per batch.
         # Any tuple that is not plainly valid goes through `insert`, which says what is wrong.
-        return self._insert_inline(tuples, read, key_of if partitioned else None)
+        names = None
+        if config.getter is operator.itemgetter and config.event_time_name is not None:
+            attribute = self._partitioner.attribute
+            if not partitioned or attribute is not None:
+                names = (config.event_time_name, attribute)
+        return self._insert_inline(tuples, read, key_of if partitioned else None, names)
 
     def _insert_inline(self, tuples: Sequence[T], read: Callable[[T], Any],
-                       key_of: Callable[[T], Hashable] | None) -> int:
+                       key_of: Callable[[T], Hashable] | None,
+                       names: tuple[str, str | None] | None = None) -> int:
         """`insert_batch`'s loop. A tuple goes into every pane starting after ``t - duration``,
         made in the order `insert` makes them. When the duration is a whole number of periods
         (tumbling, and the usual sliding panes) those are the same panes for every time in a
         period, so a run of tuples in one period (event time mostly moves forward) reuses them
-        without a lookup."""
+        without a lookup. ``names``: the event time's and the key's attributes (None: no key),
+        when ``read`` and ``key_of`` are the default itemgetters of them: a subscript is the
+        same read without a call."""
         state = self._state
         panes = state.panes
         period, duration, offset, drop = (self._config.period, self._config.duration,
@@ -261,21 +269,26 @@ class TimeIntervalWindow(Generic[T]):
         only: dict[Any, list[T]] | None = None  # the one target, a pane never triggered
         key: Any = None
         highest = EVENT_TIME_MAX
+        lowest = drop if drop > 0 else 0  # below it: late (dropped) or invalid, `insert` says
+        named = names is not None
+        time_name, key_name = names if names is not None else ("", None)
         for i, tup in enumerate(tuples):
             try:
-                t = read(tup)
-                if key_of is not None:
-                    key = key_of(tup)
-                    if type(key) is not str and type(key) is not int:
-                        hash(key)
+                if named:
+                    t = tup[time_name]  # type: ignore[index]
+                    if key_name is not None:
+                        key = tup[key_name]  # type: ignore[index]
+                else:
+                    t = read(tup)
+                    if key_of is not None:
+                        key = key_of(tup)
+                if type(key) is not int and type(key) is not str and key is not None:
+                    hash(key)
             except Exception:  # `insert` below reads it again and raises the typed error
                 t = None
-            if type(t) is not int or t < 0 or t > highest:
-                stored += self._insert_one(tup, None, i)
+            if type(t) is not int or t < lowest or t > highest:
+                stored += self._insert_one(tup, None, i)  # counts a late tuple as dropped
                 cached = -1  # `insert` may have made or closed panes
-                continue
-            if t < drop:
-                state.dropped += 1
                 continue
             start = t - (t - offset) % period
             if start != cached:
