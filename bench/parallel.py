@@ -17,8 +17,7 @@ and once with no region (everything in the job's process):
   context.channel``), in the worker, while the clock runs (that cost is counted: with numpy,
   which the spark extra installs, a vectorised look-up of the sensor column, a few ns a row not
   kept, as a reader of its own partitions would pay; without it, a scan in Python, ~0.25 us a
-  row in every replica, which width 1 does not pay and which alone costs width 2 ~0.15x of its
-  ratio to width 1); its tuples
+  row in every replica, which width 1 does not pay); its tuples
   go straight into the channel's Aggregate (no split, no pickling); the job's process only
   merges the results.
 
