@@ -58,3 +58,39 @@ def test_a_foreign_key_after_batches_of_known_keys_still_stops_the_job() -> None
         run_graph(g, batch_size=50)
     text = str(info.value)
     assert "'src'" in text and "ReplicaKeyError" in text and "belongs to channel" in text
+
+
+def _marked(items: list[Any], known: bool = True) -> Any:
+    from riverbed.core import MarkedBatch
+    from riverbed.graph import Punct, Watermark
+
+    controls = [i for i, x in enumerate(items) if x is Punct.WINDOW or type(x) is Watermark]
+    return MarkedBatch(items, len(items) - len(controls), None, controls if known else None)
+
+
+@pytest.mark.parametrize(("dense", "known"), [(True, True), (False, True), (True, False)])
+def test_a_marked_batch_handed_over_whole_packs_as_its_plain_entries_do(dense: bool,
+                                                                        known: bool) -> None:
+    """A worker's exits may hold an operator's marked batch whole (no entry per result and
+    mark): it packs to the very ``(tuples, marks)`` items its plain entries pack to, next to
+    the entries around it, with watermarks as ints."""
+    from riverbed.core import split_marked
+    from riverbed.graph import Punct, Watermark
+    from riverbed.runtime._parallel_split import pack_exits
+
+    w = Punct.WINDOW
+    if dense:  # an Aggregate's: a mark after every result
+        items = [{"r": 0}, w, {"r": 1}, w, Watermark(5), {"r": 2}, w, Watermark(9)]
+    else:
+        items = [{"r": i} for i in range(12)] + [w] + [{"r": 12}, Watermark(7), {"r": 13}]
+    first = _marked(items, known)
+    second = _marked([{"r": 99}, w])
+    whole = [("agg", 0, [{"r": -1}]), ("agg", 0, first), ("agg", 0, second),
+             ("agg", 1, _marked([w, {"x": 1}])), ("agg", 0, Punct.FINAL)]
+    plain = [("agg", 0, [{"r": -1}])] + [("agg", 0, p) for p in split_marked(first)] \
+        + [("agg", 0, p) for p in split_marked(second)] \
+        + [("agg", 1, p) for p in split_marked(_marked([w, {"x": 1}]))] + [("agg", 0, Punct.FINAL)]
+    assert pack_exits(whole) == pack_exits(plain)
+    tuples, marks = pack_exits(whole)[0][2]
+    assert all(type(m) is int or m is w for _, m in marks)
+    assert len(tuples) == 1 + first.tuples + 1
