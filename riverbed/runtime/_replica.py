@@ -111,9 +111,15 @@ class Replicas:
     def check(self, name: str, chunk: list[Any]) -> None:
         """Every tuple of ``chunk`` has a key of this channel, or `ReplicaKeyError`. A key is
         hashed to its channel once (`channel_of`); a batch whose keys were all seen costs one
-        set of its keys (~50-100 ns a tuple)."""
+        membership test a tuple (``issuperset`` over the keys, no set built: ~50 ns a tuple,
+        two thirds of building the batch's key set)."""
         mine = self._mine
         tuples = chunk
+        try:  # the steady state: every key seen before (no set of the batch's keys is built)
+            if mine.issuperset(map(self._key, chunk)):
+                return
+        except Exception:
+            pass  # a window mark among them, or a key missing or unhashable: see below
         try:
             keys: set[Hashable] | None = set(map(self._key, tuples))
         except Exception:  # a window mark among them, or a key missing or unhashable
