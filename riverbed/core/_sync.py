@@ -102,7 +102,13 @@ class SyncGraph:
     in the order sent. ``state`` and the ``state`` argument carry everything
     (operators, windows, watermarks, ended connections, the clock) as plain
     data, so a host can store it between micro-batches.
+
+    An exit is a plain entry (a list of tuples, a mark, a watermark) unless the host sets
+    ``split_marked_exits`` False: then a `MarkedBatch` leaves whole, for a host that packs it
+    for another process anyway (a parallel region's worker) and would only join the parts.
     """
+
+    split_marked_exits = True
 
     def __init__(self, graph: FrozenGraph, members: Sequence[str], *, now: int = 0,
                  state: Mapping[str, Any] | None = None, name: str | None = None,
@@ -316,9 +322,10 @@ class SyncGraph:
             targets = self._inside.get((name, port), ())
             leaf = (name, port) in self._leaves
             guard = self._guard
+            split = guard is not None or (leaf and self.split_marked_exits)
             for entry in pending:
                 out.count_delivered(entry)
-                if type(entry) is MarkedBatch and (leaf or guard is not None):
+                if type(entry) is MarkedBatch and split:
                     # Hosts outside (Spark rows, guards) see plain entries, as the runtime's
                     # marks were before they travelled inside batches.
                     for part in split_marked(entry):

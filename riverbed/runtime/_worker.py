@@ -60,6 +60,8 @@ class _ChannelGraph(SyncGraph):
     barrier, and the final state of an operator that ended, are kept for the job (which
     reports them to its region once every channel sent them)."""
 
+    split_marked_exits = False  # `pack_exits` takes a marked batch whole
+
     def __init__(self, graph: FrozenGraph, members: tuple[str, ...], *, now: int, name: str) -> None:
         # Set before the cores exist: activation may already end an operator.
         self.reports: list[tuple[int, str, Any]] = []
