@@ -635,7 +635,9 @@ class ParallelHost:
             if proc is None:
                 continue
             if proc.is_alive():
-                proc.join(0.2)  # it saw EOF: give it a moment to exit on its own
+                # It saw EOF and exits on its own: a finished one is given time to (a loaded
+                # machine can take seconds), one that did not finish only a moment.
+                proc.join(5.0 if ch.finished else 0.2)
             if proc.is_alive():
                 proc.kill()
             proc.join(2.0)
