@@ -661,7 +661,7 @@ class OperatorCore:
                 tuples += batch[start:i]
                 start = i + 1
             tuples += batch[start:]
-            watermarks = [batch[i] for i in controls if batch[i] is not Punct.WINDOW]
+            watermarks = [batch[i] for i in controls if batch[i] is not window]
         if tuples:
             pm.tuples_processed += len(tuples)
             self._run_tuples(port, tuples)

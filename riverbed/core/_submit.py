@@ -3,8 +3,9 @@
 A submit is built once per core, the cheapest that does what the core's ports need: an
 append to the port's buffer, or with event time (SPL ``outputEventTime``) an append whose
 watermark follows each tuple (E29). The schema is not checked here but per batch, when an
-`OutputPort` is sealed. A synchronous source's items (`emit_items`) run the same steps
-inline, one loop for the batch: a call a tuple is a tenth of a source's cost.
+`OutputPort` is sealed. A synchronous source's items (`emit_items`) are taken a batch at a
+time: plain tuples in one ``extend``, event-time dicts with their watermarks found in C loops;
+only a batch holding marks or odd tuples goes through the submit a tuple at a time.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]])
             slow(tup, port)  # raises the error that says what is wrong
             return
         append(tup)
-        candidate = t - lag  # E29: the watermark follows the tuple (`emit_items` inlines this)
+        candidate = t - lag  # E29: the watermark follows the tuple
         watermark = core._watermark
         if watermark is None or candidate > watermark:
             core._watermark = metrics.watermark = candidate
@@ -101,9 +102,9 @@ def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]])
 def emit_items(core: OperatorCore, items: list[Any]) -> bool:
     """`OperatorCore.emit_items`. One pass over the types finds the marks (12 ns a tuple;
     ``Punct.FINAL in items`` compares each dict to the mark, 20 ns): a batch of plain tuples
-    without event time is one ``extend``; else without event time a tuple is only appended,
-    and with it the steps of `_event_time_submit`'s fast case run inline and the others go
-    through the submit, which says what is wrong."""
+    without event time is one ``extend``, and a batch of dicts with integer event times finds
+    its watermarks in C loops (`_emit_timed`); otherwise without event time a tuple is only
+    appended, and with it each goes through the event-time submit, which says what is wrong."""
     ended = False
     types = set(map(type, items))
     if Punct in types:
@@ -124,30 +125,15 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
             else:
                 append(item)
         return ended
-    submit, attr, lag, gap = core.submit, core._et_attribute, core._lag_ticks, core._gap_ticks
-    metrics = core.metrics
+    submit = core.submit  # E29 a tuple at a time; it says what is wrong with a bad one
     for item in items:
         if item is window:
             mark(window)
             continue
         try:
-            t = item[attr]
-        except (KeyError, TypeError, IndexError):
-            t = None
-        if type(t) is not int:
-            try:
-                submit(item)
-            except SchemaViolation as exc:
-                core.fail_or_route(exc, 0, item)
-            continue
-        append(item)
-        candidate = t - lag
-        watermark = core._watermark
-        if watermark is None or candidate > watermark:
-            core._watermark = metrics.watermark = candidate
-            last = core._last_sent
-            if last is None or candidate >= last + gap:
-                core._send_watermark(candidate)
+            submit(item)
+        except SchemaViolation as exc:
+            core.fail_or_route(exc, 0, item)
     return ended
 
 
