@@ -209,19 +209,16 @@ def transport_costs(readings: Sequence[Reading], batch: int = 1000, rounds: int 
     ]
     try:
         for name, dumps, loads in codecs:
-            best = float("inf")
-            for _ in range(3):
-                t = time.perf_counter_ns()
-                for _ in range(rounds):
-                    data = frame(dumps(chunk))
-                    a.sendall(data)
-                    got = bytearray()
-                    while len(got) < len(data):
-                        got += b.recv(len(data) - len(got))
-                    decoded = loads(bytes(got[4:]))
-                best = min(best, (time.perf_counter_ns() - t) / (rounds * batch))
-            assert decoded == chunk
-            out[name] = best
+            def trip(dumps: Callable[[Any], bytes] = dumps,
+                     loads: Callable[[bytes], Any] = loads) -> Any:
+                data = frame(dumps(chunk))
+                a.sendall(data)
+                got = bytearray()
+                while len(got) < len(data):
+                    got += b.recv(len(data) - len(got))
+                return loads(bytes(got[4:]))
+
+            out[name] = _best_ns(trip, chunk, rounds)
     finally:
         a.close()
         b.close()
@@ -254,46 +251,54 @@ def _pipe_and_shared_memory(chunk: list[Any], rounds: int) -> dict[str, float]:
 
     out: dict[str, float] = {}
     r, w = os.pipe()
+
+    def through_pipe() -> Any:
+        data = frame(pickle.dumps(chunk, protocol=5))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(w, view):]
+        got = bytearray()
+        while len(got) < len(data):
+            got += os.read(r, len(data) - len(got))
+        return pickle.loads(bytes(got[4:]))
+
     try:
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter_ns()
-            for _ in range(rounds):
-                data = frame(pickle.dumps(chunk, protocol=5))
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(w, view):]
-                got = bytearray()
-                while len(got) < len(data):
-                    got += os.read(r, len(data) - len(got))
-                decoded = pickle.loads(bytes(got[4:]))
-            best = min(best, (time.perf_counter_ns() - t) / (rounds * len(chunk)))
-        assert decoded == chunk
-        out["pickle over a pipe"] = best
+        out["pickle over a pipe"] = _best_ns(through_pipe, chunk, rounds)
     finally:
         os.close(r)
         os.close(w)
     shm = shared_memory.SharedMemory(create=True, size=1 << 20)
     a, b = socket.socketpair()
+
+    def through_shared_memory() -> Any:
+        data = pickle.dumps(chunk, protocol=5)
+        shm.buf[:len(data)] = data
+        a.sendall(len(data).to_bytes(4, "big"))
+        n = int.from_bytes(b.recv(4), "big")
+        return pickle.loads(shm.buf[:n])
+
     try:
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter_ns()
-            for _ in range(rounds):
-                data = pickle.dumps(chunk, protocol=5)
-                shm.buf[:len(data)] = data
-                a.sendall(len(data).to_bytes(4, "big"))
-                n = int.from_bytes(b.recv(4), "big")
-                decoded = pickle.loads(shm.buf[:n])
-            best = min(best, (time.perf_counter_ns() - t) / (rounds * len(chunk)))
-        assert decoded == chunk
-        out["pickle via shared memory"] = best
+        out["pickle via shared memory"] = _best_ns(through_shared_memory, chunk, rounds)
     finally:
         a.close()
         b.close()
         shm.close()
         shm.unlink()
     return out
+
+
+def _best_ns(trip: Callable[[], Any], chunk: list[Any], rounds: int) -> float:
+    """ns per tuple of ``trip`` (one batch sent and decoded), best of 3 runs of ``rounds``;
+    the batch must come back equal."""
+    best = float("inf")
+    decoded = None
+    for _ in range(3):
+        t = time.perf_counter_ns()
+        for _ in range(rounds):
+            decoded = trip()
+        best = min(best, (time.perf_counter_ns() - t) / (rounds * len(chunk)))
+    assert decoded == chunk
+    return best
 
 
 def loop_cost(workload: str, readings: Sequence[Reading]) -> float:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spark_cpu import cpu_seconds
+from spark_cpu import cpu_ratio_line, cpu_seconds, spread_note
 
 from riverbed.graph import Graph, Operator, Schema, Source
 from riverbed.operators import Aggregate, Average, Count, Functor, Max, Min
@@ -110,16 +110,6 @@ def bridge(spark: Any, batch: int, data: Path, per_site: int) -> tuple[float, li
     took = time.perf_counter() - start
     assert len(d.plan.stages) == 2, d.plan.explain()
     return took, d.stage.operator("sink").rows, f"{_batches(d.query)}; {spread_note(d)}"
-
-
-def spread_note(d: Any) -> str:
-    """Each keyed stage's tasks: how many, over how many partitions and Python workers, and the
-    share of the stage's busy time with two of its tasks running at once."""
-    parts = []
-    for n, s in d.stage_spread().items():
-        parts.append(f"stage {n}: {s['tasks']} tasks, {s['groups']} groups, {s['partitions']} partitions, "
-                     f"{s['workers']} workers, 2 running {s['overlap']:.0%} of its busy time")
-    return "; ".join(parts) or "no keyed stage"
 
 
 def spark_own(spark: Any, data: Path, sentinel_site: int) -> tuple[float, list[Result], str]:
@@ -253,11 +243,9 @@ def main() -> None:
               f"{readings / statistics.median(runs):10,.0f} readings/s")
     ratio = statistics.median(times["spark"]) / statistics.median(times["bridge"])
     print(f"results equal on every run: {not failed}")
-    if cpu["spark"] and cpu["bridge"]:
-        per_cpu = statistics.median(cpu["spark"]) / statistics.median(cpu["bridge"])
-        print(f"CPU seconds, medians: spark {statistics.median(cpu['spark']):.1f}, bridge "
-              f"{statistics.median(cpu['bridge']):.1f}: readings per CPU second, bridge / spark "
-              f"{per_cpu:.2f}x")
+    line = cpu_ratio_line(cpu)
+    if line is not None:
+        print(line)
     print(f"bridge / spark throughput (medians of {args.repeat}): {ratio:.2f}x")
     if failed:
         sys.exit(1)

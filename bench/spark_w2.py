@@ -50,7 +50,7 @@ sys.path.insert(0, str(HERE))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
 
 from riverbed_flows import CLAUSES, PaneAvg  # noqa: E402
-from spark_cpu import cpu_seconds  # noqa: E402
+from spark_cpu import cpu_ratio_line, cpu_seconds, spread_note  # noqa: E402
 from workloads import (  # noqa: E402
     PANE_MS,
     SEED,
@@ -108,16 +108,6 @@ def bridge(spark: Any, batch: int, data: Path, workload: str = "W2") -> tuple[fl
     d.await_termination()
     took = time.perf_counter() - start
     return took, d.stage.operator("sink").digest.summary(), f"{_batches(d.query)}; {spread_note(d)}"
-
-
-def spread_note(d: Any) -> str:
-    """Each keyed stage's tasks: how many, over how many partitions and Python workers, and the
-    share of the stage's busy time with two of its tasks running at once."""
-    parts = []
-    for n, s in d.stage_spread().items():
-        parts.append(f"stage {n}: {s['tasks']} tasks, {s['groups']} groups, {s['partitions']} partitions, "
-                     f"{s['workers']} workers, 2 running {s['overlap']:.0%} of its busy time")
-    return "; ".join(parts) or "no keyed stage"
 
 
 def _batches(query: Any) -> str:
@@ -235,11 +225,9 @@ def main() -> None:
     if times["spark"] and times["bridge"]:
         ratio = statistics.median(times["spark"]) / statistics.median(times["bridge"])
         print(f"{args.workload} bridge / spark throughput (medians of {args.repeat}): {ratio:.2f}x")
-    if cpu["spark"] and cpu["bridge"]:
-        per_cpu = statistics.median(cpu["spark"]) / statistics.median(cpu["bridge"])
-        print(f"{args.workload} CPU seconds, medians: spark {statistics.median(cpu['spark']):.1f}, bridge "
-              f"{statistics.median(cpu['bridge']):.1f}: readings per CPU second, bridge / spark "
-              f"{per_cpu:.2f}x")
+    line = cpu_ratio_line(cpu)
+    if line is not None:
+        print(f"{args.workload} {line}")
 
 
 if __name__ == "__main__":
