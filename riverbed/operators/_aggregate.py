@@ -36,6 +36,7 @@ import functools
 import operator
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from ..graph import Operator, Punct, Schema
@@ -55,6 +56,9 @@ from ..windows import (
     WindowType,
     decode_partition_key,
     encode_partition_key,
+)
+from ..windows import (
+    Time as TimePolicy,
 )
 from ._aggregate_functions import Accumulator, AggregateFunction, Average, Last, Scope, Sum
 from ._aggregate_math import SumAccumulator, freeze
@@ -93,7 +97,7 @@ _WINDOWS_ALLOWED = (
 class _Group:
     """One group's tuples, oldest first, and (sliding, incremental) its accumulators."""
 
-    __slots__ = ("accs", "adds", "removes", "replaces", "seqs", "tuples")
+    __slots__ = ("accs", "adds", "adds_many", "removes", "removes_many", "replaces", "seqs", "tuples")
 
     def __init__(self, tuples: Any, accs: list[Accumulator] | None) -> None:
         self.tuples = tuples
@@ -103,6 +107,10 @@ class _Group:
         self.removes = [acc.remove for acc in accs] if accs else []
         # remove(old) then add(new), one call where the accumulator has it.
         self.replaces = [getattr(acc, "replace", None) or _replacer(acc) for acc in accs] if accs else []
+        # The same for many tuples at once, where the accumulator has it (a trigger's catch-up).
+        self.adds_many = [getattr(acc, "add_many", None) or _each(acc.add) for acc in accs] if accs else []
+        self.removes_many = ([getattr(acc, "remove_many", None) or _each(acc.remove) for acc in accs]
+                             if accs else [])
         self.seqs: deque[int] = deque()  # arrival numbers, parallel to tuples (grouped state only)
 
 
@@ -115,10 +123,17 @@ def _replacer(acc: Accumulator) -> Callable[[Any, Any], None]:
     return replace
 
 
+def _each(step: Callable[[Any], None]) -> Callable[[Sequence[Any]], None]:
+    def each(tuples: Sequence[Any]) -> None:
+        for t in tuples:
+            step(t)
+    return each
+
+
 class _Partition:
     """Incremental state of one sliding-window partition: its tuples in window order, by group."""
 
-    __slots__ = ("gkeys", "groups", "key_of", "make_accs", "order", "seq", "single")
+    __slots__ = ("evicted", "gkeys", "groups", "key_of", "make_accs", "order", "seq", "single")
 
     def __init__(self, key_of: Callable[[Any], Hashable] | None,
                  make_accs: Callable[[], list[Accumulator]]) -> None:
@@ -133,6 +148,7 @@ class _Partition:
             self.single = None
             self.order = deque()
         self.gkeys: deque[Hashable] = deque()  # group key of each tuple in `order`
+        self.evicted = -1  # the window's `time_evicted` count this state mirrors (-1: none)
 
     def insert(self, t: Any) -> None:
         single = self.single
@@ -175,6 +191,42 @@ class _Partition:
             if not group.tuples:
                 del self.groups[k]
         return True
+
+    def catch_up(self, out: int, new: Sequence[Any]) -> None:
+        """The ``out`` oldest tuples left, ``new`` arrived: all at once where one group."""
+        order = self.order
+        single = self.single
+        if single is None:
+            self.evict(list(islice(order, out)))
+            for t in new:
+                self.insert(t)
+            return
+        k = len(new)
+        if out == 1 and k == 1:  # a trigger per arrival: one in, one out
+            old = order.popleft()
+            t = new[0]
+            order.append(t)
+            for replace in single.replaces:
+                replace(old, t)
+            return
+        if out == 1:
+            old = order.popleft()
+            for remove in single.removes:
+                remove(old)
+        elif out:
+            popleft = order.popleft
+            gone = [popleft() for _ in range(out)]
+            for remove_many in single.removes_many:
+                remove_many(gone)
+        if k == 1:
+            t = new[0]
+            order.append(t)
+            for add in single.adds:
+                add(t)
+        elif k:
+            order.extend(new)
+            for add_many in single.adds_many:
+                add_many(new)
 
     def matches(self, tuples: Sequence[Any]) -> bool:
         """A cheap check that this state mirrors the window's contents ``tuples``."""
@@ -432,6 +484,14 @@ class Aggregate(Operator):
                 self._every = spec.trigger.size
                 handlers = {TRIGGER: self._trigger_counted, INITIAL_FULL: self._initial_full,
                             PARTITION_EVICTION: self._partition_evicted}
+            elif (self._incremental and not self._needs_scope and isinstance(spec.trigger, TimePolicy)
+                  and isinstance(spec.eviction, TimePolicy)):
+                # Time eviction, a time trigger: no INSERTION or EVICTION events either; each
+                # trigger catches up with the window's time-evicted count (`_trigger_caught_up`),
+                # and the window, with no EVICTION listener, evicts lazily.
+                self._counts_total = False
+                handlers = {TRIGGER: self._trigger_caught_up, INITIAL_FULL: self._initial_full,
+                            PARTITION_EVICTION: self._partition_evicted}
             elif self._incremental and self._key_of is None:  # one group: handlers of its own
                 handlers.update({INSERTION: self._insert_single, EVICTION: self._evict_single,
                                  TRIGGER: self._trigger_single})
@@ -650,6 +710,54 @@ class Aggregate(Operator):
         self.submit(self._build(single.tuples, single.accs, None, None))
         self.submit_punct(WINDOW_MARK)
 
+    def _trigger_caught_up(self, event: StreamWindowEvent[Any]) -> None:
+        """TRIGGER of a time-evicting window with a time trigger, the only event it needs.
+
+        Since the last trigger of the partition its ``out`` oldest tuples left by time
+        eviction (the difference of the window's `time_evicted` counts) and the rest of
+        the change is new tuples at the end, so the mirror drops ``out`` tuples from its
+        front and takes the window's newest ``n - m + out``. Any doubt (a first trigger, a
+        count that does not fit, ends that do not match) rebuilds it from the window."""
+        key = event.partition
+        states = self._states
+        if key not in self._full and not self.aggregate_incomplete_windows:
+            states.pop(key, None)
+            return
+        tuples = event.tuples
+        n = len(tuples)
+        if not n:
+            states.pop(key, None)
+            self.submit_punct(WINDOW_MARK)
+            return
+        evicted = self._window.time_evicted(key)
+        state = states.get(key)
+        if state is None:
+            state = self._rebuild(key, tuples)
+        else:
+            order = state.order
+            m = len(order)
+            out = evicted - state.evicted
+            k = n - m + out
+            if 0 <= out <= m and 0 <= k <= n:
+                if k == n:
+                    new: Sequence[Any] = tuples
+                elif k <= 1:
+                    new = (tuples[-1],) if k else ()
+                else:
+                    new = list(islice(reversed(tuples), k))
+                    new.reverse()
+                state.catch_up(out, new)
+            if len(order) != n or order[0] is not tuples[0] or order[-1] is not tuples[-1]:
+                self._resyncs += 1
+                state = self._rebuild(key, tuples)
+        state.evicted = evicted
+        single = state.single
+        if single is None:
+            self._emit(state.output_groups(), 0, None)
+        else:  # (`_emit` of the one group, inlined)
+            self.submit(self._build(single.tuples, single.accs, None, None))
+            self.submit_punct(WINDOW_MARK)
+
     def _initial_full(self, event: StreamWindowEvent[Any]) -> None:
         self._full.add(event.partition)
 
@@ -690,8 +798,7 @@ class Aggregate(Operator):
 
     def _rebuild(self, key: Hashable, tuples: Iterable[Any]) -> _Partition:
         state = _Partition(self._key_of, self._make_accs)
-        for t in tuples:
-            state.insert(t)
+        state.catch_up(0, tuples if isinstance(tuples, Sequence) else list(tuples))
         self._states[key] = state
         return state
 
@@ -750,7 +857,8 @@ class Aggregate(Operator):
     def snapshot(self) -> Any:
         """Which partitions have been full, and the window's tuple count, as plain data."""
         total = self._total
-        if self._handlers.get(TRIGGER) == self._trigger_counted:  # no events count the tuples
+        if self._handlers.get(TRIGGER) in (self._trigger_counted, self._trigger_caught_up):
+            # no events count the tuples
             window = self._window
             total = sum(len(window.contents(k)) for k in window.partitions())
         return {"format": _FORMAT, "full": [encode_partition_key(k) for k in self._full],

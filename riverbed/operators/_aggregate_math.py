@@ -435,11 +435,53 @@ class SumAccumulator(Numbers):
         elif not self.broken:
             self.take(v, -1)
 
+    def add_many(self, tuples: Sequence[Any]) -> None:
+        """`add` each tuple, in one step when all the values are ints or all are floats the
+        fast path holds exactly (a catch-up of a window's new tuples)."""
+        if not self._many(tuples, 1):
+            add = self.add
+            for t in tuples:
+                add(t)
+
+    def remove_many(self, tuples: Sequence[Any]) -> None:
+        """`remove` each tuple (the oldest first), in one step where `add_many` takes one."""
+        if not self._many(tuples, -1):
+            remove = self.remove
+            for t in tuples:
+                remove(t)
+
+    def _many(self, tuples: Sequence[Any], sign: int) -> bool:
+        """Add (1) or subtract (-1) all the values at once if they are all ints or all
+        floats times 2**80 whole; False (nothing done) otherwise."""
+        values = list(map(self.read, tuples))
+        kinds = set(map(type, values))
+        if len(kinds) != 1:
+            return not values
+        if int in kinds:
+            self.ints += sum(values) if sign > 0 else -sum(values)
+        elif float in kinds:
+            scaled = [v * _FAST for v in values]
+            try:
+                whole = list(map(int, scaled))
+            except (OverflowError, ValueError):  # an infinity or NaN (or beyond 2**943)
+                return False
+            if whole != scaled:  # (an int equals a float only when exactly equal)
+                return False
+            self.fast += sum(whole) if sign > 0 else -sum(whole)
+            self.floats += len(values) * sign
+        else:
+            return False
+        self.n += len(values) * sign
+        return True
+
     def replace(self, old: Any, new: Any) -> None:
         """`remove` ``old`` then `add` ``new`` (a full sliding window's step), in one call when
         both are floats the fast path holds exactly."""
         v = self.read(new)
         w = self.read(old)
+        if type(v) is int and type(w) is int:
+            self.ints += v - w
+            return
         if type(v) is float and type(w) is float:
             y = v * _FAST
             z = w * _FAST
@@ -511,6 +553,35 @@ class MinAccumulator:
             seqs.popleft()
             self.vals.popleft()
 
+    def remove_many(self, tuples: Sequence[Any]) -> None:
+        """`remove` each of the oldest ``len(tuples)`` tuples: the queue drops what they held."""
+        removed = self.removed = self.removed + len(tuples)
+        seqs = self.seqs
+        if seqs and seqs[0] <= removed:
+            vals = self.vals
+            while seqs and seqs[0] <= removed:
+                seqs.popleft()
+                vals.popleft()
+
+    def add_many(self, tuples: Sequence[Any]) -> None:
+        """`add` each tuple, the loop inlined."""
+        read, vals, seqs = self.read, self.vals, self.seqs
+        added = self.added
+        try:
+            for t in tuples:
+                v = read(t)
+                if type(v) is not int and self._unordered(v):
+                    return
+                if vals and vals[-1] > v:
+                    while vals and vals[-1] > v:
+                        vals.pop()
+                        seqs.pop()
+                added += 1
+                vals.append(v)
+                seqs.append(added)
+        finally:
+            self.added = added
+
     def result(self) -> Any:
         return self.vals[0]
 
@@ -533,3 +604,22 @@ class MaxAccumulator(MinAccumulator):
         self.added += 1
         vals.append(v)
         self.seqs.append(self.added)
+
+    def add_many(self, tuples: Sequence[Any]) -> None:
+        """`add` each tuple, the loop inlined."""
+        read, vals, seqs = self.read, self.vals, self.seqs
+        added = self.added
+        try:
+            for t in tuples:
+                v = read(t)
+                if type(v) is not int and self._unordered(v):
+                    return
+                if vals and vals[-1] < v:
+                    while vals and vals[-1] < v:
+                        vals.pop()
+                        seqs.pop()
+                added += 1
+                vals.append(v)
+                seqs.append(added)
+        finally:
+            self.added = added

@@ -70,6 +70,9 @@ class WindowEngine(Generic[T]):
     _window_tick: Timer | None
     _single: Partition | None
     _suspended: bool
+    _lazy: bool
+    _epoch: int
+    _dropped_evicted: dict[Hashable, int]
     _live: list[bool]
     _insert: Callable[[T], None]
     _insert_tuples: Callable[[Sequence[T]], None]
@@ -93,16 +96,33 @@ class WindowEngine(Generic[T]):
         self._lane = self._timers.lane
         self._live = [True]
         self.batch_failed_at = 0
+        # Lazy time eviction (see `_settle`): while nothing listens for EVICTION, a C++ sliding
+        # time window with a time trigger arms no eviction timer; what is due leaves at the next
+        # tick or observation instead, which nothing can tell apart from eviction on time.
+        self._lazy = (not config.java and config.sliding and config.ev == TIME
+                      and config.tr == TIME and config.evictor is None)
+        self._epoch = 0
+        self._dropped_evicted = {}
         self._set_state(WindowState.initial(config))
 
     def _set_state(self, state: WindowState) -> None:
         """Make ``state`` the window's, with no timer armed (the caller arms what it needs)."""
         self._timers.cancel_all()
         self._state = state
+        # A partition's `time_evicted` count starts from a base no earlier partition of its key
+        # had, so a listener's mirror of the old contents can never look current.
+        self._dropped_evicted.clear()
+        epoch = self._next_epoch()
+        for part in state.parts.values():
+            part.evicted = epoch
         self._suspended = False
         self._window_tick = None
         self._single = None if self._config.spec.partitioned else state.parts[None]
         self._install_insert()
+
+    def _next_epoch(self) -> int:
+        self._epoch += 1 << 48
+        return self._epoch
 
     # --------------------------------------------------------------- events
 
@@ -200,7 +220,8 @@ class WindowEngine(Generic[T]):
             hooks = EngineHooks(self._insert_generic, self._flush, self._arm_evict, self._evict_expired,
                                 self._delta_evict)
             compiled = compile_inserters(self, config, state, key_of=self._partitioner.key_of,
-                                         listeners=self._events, live=live, hooks=hooks)
+                                         listeners=self._events, live=live, hooks=hooks,
+                                         lazy=self._lazy)
         if compiled is None:
             self._insert, self._insert_tuples = self._insert_generic, self._insert_each
         else:
@@ -244,6 +265,11 @@ class WindowEngine(Generic[T]):
             if evictor is not None and evictor.checks_before_events:
                 evictor.check(state, self._evict_partition)
             found = state.parts.get(key)
+            if (found is not None and self._lazy and found.arrivals
+                    and found.arrivals[-1] < state.now - config.ev_ns
+                    and not rules.keeps_emptied_partitions):
+                self._settle(found)  # C++ dropped it when its last tuple left: a new partition
+                found = state.parts.get(key)
             part = found if found is not None else self._new_partition(key)
         needed = False
         if evictor is not None:
@@ -326,7 +352,7 @@ class WindowEngine(Generic[T]):
                 part.values.append(ev_val)
             elif ev == TIME:
                 part.arrivals.append(state.now)
-                if part.evict_timer is None:
+                if part.evict_timer is None and not self._lazy:
                     self._arm_evict(part)
             if self._insertion_listeners:
                 self._emit_insertion(part.key, t)
@@ -348,8 +374,16 @@ class WindowEngine(Generic[T]):
                 self._emit_trigger(part)
 
     def _emit_trigger(self, part: Partition) -> None:
-        if self._listeners:
-            self._emit(TRIGGER, part.key, part.tuples)
+        handlers = self._handlers[TRIGGER]
+        if handlers:
+            # A sliding partition's TRIGGER event is built once (as on the fast paths): its
+            # fields are the same at every trigger; a tumbling one's tuples change.
+            event = part.trigger_event
+            if event is None or event.tuples is not part.tuples:
+                event = StreamWindowEvent(self, TRIGGER, part.key, part.tuples)  # type: ignore[arg-type]
+                part.trigger_event = event
+            for handle in handlers:
+                handle(event)
 
     def _delta_trigger(self, part: Partition, value: Any) -> None:
         config, state = self._config, self._state
@@ -433,20 +467,32 @@ class WindowEngine(Generic[T]):
         if not arrivals or arrivals[0] >= limit:
             return
         tuples = part.tuples
-        listeners = self._listeners
+        listeners = self._handlers[EVICTION]
+        if not listeners:
+            n = 0
+            while arrivals and arrivals[0] < limit:
+                arrivals.popleft()
+                tuples.popleft()
+                n += 1
+            state.total -= n
+            part.evicted += n
+            if not tuples and not config.rules.keeps_emptied_partitions:
+                self._drop_emptied(part)
+            return
         evicted: list[T] = []
         batch = config.rules.batches_sliding_evictions
         while arrivals and arrivals[0] < limit:
             arrivals.popleft()
             state.total -= 1
-            if listeners and not batch:
+            part.evicted += 1
+            if not batch:
                 try:  # as in `_delta_evict`: arrivals and tuples stay paired if a listener raises
                     self._emit(EVICTION, part.key, (tuples[0],))
                 finally:
                     tuples.popleft()
             else:
                 evicted.append(tuples.popleft())
-        if evicted and listeners:
+        if evicted:
             self._emit(EVICTION, part.key, evicted)
         if not tuples and not config.rules.keeps_emptied_partitions:
             self._drop_emptied(part)
@@ -467,6 +513,8 @@ class WindowEngine(Generic[T]):
 
     def _new_partition(self, key: Hashable) -> Partition:
         part = Partition(key, self._config.sliding)
+        evicted = self._dropped_evicted.pop(key, None)  # C++: the key's count goes on
+        part.evicted = self._next_epoch() if evicted is None else evicted
         state = self._state
         state.parts[key] = part
         if self._config.java:
@@ -483,6 +531,7 @@ class WindowEngine(Generic[T]):
         part = state.parts.pop(key, None)
         state.lru.pop(key, None)
         state.memory.pop(key, None)
+        self._dropped_evicted.pop(key, None)
         if part is None:
             return
         part.cancel_timers()
@@ -501,6 +550,7 @@ class WindowEngine(Generic[T]):
         part.cancel_timers()
         if self._config.sliding:
             state.memory[key] = (part.seen_full, part.trigger_count, part.delta_ref, part.has_delta_ref)
+            self._dropped_evicted[key] = part.evicted
 
     # --------------------------------------------------------------- timers
 
@@ -543,6 +593,8 @@ class WindowEngine(Generic[T]):
         evictor = config.evictor
         if evictor is not None and evictor.checks_before_events:
             evictor.check(state, self._evict_partition)
+        if self._lazy:
+            self._settle_all()
         if self._single is not None:
             if config.sliding:
                 self._emit_trigger(self._single)
@@ -601,6 +653,7 @@ class WindowEngine(Generic[T]):
                     tuples.popleft()
                     n += 1
                 state.total -= n
+                part.evicted += n
                 if not tuples and not config.rules.keeps_emptied_partitions:
                     self._drop_emptied(part)
         if part.evict_timer is None:  # (else a listener's insertion armed one)
@@ -629,7 +682,7 @@ class WindowEngine(Generic[T]):
         config, state = self._config, self._state
         if config.ev == TIME and config.sliding:
             self._evict_expired(part)
-            if part.arrivals and part.key in state.parts:
+            if part.arrivals and part.key in state.parts and not self._lazy:
                 self._arm_evict(part)
         if not config.java:
             return
@@ -640,3 +693,47 @@ class WindowEngine(Generic[T]):
                 self._on_tick(part)  # overdue: fires at once, then every period from now (C7)
             else:
                 self._arm_tick(part, due)
+
+    # ------------------------------------------------------ lazy time eviction
+
+    def _settle(self, part: Partition) -> None:
+        """Evict what the eviction timers would have evicted by now (lazy time eviction).
+
+        A C++ window's timer fires at its front tuple's due time (T and 1 ns
+        after its arrival) and evicts every tuple then more than T old, so at
+        any time the window holds exactly the tuples at most T old: one
+        eviction at ``now`` leaves what the timers would have left. (Java's
+        1 ms re-check lag makes its timers a chain of steps that other
+        evictions interleave with, so Java windows keep their timers.)
+        Suspended time (C14) makes a window eager for good first.
+        """
+        arrivals = part.arrivals
+        if arrivals and arrivals[0] < self._state.now - self._config.ev_ns:
+            self._evict_expired(part)
+
+    def _settle_all(self) -> None:
+        """`_settle` every partition (C++ drops those it empties)."""
+        if self._lazy:
+            limit = self._state.now - self._config.ev_ns
+            evict = self._evict_expired
+            for part in list(self._state.parts.values()):
+                arrivals = part.arrivals
+                if arrivals and arrivals[0] < limit:  # (`_settle`, inlined)
+                    evict(part)
+
+    def _settle_key(self, key: Hashable) -> None:
+        if self._lazy:
+            part = self._state.parts.get(key)
+            if part is not None and part.arrivals:
+                self._settle(part)
+
+    def _make_eager(self) -> None:
+        """From now on evict on time with timers (an EVICTION listener, or C++ time suspended)."""
+        if not self._lazy:
+            return
+        self._settle_all()
+        self._lazy = False
+        for part in list(self._state.parts.values()):
+            if part.arrivals and part.evict_timer is None:
+                self._arm_evict(part)
+        self._install_insert()

@@ -98,6 +98,7 @@ class Shape:
     java_time_trigger: bool = False  # sliding time: a count trigger first evicts (Java)
     tracks_order: bool = False  # sliding delta: C++ order tracking, the engine's eviction
     periodic: bool = False  # sliding count or time: a time(T) trigger (a timer's), none on insert
+    lazy: bool = False  # sliding time: no eviction timer, evictions wait for the next tick (C++)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +191,22 @@ def _sliding_count(s: Shape) -> str:
 
 def _sliding_time(s: Shape) -> str:
     evict_first = "evict_expired(part)" if s.java_time_trigger else "pass"
+    if s.lazy:
+        # Lazy time eviction (`WindowEngine._settle`): when every tuple of the partition is due,
+        # C++ has dropped it by now, so the generic path settles it and makes a new one.
+        drop = """
+        arrivals = part.arrivals
+        if arrivals and arrivals[-1] < NOW - ev_ns:
+            @miss
+        """ if s.partitioned else ""
+        return textwrap.dedent("""
+        if not part.seen_full:  # C++ raises INITIAL_FULL before the first insertion
+            @miss
+        """) + textwrap.dedent(drop) + textwrap.dedent("""
+        part.tuples.append(t)
+        part.arrivals.append(NOW)
+        @one INSERTION t
+        """) + _count_trigger(s)
     return textwrap.dedent("""
     if not part.seen_full:  # C++ raises INITIAL_FULL before the first insertion
         @miss
@@ -431,7 +448,7 @@ _NAMES = (
     "window", "state", "single", "parts", "key_of", "live", "generic", "flush", "arm",
     "evict_expired", "delta_evict", "listeners", "inserted", "evicted_to", "full_to",
     "triggered_to", "spare_insertion", "spare_eviction", "Event", "INSERTION", "EVICTION",
-    "TRIGGER", "INITIAL_FULL", "size", "every", "attr_of", "missing", "check", "exact_int",
+    "TRIGGER", "INITIAL_FULL", "size", "every", "ev_ns", "attr_of", "missing", "check", "exact_int",
     "exact_float", "out", "bound", "MISSING", "SAFE_INT_MIN", "SAFE_INT_MAX", "length_hint",
 )
 
@@ -453,8 +470,11 @@ def _factory(shape: Shape) -> Callable[[dict[str, Any]], Inserters]:
 # ------------------------------------------------------------------- choosing
 
 
-def shape_for(config: WindowConfig) -> Shape | None:
-    """The compiled path for this configuration, or None when only the generic path fits."""
+def shape_for(config: WindowConfig, lazy: bool = False) -> Shape | None:
+    """The compiled path for this configuration, or None when only the generic path fits.
+
+    ``lazy``: the window evicts by time lazily (no eviction timer to arm).
+    """
     if config.evictor is not None:
         return None
     partitioned = config.spec.partitioned
@@ -468,7 +488,7 @@ def shape_for(config: WindowConfig) -> Shape | None:
         if config.ev == COUNT:
             return Shape("sliding_count", partitioned, periodic=True) if config.ev_n > 0 else None
         if config.ev == TIME:
-            return Shape("sliding_time", partitioned, periodic=True)
+            return Shape("sliding_time", partitioned, periodic=True, lazy=lazy)
         return None
     if config.tr != COUNT:
         return None
@@ -492,14 +512,14 @@ def _compare(out: Callable[[Any, Any, Any], bool]) -> str:
 
 def compile_inserters(window: Any, config: WindowConfig, state: WindowState, *,
                       key_of: Callable[[Any], Any] | None, listeners: ListenerRegistry,
-                      live: list[bool], hooks: EngineHooks) -> Inserters | None:
+                      live: list[bool], hooks: EngineHooks, lazy: bool = False) -> Inserters | None:
     """The compiled ``(insert, insert_tuples)`` of a window in this state, or None.
 
     ``live`` is the window's flag for this compilation: the window clears it
     when it compiles again, and the functions then hand over to its current
     ones (``window.insert``, ``window.insert_tuples``).
     """
-    shape = shape_for(config)
+    shape = shape_for(config, lazy)
     if shape is None:
         return None
     handlers = listeners.handlers
@@ -515,7 +535,7 @@ def compile_inserters(window: Any, config: WindowConfig, state: WindowState, *,
         "spare_eviction": StreamWindowEvent(window, EventType.EVICTION, None, ()),
         "Event": StreamWindowEvent, "INSERTION": EventType.INSERTION, "EVICTION": EventType.EVICTION,
         "TRIGGER": EventType.TRIGGER, "INITIAL_FULL": EventType.INITIAL_FULL,
-        "size": config.ev_n, "every": config.tr_n,
+        "size": config.ev_n, "every": config.tr_n, "ev_ns": config.ev_ns,
         "attr_of": reader.get if reader else None, "missing": reader.missing if reader else None,
         "check": reader.check if reader else None, "exact_int": reader.exact_int if reader else False,
         "exact_float": reader.exact_float if reader else False,
@@ -527,7 +547,8 @@ def compile_inserters(window: Any, config: WindowConfig, state: WindowState, *,
 
 
 SHAPES = tuple(
-    Shape(step, partitioned, compare, java, order, periodic)
+    Shape(step, partitioned, compare, java, order, periodic, lazy)
     for step in _STEPS for partitioned in (False, True) for compare in ("java", "cpp", "call")
-    for java in (False, True) for order in (False, True) for periodic in (False, True))
+    for java in (False, True) for order in (False, True) for periodic in (False, True)
+    for lazy in (False, True))
 """Every shape the generator accepts (more than `shape_for` picks), for a test that compiles all."""

@@ -30,6 +30,7 @@ class Partition:
         "arrivals",
         "delta_ref",
         "evict_timer",
+        "evicted",
         "has_delta_ref",
         "idle_evict_timer",
         "key",
@@ -57,6 +58,9 @@ class Partition:
         # Derived, never stored. The sliding fast paths' TRIGGER event, built once: its fields
         # (the window, the type, the key, the live tuples) are the same at every trigger.
         self.trigger_event: Any = None
+        # Tuples time eviction has taken from the key (see `StreamWindow.time_evicted`), from a
+        # base the window sets.
+        self.evicted = 0
         self.tick_timer: Timer | None = None
         self.evict_timer: Timer | None = None
         self.idle_evict_timer: Timer | None = None  # a fired eviction timer, kept to be armed again

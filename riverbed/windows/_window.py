@@ -131,6 +131,8 @@ class StreamWindow(WindowEngine[T]):
         `riverbed.windows._listeners`).
         """
         self._events.register(listener, types)
+        if self._handlers[EventType.EVICTION]:
+            self._make_eager()  # evictions are seen: they happen on time
 
     def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
         """Set how a tuple's partition key is computed: an attribute name or a function.
@@ -145,6 +147,7 @@ class StreamWindow(WindowEngine[T]):
     def partitions(self) -> list[Hashable]:
         """Partition keys; least recently inserted first when partition eviction is configured."""
         self._check_partitioned("partitions()")
+        self._settle_all()
         state = self._state
         if self._config.evictor is not None:
             return [k for k in state.lru if k in state.parts]
@@ -152,12 +155,38 @@ class StreamWindow(WindowEngine[T]):
 
     def contents(self, partition: Hashable | None = None) -> list[T]:
         """A copy of a partition's tuples, oldest first (empty for an unknown key)."""
+        self._settle_key(partition)
         part = self._state.parts.get(partition)
         return list(part.tuples) if part is not None else []
+
+    def time_evicted(self, partition: Hashable | None = None) -> int:
+        """A count of the tuples time eviction has taken from a partition, for catching up.
+
+        Between two calls for the same key the difference is how many of its
+        oldest tuples left by time eviction, so a listener that mirrors a
+        sliding time window's contents at its triggers can catch up without
+        an EVICTION event per tuple (Aggregate does). The count has no
+        meaning of its own: it starts from a large base that changes whenever
+        the key's partition is replaced (a restore, a reset, a partition
+        eviction, a first tuple), so a mirror of older contents always finds a
+        difference that cannot be right; a C++ partition dropped when emptied
+        and made again keeps its key's count. 0 for an unknown key.
+        """
+        part = self._state.parts.get(partition)
+        if part is None:
+            return 0
+        arrivals = part.arrivals
+        if self._lazy and arrivals and arrivals[0] < self._state.now - self._config.ev_ns:
+            self._settle(part)  # (`_settle_key` inlined: Aggregate asks at every trigger)
+            part = self._state.parts.get(partition)
+            if part is None:
+                return 0
+        return part.evicted
 
     def evict_partition(self, partition: Hashable) -> None:
         """Evict one partition now: PARTITION_EVICTION with its tuples; unknown keys are ignored."""
         self._check_partitioned("evict_partition()")
+        self._settle_key(partition)
         if partition in self._state.parts:
             self._evict_partition(partition)
 
@@ -296,6 +325,7 @@ class StreamWindow(WindowEngine[T]):
     def _suspend(self) -> None:
         config = self._config
         if config.rules.suspends_time_until_insert and config.spec.uses_system_time:
+            self._make_eager()  # C14's polls of due evictions are timers' behaviour
             self._suspended = True
             self._install_insert()  # the generic insert resumes the window
 
@@ -306,6 +336,7 @@ class StreamWindow(WindowEngine[T]):
 
         It is the window's `WindowState` as data (see `riverbed.windows._state`).
         """
+        self._settle_all()
         return encode(self._config, self._state)
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
@@ -328,6 +359,7 @@ class StreamWindow(WindowEngine[T]):
 
     def snapshot_partition(self, partition: Hashable | None = None) -> dict[str, Any] | None:
         """One partition's state as plain data, or None for an unknown key."""
+        self._settle_key(partition)
         part = self._state.parts.get(partition)
         return encode_partition(part) if part is not None else None
 
