@@ -62,8 +62,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from riverbed.graph import Graph, Operator, Punct, Source
-from riverbed.operators._aggregate import Aggregate
-from riverbed.operators._aggregate_functions import Average, Max, Sum
+from riverbed.operators import Aggregate, Average, Max, Sum
 from riverbed.runtime import VirtualClock, run_graph
 
 SYMBOLS = 1000
