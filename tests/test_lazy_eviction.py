@@ -61,7 +61,7 @@ def replay(clause: str, ops: list[tuple[str, Any]], *, eager: bool, compiled: bo
             window.advance_time(window.now + arg)
         elif kind == "observe":
             key = arg if partitioned else None
-            log.append(("contents", [t["i"] for t in window.contents(key)], window.time_evicted(key)))
+            log.append(("contents", [t["i"] for t in window.contents(key)], window.evicted_count(key)))
         elif kind == "partitions" and partitioned:
             log.append(("partitions", window.partitions()))
         elif kind == "snapshot":
@@ -148,19 +148,32 @@ def test_an_eviction_listener_added_later_makes_the_window_evict_on_time(late: b
     assert evicted == [1]
 
 
-def test_time_evicted_counts_on_when_a_cpp_partition_is_dropped_and_made_again() -> None:
+def test_evicted_count_counts_on_when_a_cpp_partition_is_dropped_and_made_again() -> None:
     window: StreamWindow[dict[str, Any]] = StreamWindow(
         "sliding, time(1), time(1), partitioned", flavor="cpp", partition_by="k")
     window.register_listener(lambda e: None, {EventType.TRIGGER})
     window.activate(0)
     window.insert({"k": "a"})
     window.insert({"k": "a"})
-    base = window.time_evicted("a")
+    base = window.evicted_count("a")
     window.advance_time(3 * S)  # both evicted, the partition dropped
     assert window.partitions() == []
     window.insert({"k": "a"})
-    assert window.time_evicted("a") == base + 2
-    other = window.time_evicted("b")
+    assert window.evicted_count("a") == base + 2
+    other = window.evicted_count("b")
     assert other == 0  # unknown
     window.insert({"k": "b"})
-    assert abs(window.time_evicted("b") - base) >= 1 << 48  # a new key: a base of its own
+    assert abs(window.evicted_count("b") - base) >= 1 << 48  # a new key: a base of its own
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("clause", ["sliding, count(3), time(1)", "sliding, count(3), count(2)"])
+def test_evicted_count_counts_count_evictions_on_every_insert_path(compiled: bool, clause: str) -> None:
+    for flavor in ("java", "cpp"):
+        window: StreamWindow[dict[str, Any]] = StreamWindow(clause, flavor=flavor, fast_paths=compiled)
+        window.activate(0)
+        window.insert({"i": 0})
+        base = window.evicted_count()
+        for i in range(1, 10):
+            window.insert({"i": i})
+        assert window.evicted_count() - base == 7  # ten in, three kept

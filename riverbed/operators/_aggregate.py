@@ -148,7 +148,7 @@ class _Partition:
             self.single = None
             self.order = deque()
         self.gkeys: deque[Hashable] = deque()  # group key of each tuple in `order`
-        self.evicted = -1  # the window's `time_evicted` count this state mirrors (-1: none)
+        self.evicted = -1  # the window's `evicted_count` count this state mirrors (-1: none)
 
     def insert(self, t: Any) -> None:
         single = self.single
@@ -485,10 +485,10 @@ class Aggregate(Operator):
                 handlers = {TRIGGER: self._trigger_counted, INITIAL_FULL: self._initial_full,
                             PARTITION_EVICTION: self._partition_evicted}
             elif (self._incremental and not self._needs_scope and isinstance(spec.trigger, TimePolicy)
-                  and isinstance(spec.eviction, TimePolicy)):
-                # Time eviction, a time trigger: no INSERTION or EVICTION events either; each
-                # trigger catches up with the window's time-evicted count (`_trigger_caught_up`),
-                # and the window, with no EVICTION listener, evicts lazily.
+                  and isinstance(spec.eviction, (TimePolicy, CountPolicy))):
+                # Count or time eviction, a time trigger: no INSERTION or EVICTION events either;
+                # each trigger catches up with the window's eviction count (`_trigger_caught_up`),
+                # and a C++ time-evicting window, with no EVICTION listener, evicts lazily.
                 self._counts_total = False
                 handlers = {TRIGGER: self._trigger_caught_up, INITIAL_FULL: self._initial_full,
                             PARTITION_EVICTION: self._partition_evicted}
@@ -711,13 +711,15 @@ class Aggregate(Operator):
         self.submit_punct(WINDOW_MARK)
 
     def _trigger_caught_up(self, event: StreamWindowEvent[Any]) -> None:
-        """TRIGGER of a time-evicting window with a time trigger, the only event it needs.
+        """TRIGGER of a count- or time-evicting window with a time trigger, the only event
+        it needs.
 
-        Since the last trigger of the partition its ``out`` oldest tuples left by time
-        eviction (the difference of the window's `time_evicted` counts) and the rest of
+        Since the last trigger of the partition its ``out`` oldest tuples left by
+        eviction (the difference of the window's `evicted_count` counts) and the rest of
         the change is new tuples at the end, so the mirror drops ``out`` tuples from its
-        front and takes the window's newest ``n - m + out``. Any doubt (a first trigger, a
-        count that does not fit, ends that do not match) rebuilds it from the window."""
+        front and takes the window's newest ``n - m + out`` (all of the window when more
+        arrived and left than it holds). Any doubt (a first trigger, a count that does not
+        fit, ends that do not match) rebuilds it from the window."""
         key = event.partition
         states = self._states
         if key not in self._full and not self.aggregate_incomplete_windows:
@@ -729,7 +731,7 @@ class Aggregate(Operator):
             states.pop(key, None)
             self.submit_punct(WINDOW_MARK)
             return
-        evicted = self._window.time_evicted(key)
+        evicted = self._window.evicted_count(key)
         state = states.get(key)
         if state is None:
             state = self._rebuild(key, tuples)
@@ -738,10 +740,11 @@ class Aggregate(Operator):
             m = len(order)
             out = evicted - state.evicted
             k = n - m + out
-            if 0 <= out <= m and 0 <= k <= n:
-                if k == n:
-                    new: Sequence[Any] = tuples
-                elif k <= 1:
+            if out >= m >= 0 and k >= n:  # all it mirrored left (and maybe tuples that came later)
+                state.catch_up(m, tuples)
+            elif out >= 0 and k >= 0:  # (then out < m and k < n: k - n == out - m)
+                new: Sequence[Any]
+                if k <= 1:
                     new = (tuples[-1],) if k else ()
                 else:
                     new = list(islice(reversed(tuples), k))

@@ -109,7 +109,7 @@ class WindowEngine(Generic[T]):
         """Make ``state`` the window's, with no timer armed (the caller arms what it needs)."""
         self._timers.cancel_all()
         self._state = state
-        # A partition's `time_evicted` count starts from a base no earlier partition of its key
+        # A partition's `evicted_count` starts from a base no earlier partition of its key
         # had, so a listener's mirror of the old contents can never look current.
         self._dropped_evicted.clear()
         epoch = self._next_epoch()
@@ -335,6 +335,7 @@ class WindowEngine(Generic[T]):
                 keep = False  # C++ count(0): nothing is kept, the trigger still counts
             elif len(tuples) >= n:
                 old = tuples.popleft()
+                part.evicted += 1
                 state.total -= 1
                 if listeners:
                     self._emit(EVICTION, part.key, (old,))

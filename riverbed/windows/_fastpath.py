@@ -180,6 +180,7 @@ def _sliding_count(s: Shape) -> str:
     tuples = part.tuples
     if len(tuples) >= size:
         old = tuples.popleft()
+        part.evicted += 1
         @one EVICTION old
     tuples.append(t)
     @one INSERTION t

@@ -58,8 +58,8 @@ class Partition:
         # Derived, never stored. The sliding fast paths' TRIGGER event, built once: its fields
         # (the window, the type, the key, the live tuples) are the same at every trigger.
         self.trigger_event: Any = None
-        # Tuples time eviction has taken from the key (see `StreamWindow.time_evicted`), from a
-        # base the window sets.
+        # Tuples count or time eviction has taken from the key (`StreamWindow.evicted_count`),
+        # from a base the window sets.
         self.evicted = 0
         self.tick_timer: Timer | None = None
         self.evict_timer: Timer | None = None

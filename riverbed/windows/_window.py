@@ -159,13 +159,14 @@ class StreamWindow(WindowEngine[T]):
         part = self._state.parts.get(partition)
         return list(part.tuples) if part is not None else []
 
-    def time_evicted(self, partition: Hashable | None = None) -> int:
-        """A count of the tuples time eviction has taken from a partition, for catching up.
+    def evicted_count(self, partition: Hashable | None = None) -> int:
+        """A count of the tuples count or time eviction has taken from a partition.
 
-        Between two calls for the same key the difference is how many of its
-        oldest tuples left by time eviction, so a listener that mirrors a
-        sliding time window's contents at its triggers can catch up without
-        an EVICTION event per tuple (Aggregate does). The count has no
+        Between two calls for the same key of a sliding window evicting by
+        count or time, the difference is how many of its oldest tuples left,
+        so a listener that mirrors the window's contents at its triggers can
+        catch up without an EVICTION event per tuple (Aggregate does). Delta
+        eviction is not counted (C++ evicts out of arrival order). The count has no
         meaning of its own: it starts from a large base that changes whenever
         the key's partition is replaced (a restore, a reset, a partition
         eviction, a first tuple), so a mirror of older contents always finds a
