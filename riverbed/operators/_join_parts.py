@@ -30,8 +30,8 @@ class _Side:
     keeps that order, so a restored join matches in the same order as before.
     """
 
-    __slots__ = ("drop_empty", "evicts_on_arrival", "index", "key_of", "next_rank", "order", "outer",
-                 "partitioned", "parts", "pending", "port", "unmatched_port", "window")
+    __slots__ = ("drop_empty", "evicts_on_arrival", "fifo", "index", "key_of", "next_rank", "order",
+                 "outer", "partitioned", "parts", "pending", "port", "unmatched_port", "window")
 
     def __init__(self, port: int) -> None:
         self.port = port
@@ -49,6 +49,9 @@ class _Side:
         self.index: dict[Hashable, Any] = {}
         self.order: dict[Hashable, list[int]] = {}
         self.next_rank = 0
+        # A side whose arrivals evict from the mirror themselves (`_join_fast`): its entries in
+        # arrival order, each [tuple, matched, key]; None for the others.
+        self.fifo: deque[Entry] | None = None
         # After a restore, until the mirror is rebuilt: partition -> match flags, oldest first.
         self.pending: dict[Hashable, deque[bool]] | None = None
 
@@ -59,6 +62,8 @@ class _Side:
         self.order.clear()
         self.next_rank = 0
         self.pending = None
+        if self.fifo is not None:
+            self.fifo.clear()
 
     def partition_order(self) -> list[Hashable]:
         if not self.partitioned:
