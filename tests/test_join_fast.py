@@ -58,6 +58,10 @@ def _fifo_ports(op: Join) -> list[int]:
 OUTPUT = {"plain": None, "assigned": {"sum": lambda lhs, rhs: lhs.get("v", 0) + rhs.get("v", 0), "c": 7},
           "function": lambda lhs, rhs: {"l": lhs.get("L"), "r": rhs.get("R")}}
 
+# An attribute is read with a subscript on the count path; the other forms call the key function.
+KEYS: dict[str, Any] = {"name": "k", "list": ["k"], "function": lambda t: t["k"] % 2,
+                        "names": ["k", "v"]}
+
 
 @settings(max_examples=60, deadline=None)
 @given(arrivals=st.lists(st.tuples(st.sampled_from("LR"), st.integers(0, 3), st.integers(0, 9)),
@@ -69,17 +73,19 @@ OUTPUT = {"plain": None, "assigned": {"sum": lambda lhs, rhs: lhs.get("v", 0) + 
                                 ("sliding, count(2)", "sliding, time(4)"),
                                 ("sliding, count(3)", None)]),
        flavor=st.sampled_from(["java", "cpp"]), with_match=st.booleans(),
-       output=st.sampled_from(sorted(OUTPUT)), outputs2=st.booleans())
+       output=st.sampled_from(sorted(OUTPUT)), outputs2=st.booleans(),
+       key=st.sampled_from(sorted(KEYS)))
 def test_the_count_path_gives_exactly_the_reference_output(
         arrivals: list[tuple[str, int, int]], algorithm: str, windows: tuple[str, str | None],
-        flavor: str, with_match: bool, output: str, outputs2: bool) -> None:
+        flavor: str, with_match: bool, output: str, outputs2: bool, key: str) -> None:
     """Every key collides often (4 keys), windows are small, and the clash attribute ``v`` is on
     both sides (the left one must win): matching order, eviction order and the merge all show."""
     timeline = [(side, {"k": k, "v": v, "t": i, side: i}) for i, (side, k, v) in enumerate(arrivals)]
     outputs = 2 if outputs2 and algorithm != "inner" else 1
 
     def make() -> Join:
-        return Join(algorithm=algorithm, equality_lhs="k", equality_rhs="k", output=OUTPUT[output],
+        return Join(algorithm=algorithm, equality_lhs=KEYS[key], equality_rhs=KEYS[key],
+                    output=OUTPUT[output],
                     match=(lambda lhs, rhs: (lhs["v"] + rhs["v"]) % 3 != 0) if with_match else None)
 
     kw: dict[str, Any] = {"left": windows[0], "right": windows[1], "flavor": flavor, "outputs": outputs}

@@ -72,6 +72,7 @@ from ._join_parts import (
     Entry,
     _check_window,
     _equality,
+    _key_attribute,
     _key_in,
     _key_out,
     _output_function,
@@ -209,6 +210,7 @@ class Join(Operator):
             raise OperatorParameterError(f"Join: match={match!r} must be a function (lhs, rhs) -> bool")
         self._match: Callable[[Any, Any], bool] | None = match
         self._keys = _equality(params["equality_lhs"], params["equality_rhs"])
+        self._key_attrs = (_key_attribute(params["equality_lhs"]), _key_attribute(params["equality_rhs"]))
         self._output = _output_function(params["output"])
         left_outer = self.algorithm in ("leftOuter", "outer")
         right_outer = self.algorithm in ("rightOuter", "outer")

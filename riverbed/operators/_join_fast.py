@@ -180,6 +180,7 @@ def _fifo_arrival(join: Join, side: _Side) -> Handler:
     eviction = window.spec.eviction
     assert isinstance(eviction, Count)
     size = eviction.size
+    attr = join._key_attrs[side.port]
     index, other_index = side.index, other.index
     match, out, submit, submit_punct = join._match, join._output, join.submit, join.submit_punct
     held, flush_held, left = join._held, join._flush_held, side.port == 0
@@ -201,7 +202,7 @@ def _fifo_arrival(join: Join, side: _Side) -> Handler:
             if not dq:
                 del index[gone]
         try:
-            key = key_of(t)
+            key = t[attr] if attr is not None else key_of(t)
         except BaseException:  # the window keeps the tuple: so does the arrival order
             entry: Entry = [t, False, NO_KEY]
             fifo.append(entry)
@@ -219,34 +220,41 @@ def _fifo_arrival(join: Join, side: _Side) -> Handler:
         else:
             dq.append(entry)
         found = other_index.get(key)
-        if found:
-            n = 0
-            if plain:
-                pairs: list[dict[str, Any]] = []
-                add = pairs.append
-                if left:
-                    for e in found:
-                        add({**e[0], **t})
-                        e[1] = True
+        if found:  # never empty: a key's last entry takes its deque with it
+            if plain:  # every entry of the key pairs up
+                if len(found) == 1:
+                    e = found[0]
+                    put(({**e[0], **t} if left else {**t, **e[0]},))
+                    e[1] = True
                 else:
-                    for e in found:
-                        add({**t, **e[0]})
-                        e[1] = True
-                put(pairs)
-                n = len(pairs)
+                    pairs: list[dict[str, Any]] = []
+                    add = pairs.append
+                    if left:
+                        for e in found:
+                            add({**e[0], **t})
+                            e[1] = True
+                    else:
+                        for e in found:
+                            add({**t, **e[0]})
+                            e[1] = True
+                    put(pairs)
             else:
+                n = 0
                 for e in found:
                     lhs, rhs = (t, e[0]) if left else (e[0], t)
                     if match is None or match(lhs, rhs):
                         submit(out(lhs, rhs))
                         e[1] = True
                         n += 1
-            if n:
-                entry[1] = True
-                if held:
-                    flush_held()
-                submit_punct(mark, 0)
-                return
+                if not n:
+                    if held and flush_held():
+                        submit_punct(mark, 0)
+                    return
+            entry[1] = True
+            if held:
+                flush_held()
+            submit_punct(mark, 0)
+            return
         if held and flush_held():
             submit_punct(mark, 0)
 

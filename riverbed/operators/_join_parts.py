@@ -130,6 +130,14 @@ def _equality(lhs: Any, rhs: Any) -> tuple[Callable[[Any], Hashable], Callable[[
     return (_key_function("equality_lhs", lhs_items), _key_function("equality_rhs", rhs_items))
 
 
+def _key_attribute(expr: Any) -> str | None:
+    """The attribute name when an equality key is one attribute (``"k"`` or ``["k"]``): a
+    compiled handler reads it with a subscript instead of calling the key function."""
+    if isinstance(expr, (list, tuple)) and len(expr) == 1:
+        expr = expr[0]
+    return expr if isinstance(expr, str) else None
+
+
 def _key_function(what: str, items: list[Any]) -> Callable[[Any], Hashable]:
     if len(items) == 1:
         return _getter(what, items[0])
