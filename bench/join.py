@@ -152,20 +152,23 @@ def hand_written(left: Sequence[dict[str, Any]], right: Sequence[dict[str, Any]]
             bucket.append(t)
 
 
-def best_of(repeat: int, fn: Any, expected: Any, what: str) -> tuple[float, float]:
-    """Best wall and CPU time of ``repeat`` runs; each run's result must be ``expected`` (else
-    the script exits with status 1 before printing any ratio)."""
-    wall = cpu = float("inf")
+def best_of(repeat: int, variants: dict[str, Any], expected: Any) -> dict[str, tuple[float, float]]:
+    """Best wall and CPU time of each variant over ``repeat`` rounds; a round runs every variant
+    once, in turn, so that a change in the machine's load between rounds (other jobs share
+    it) reaches all of them alike instead of skewing their ratio. Each run's result must be
+    ``expected`` (else the script exits with status 1 before printing any ratio)."""
+    best = {name: (float("inf"), float("inf")) for name in variants}
     for run in range(1, repeat + 1):
-        gc.collect()
-        w0, c0 = time.perf_counter(), time.process_time()
-        result = fn()
-        wall = min(wall, time.perf_counter() - w0)
-        cpu = min(cpu, time.process_time() - c0)
-        if result != expected:
-            raise SystemExit(f"MISMATCH, no ratio printed: timed {what} run {run} gave {result}, "
-                             f"the recorded run {expected}")
-    return wall, cpu
+        for name, fn in variants.items():
+            gc.collect()
+            w0, c0 = time.perf_counter(), time.process_time()
+            result = fn()
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+            if result != expected:
+                raise SystemExit(f"MISMATCH, no ratio printed: timed {name} run {run} gave {result}, "
+                                 f"the recorded run {expected}")
+    return best
 
 
 def main() -> None:
@@ -173,7 +176,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200_000, help="readings per stream (default 200000)")
     parser.add_argument("--sensors", type=int, default=1000, help="distinct sensors (default 1000)")
     parser.add_argument("--window", type=int, default=1000, help="count(W) of both windows")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per variant; the best counts")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds (each runs riverbed, then the loop); the best of each counts")
     parser.add_argument("--profile", action="store_true", help="cProfile one riverbed run instead")
     args = parser.parse_args()
     left, right = make_streams(args.n, args.sensors)
@@ -206,8 +210,8 @@ def main() -> None:
     if loop() != want:
         raise SystemExit(f"MISMATCH: the loop replaying the recorded order gives {loop()}, "
                          f"riverbed gave {want}")
-    r_wall, r_cpu = best_of(args.repeat, riverbed, want, "riverbed")
-    l_wall, l_cpu = best_of(args.repeat, loop, want, "loop")
+    best = best_of(args.repeat, {"riverbed": riverbed, "loop": loop}, want)
+    (r_wall, r_cpu), (l_wall, l_cpu) = best["riverbed"], best["loop"]
     print(f"Join: equality on sensor, sliding count({args.window}) on both ports, "
           f"{args.n} readings per stream from {args.sensors} sensors")
     print(f"outputs {expected.count}, window marks {expected.marks}; every timed run agreed")

@@ -67,10 +67,12 @@ from ..windows import (
     StreamWindowEvent,
     Time,
 )
+from ._join_fast import arrival_handler, counts_own_evictions, eviction_handler
 from ._join_parts import (
     Entry,
     _check_window,
     _equality,
+    _key_attribute,
     _key_in,
     _key_out,
     _output_function,
@@ -208,6 +210,7 @@ class Join(Operator):
             raise OperatorParameterError(f"Join: match={match!r} must be a function (lhs, rhs) -> bool")
         self._match: Callable[[Any, Any], bool] | None = match
         self._keys = _equality(params["equality_lhs"], params["equality_rhs"])
+        self._key_attrs = (_key_attribute(params["equality_lhs"]), _key_attribute(params["equality_rhs"]))
         self._output = _output_function(params["output"])
         left_outer = self.algorithm in ("leftOuter", "outer")
         right_outer = self.algorithm in ("rightOuter", "outer")
@@ -286,21 +289,25 @@ class Join(Operator):
                 "nothing is ever kept to match; give at least one a sliding window")
         self._held.clear()
         self._compiled.clear()
-        self._arrive = [self._arrival_handler(side) for side in self._sides]
-        self._evict = [self._eviction_handler(side) for side in self._sides]
+        forwarding = type(self).on_window_event is not Join.on_window_event
+        for side in self._sides:
+            side.fifo = deque() if counts_own_evictions(self, side, forwarding=forwarding) else None
+        self._arrive = [arrival_handler(self, side) for side in self._sides]
+        self._evict = [eviction_handler(self, side) for side in self._sides]
         for side in self._sides:  # insertions and evictions straight from the windows
             own = side.window
             if own is None or any(own is w for w in self._listening):
                 continue
             self._listening.append(own)
-            if type(self).on_window_event is not Join.on_window_event:
+            if forwarding:
                 # A subclass's on_window_event sees every event, as from the host (which
                 # delivers PARTITION_EVICTION itself).
                 types = [t for t in every_event(own) if t is not PARTITION_EVICTION]
                 own.register_listener(self._forward(side.port), types)
                 continue
             own.register_listener(self._listener(side, self._arrive[side.port]), (INSERTION,))
-            own.register_listener(self._listener(side, self._evict[side.port]), (EVICTION,))
+            if side.fifo is None:  # else the arrivals evict (`counts_own_evictions`)
+                own.register_listener(self._listener(side, self._evict[side.port]), (EVICTION,))
 
     def _forward(self, port: int) -> Callable[[StreamWindowEvent[Any]], None]:
         on_event = self.on_window_event
@@ -379,82 +386,6 @@ class Join(Operator):
         if n:
             self.submit_punct(Punct.WINDOW, 0)
 
-    def _arrival_handler(self, side: _Side) -> Callable[[StreamWindowEvent[Any]], None]:
-        """`_arrived` for this side's INSERTION events, compiled for the common case: equality
-        keys and two unpartitioned windows (the whole arrival inlined, with its state in closure
-        cells)."""
-        other = self._sides[1 - side.port]
-        key_of = side.key_of
-        if not (self._fast and key_of is not None and not side.partitioned
-                and other.window is not None and not other.partitioned):
-            return lambda event: self._arrived(side, event.partition, event.tuples[0])
-        index, other_index = side.index, other.index
-        match, out, submit, submit_punct = self._match, self._output, self.submit, self.submit_punct
-        held, flush_held, left = self._held, self._flush_held, side.port == 0
-        mark = Punct.WINDOW
-        join, port, on_event = self, side.port, self.on_window_event
-
-        def arrive(event: StreamWindowEvent[Any]) -> None:
-            if join._pending:  # restored: on_window_event rebuilds the mirrors, then calls back
-                on_event(event, port)
-                return
-            t = event.tuples[0]
-            key = key_of(t)
-            entry: Entry = [t, False]
-            dq = index.get(key)
-            if dq is None:
-                index[key] = deque((entry,))
-            else:
-                dq.append(entry)
-            n = 0
-            found = other_index.get(key)
-            if found:
-                for e in found:
-                    lhs, rhs = (t, e[0]) if left else (e[0], t)
-                    if match is None or match(lhs, rhs):
-                        submit(out(lhs, rhs))
-                        e[1] = True
-                        n += 1
-                if n:
-                    entry[1] = True
-            if held:
-                n += flush_held()
-            if n:
-                submit_punct(mark, 0)
-
-        self._compiled.append(arrive)
-        return arrive
-
-    def _eviction_handler(self, side: _Side) -> Callable[[StreamWindowEvent[Any]], None]:
-        """`_evicted` for this side's EVICTION events, compiled like `_arrival_handler`: the
-        evicted tuple is normally the oldest of its key; anything else goes the reference way."""
-        key_of = side.key_of
-        if not (self._fast and key_of is not None and not side.partitioned):
-            return lambda event: self._evicted(side, event.partition, event.tuples, None)
-        index, outer, hold = side.index, side.outer, side.evicts_on_arrival
-        remove, unmatched = self._remove, self._unmatched
-        join, port, on_event = self, side.port, self.on_window_event
-
-        def evict(event: StreamWindowEvent[Any]) -> None:
-            if join._pending:  # restored: on_window_event rebuilds the mirrors first
-                on_event(event, port)
-                return
-            part = event.partition
-            for t in event.tuples:
-                key = key_of(t)
-                dq = index.get(key)
-                if dq and dq[0][0] is t:
-                    e: Entry | None = dq.popleft()
-                    if not dq:
-                        del index[key]
-                else:
-                    e = remove(side, part, t)
-                if outer and e is not None and not e[1]:
-                    unmatched(side, t, hold=hold)
-
-        self._compiled.append(evict)
-        return evict
-
     def _store(self, side: _Side, part: Hashable, t: Any) -> tuple[Hashable, Entry]:
         """Put an arriving tuple into its side's mirror, unmatched so far: (its key, its entry)."""
         entry: Entry = [t, False]
@@ -467,6 +398,9 @@ class Join(Operator):
                 dq.append(entry)
             return None, entry
         key = key_of(t)
+        if side.fifo is not None:
+            entry.append(key)
+            side.fifo.append(entry)
         index = side.index
         if side.partitioned:
             rank = side.order.get(part)
@@ -552,7 +486,10 @@ class Join(Operator):
         if key_of is None:
             dq = side.parts.get(part)
         else:
-            key = key_of(t)
+            try:
+                key = key_of(t)
+            except Exception:  # its arrival failed on this: it was never stored
+                return None
             found = side.index.get(key)
             dq = found.get(part) if found is not None and side.partitioned else found
         if not dq:
@@ -742,7 +679,11 @@ class Join(Operator):
                 contents = window.contents(part)
                 n, m = len(contents), len(flags)
                 here = event is not None and port == side.port and event.partition == part
-                if n == m:
+                if here and event is not None and event.type is INSERTION and side.fifo is not None \
+                        and n == m and m > 0:  # the arrival evicted the oldest tuple, with no event
+                    contents.pop()
+                    flags.popleft()  # an inner side's: nothing goes out
+                elif n == m:
                     pass
                 elif here and event is not None and event.type is INSERTION and n == m + 1:
                     contents.pop()

@@ -30,8 +30,8 @@ class _Side:
     keeps that order, so a restored join matches in the same order as before.
     """
 
-    __slots__ = ("drop_empty", "evicts_on_arrival", "index", "key_of", "next_rank", "order", "outer",
-                 "partitioned", "parts", "pending", "port", "unmatched_port", "window")
+    __slots__ = ("drop_empty", "evicts_on_arrival", "fifo", "index", "key_of", "next_rank", "order",
+                 "outer", "partitioned", "parts", "pending", "port", "unmatched_port", "window")
 
     def __init__(self, port: int) -> None:
         self.port = port
@@ -49,6 +49,9 @@ class _Side:
         self.index: dict[Hashable, Any] = {}
         self.order: dict[Hashable, list[int]] = {}
         self.next_rank = 0
+        # A side whose arrivals evict from the mirror themselves (`_join_fast`): its entries in
+        # arrival order, each [tuple, matched, key]; None for the others.
+        self.fifo: deque[Entry] | None = None
         # After a restore, until the mirror is rebuilt: partition -> match flags, oldest first.
         self.pending: dict[Hashable, deque[bool]] | None = None
 
@@ -59,6 +62,8 @@ class _Side:
         self.order.clear()
         self.next_rank = 0
         self.pending = None
+        if self.fifo is not None:
+            self.fifo.clear()
 
     def partition_order(self) -> list[Hashable]:
         if not self.partitioned:
@@ -123,6 +128,14 @@ def _equality(lhs: Any, rhs: Any) -> tuple[Callable[[Any], Hashable], Callable[[
             f"Join: equality_lhs has {len(lhs_items)} key(s), equality_rhs {len(rhs_items)}; "
             "they must have the same number (>= 1)")
     return (_key_function("equality_lhs", lhs_items), _key_function("equality_rhs", rhs_items))
+
+
+def _key_attribute(expr: Any) -> str | None:
+    """The attribute name when an equality key is one attribute (``"k"`` or ``["k"]``): a
+    compiled handler reads it with a subscript instead of calling the key function."""
+    if isinstance(expr, (list, tuple)) and len(expr) == 1:
+        expr = expr[0]
+    return expr if isinstance(expr, str) else None
 
 
 def _key_function(what: str, items: list[Any]) -> Callable[[Any], Hashable]:
