@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from riverbed.graph import Graph, Operator, Punct, Source
-from riverbed.operators._join import Join
+from riverbed.operators import Join
 from riverbed.runtime import run_graph
 from riverbed.windows import EventType
 
