@@ -173,3 +173,30 @@ def test_without_the_server_a_feeder_starts_cold(tmp_path: Path, monkeypatch: py
         feeder.stop()
     assert not isinstance(feeder._process, _forks.ForkedProcess)
     assert _tuples(tmp_path) == [{"v": i} for i in range(50)]
+
+
+class _FakeStream:
+    """Stands in for ``spark.readStream``: every call returns itself."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+
+class _FakeSpark:
+    readStream = _FakeStream()
+
+
+def test_a_source_frames_feeder_starts_when_the_frame_is_made(tmp_path: Path, server: int) -> None:
+    # Its first file is then made while the rest of the query is built and started (the
+    # deployment stops the feeders if the query does not start).
+    from riverbed.spark_bridge._deploy import _source_frame
+
+    feeders: list[SourceFeeder] = []
+    _source_frame(_FakeSpark(), _graph(ListSource([{"v": i} for i in range(50)])), [("src", 0)],
+                  max_rows=10, spool=str(tmp_path), feeders=feeders)
+    try:
+        assert len(feeders) == 1
+        assert isinstance(feeders[0]._process, _forks.ForkedProcess)
+    finally:
+        feeders[0].stop()
+    assert feeders[0].error is None
