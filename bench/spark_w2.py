@@ -65,8 +65,9 @@ from workloads import (  # noqa: E402
 )
 
 from riverbed.graph import Graph, Operator, Schema, Source  # noqa: E402
-from riverbed.spark_bridge import spark_session  # noqa: E402
-from riverbed.spark_bridge._deploy import deploy  # noqa: E402
+
+# The deployment code is imported where it is used: the feeder and Spark's Python workers
+# import this module to unpickle the graph's classes, and need none of it.
 
 READING = Schema(sensor="int64", value="float64", ts="int64")
 
@@ -98,6 +99,8 @@ class Keep(Operator):
 
 
 def bridge(spark: Any, batch: int, data: Path, workload: str = "W2") -> tuple[float, dict[str, Any], str]:
+    from riverbed.spark_bridge._deploy import deploy
+
     g = Graph(f"{workload.lower()}-bridge")
     src = g.source("readings", ParquetReadings(str(data)), schema=READING, event_time="ts",
                    resolution="ms")
@@ -183,6 +186,8 @@ def main() -> None:
     args = ap.parse_args()
     assert T0 % PANE_MS == 0
     conf = dict(item.split("=", 1) for item in args.conf)
+    from riverbed.spark_bridge import spark_session
+
     spark = spark_session(args.master, app_name="riverbed-bench-w2", conf=conf)
     times: dict[str, list[float]] = {"spark": [], "bridge": []}
     cpu: dict[str, list[float]] = {"spark": [], "bridge": []}

@@ -199,9 +199,9 @@ def _source_frame(spark: Any, graph: FrozenGraph, sources: list[tuple[str, int]]
                   stream_column: bool = False) -> Any:
     """The graph's ``sources`` (name, index) as one stream of rows, at most ``max_rows`` of each
     a micro-batch, cut at multiples of ``round_rows`` (see `SourceFeeder`; the feeder is added
-    to ``feeders``, not started). The first micro-batch of a run is smaller (`SLOW_START`):
-    the query starts on it while the sources make the next. With ``stream_column`` the rows
-    of source ``index`` have ``stream = index``."""
+    to ``feeders`` and started: the caller stops it if the query does not start). The first
+    micro-batch of a run is smaller (`SLOW_START`): the query starts on it while the sources
+    make the next. With ``stream_column`` the rows of source ``index`` have ``stream = index``."""
     first = max(1, max_rows // round_rows // SLOW_START) * round_rows
     directory = os.path.join(spool, f"riverbed-source-{sources[0][1]}")
     feeder = SourceFeeder([dump_payload((graph, name, index, route)) for name, index in sources],
@@ -210,6 +210,7 @@ def _source_frame(spark: Any, graph: FrozenGraph, sources: list[tuple[str, int]]
                           streams=[index for _, index in sources] if stream_column else None)
     feeders.append(feeder)
     os.makedirs(directory, exist_ok=True)  # Spark checks the path exists when the frame is made
+    feeder.start()  # now: its first file is made while the rest of the query is built and started
     return (spark.readStream.schema(feeder.ddl).option("maxFilesPerTrigger", 1)
             .option("cleanSource", "delete").parquet(directory))
 
@@ -292,97 +293,104 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
     p = plan(frozen, mode, groups=n_groups, inputs=set(inputs))
     os.makedirs(checkpoint, exist_ok=True)
     feeders: list[SourceFeeder] = []
-    log = read_log(spark) if p.reads else None
-    tasks = list_accumulator(spark) if p.mode == "keyed" else None
-    if p.mode == "driver":
-        # The graph's own sources share one feeder, so each batch holds a share of every one.
-        own = [(name, i) for i, name in enumerate(p.sources) if name not in inputs and name not in p.reads]
-        frames = [inputs[name].rows(i).withColumn("stream", F.lit(i))
-                  for i, name in enumerate(p.sources) if name in inputs]
-        frames.extend(_parts_frame(spark, frozen, p.reads[name], i, max_rows=max_records_per_batch,
-                                   spool=checkpoint, log=log).withColumn("stream", F.lit(i))
-                      for i, name in enumerate(p.sources) if name in p.reads)
-        if own:
-            frames.append(_source_frame(spark, frozen, own, max_rows=max_records_per_batch,
-                                        spool=checkpoint, feeders=feeders, stream_column=True))
-        df = frames[0]
-        for f in frames[1:]:
-            df = df.unionByName(f)
-        df = df.withColumn("chan", F.lit(0))
-        streams = [p.reads[name].stream if name in p.reads else (name, 0) for name in p.sources]
-        stage = DriverStage(frozen, [*inputs, *p.driver], streams, [1] * len(streams),
-                            state_dir=stage_dir(checkpoint), emitted=set(inputs))
-    else:
-        assert p.keyed is not None
-        most = max(st.groups for st in p.stages)
-        labels = _key_groups(checkpoint, saved, n_groups, most, lambda: spread_labels(spark, most))
-        hosts, stage = stage_hosts(frozen, p, labels, stage_dir(checkpoint))
-        (hosted, nxt), later = hosts[0], hosts[1:]
-        if p.entries:  # a Join: both sources in one stream, routed by each side's equality key
-            source = _source_frame(spark, frozen, [(name, i) for i, name in enumerate(p.sources)],
-                                   max_rows=max_records_per_batch, spool=checkpoint, feeders=feeders,
-                                   stream_column=True)
-            df = source.mapInPandas(make_join_router(_join_keys(frozen, p), labels[:p.groups]),
-                                    JOIN_ROUTED_DDL).groupBy("grp").applyInPandasWithState(
-                joined_group_function(hosted, nxt, tasks), KEYED_OUT_DDL, STATE_DDL, "append", "NoTimeout")
-        elif p.pre_chain:  # the stateless chain runs first, then routes its output
-            router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
-                                 labels=labels[:p.groups])
-            read = p.reads.get(p.sources[0])
-            source = (_parts_frame(spark, frozen, read, 0, max_rows=max_records_per_batch, spool=checkpoint,
-                                   log=log)
-                      if read is not None else
-                      _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=max_records_per_batch,
-                                    spool=checkpoint, feeders=feeders))
-            routed = source.mapInPandas(router, ROUTED_DDL)
-        elif p.sources[0] in p.reads:  # Spark's tasks read the source in parts, routing as they go
-            size = min(BUNDLE_ITEMS, max_records_per_batch)
-            routed = _parts_frame(spark, frozen, p.reads[p.sources[0]], 0, max_rows=max_records_per_batch,
-                                  spool=checkpoint, log=log,
-                                  route=route_of(frozen, p.keyed, p.groups, size, labels[:p.groups]))
-        else:  # the source routes its rows itself, in bundles: about max_records items a batch
-            size = min(BUNDLE_ITEMS, max_records_per_batch)
-            rounds = max(1, max_records_per_batch // size)
-            routed = _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=rounds * p.groups,
-                                   spool=checkpoint, feeders=feeders, round_rows=p.groups,
-                                   route=route_of(frozen, p.keyed, p.groups, size, labels[:p.groups]))
-        if not p.entries:
-            df = routed.groupBy("grp").applyInPandasWithState(
-                group_function(_Fixed(hosted), bundle_output=True, next_stage=nxt, log=tasks), KEYED_OUT_DDL,
-                STATE_DDL, "append", "NoTimeout")
-        for n, (hosted, nxt) in enumerate(later, 2):  # each later stage: repartitioned by its key
-            df = df.withColumnRenamed("stream", "grp").groupBy("grp").transformWithStateInPandas(
-                stage_processor(hosted, nxt, stage=n, log=tasks), KEYED_OUT_DDL, "append", "None")
-    pipeline = PipelinedStage(stage, log_dir(checkpoint))
 
-    def on_batch(batch: Any, batch_id: int) -> None:
+    def start() -> Deployment:
+        log = read_log(spark) if p.reads else None
+        tasks = list_accumulator(spark) if p.mode == "keyed" else None
+        if p.mode == "driver":
+            # The graph's own sources share one feeder, so each batch holds a share of every one.
+            own = [(name, i) for i, name in enumerate(p.sources)
+                   if name not in inputs and name not in p.reads]
+            frames = [inputs[name].rows(i).withColumn("stream", F.lit(i))
+                      for i, name in enumerate(p.sources) if name in inputs]
+            frames.extend(_parts_frame(spark, frozen, p.reads[name], i, max_rows=max_records_per_batch,
+                                       spool=checkpoint, log=log).withColumn("stream", F.lit(i))
+                          for i, name in enumerate(p.sources) if name in p.reads)
+            if own:
+                frames.append(_source_frame(spark, frozen, own, max_rows=max_records_per_batch,
+                                            spool=checkpoint, feeders=feeders, stream_column=True))
+            df = frames[0]
+            for f in frames[1:]:
+                df = df.unionByName(f)
+            df = df.withColumn("chan", F.lit(0))
+            streams = [p.reads[name].stream if name in p.reads else (name, 0) for name in p.sources]
+            stage = DriverStage(frozen, [*inputs, *p.driver], streams, [1] * len(streams),
+                                state_dir=stage_dir(checkpoint), emitted=set(inputs))
+        else:
+            assert p.keyed is not None
+            most = max(st.groups for st in p.stages)
+            labels = _key_groups(checkpoint, saved, n_groups, most, lambda: spread_labels(spark, most))
+            hosts, stage = stage_hosts(frozen, p, labels, stage_dir(checkpoint))
+            (hosted, nxt), later = hosts[0], hosts[1:]
+            if p.entries:  # a Join: both sources in one stream, routed by each side's equality key
+                source = _source_frame(spark, frozen, [(name, i) for i, name in enumerate(p.sources)],
+                                       max_rows=max_records_per_batch, spool=checkpoint, feeders=feeders,
+                                       stream_column=True)
+                df = source.mapInPandas(make_join_router(_join_keys(frozen, p), labels[:p.groups]),
+                                        JOIN_ROUTED_DDL).groupBy("grp").applyInPandasWithState(
+                    joined_group_function(hosted, nxt, tasks), KEYED_OUT_DDL, STATE_DDL, "append",
+                    "NoTimeout")
+            elif p.pre_chain:  # the stateless chain runs first, then routes its output
+                router = make_router(frozen, p.pre_chain, (p.sources[0], 0), p.keyed, groups=p.groups,
+                                     labels=labels[:p.groups])
+                read = p.reads.get(p.sources[0])
+                source = (_parts_frame(spark, frozen, read, 0, max_rows=max_records_per_batch,
+                                       spool=checkpoint, log=log)
+                          if read is not None else
+                          _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=max_records_per_batch,
+                                        spool=checkpoint, feeders=feeders))
+                routed = source.mapInPandas(router, ROUTED_DDL)
+            elif p.sources[0] in p.reads:  # Spark's tasks read the source in parts, routing as they go
+                size = min(BUNDLE_ITEMS, max_records_per_batch)
+                routed = _parts_frame(spark, frozen, p.reads[p.sources[0]], 0, max_rows=max_records_per_batch,
+                                      spool=checkpoint, log=log,
+                                      route=route_of(frozen, p.keyed, p.groups, size, labels[:p.groups]))
+            else:  # the source routes its rows itself, in bundles: about max_records items a batch
+                size = min(BUNDLE_ITEMS, max_records_per_batch)
+                rounds = max(1, max_records_per_batch // size)
+                routed = _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=rounds * p.groups,
+                                       spool=checkpoint, feeders=feeders, round_rows=p.groups,
+                                       route=route_of(frozen, p.keyed, p.groups, size, labels[:p.groups]))
+            if not p.entries:
+                df = routed.groupBy("grp").applyInPandasWithState(
+                    group_function(_Fixed(hosted), bundle_output=True, next_stage=nxt, log=tasks),
+                    KEYED_OUT_DDL, STATE_DDL, "append", "NoTimeout")
+            for n, (hosted, nxt) in enumerate(later, 2):  # each later stage: repartitioned by its key
+                df = df.withColumnRenamed("stream", "grp").groupBy("grp").transformWithStateInPandas(
+                    stage_processor(hosted, nxt, stage=n, log=tasks), KEYED_OUT_DDL, "append", "None")
+        pipeline = PipelinedStage(stage, log_dir(checkpoint))
+
+        def on_batch(batch: Any, batch_id: int) -> None:
+            try:
+                pipeline.process(batch, batch_id)
+            finally:
+                for feeder in feeders:
+                    feeder.batch_done()
+
+        writer = (df.writeStream.foreachBatch(on_batch)
+                  .option("checkpointLocation", os.path.join(checkpoint, "spark"))
+                  .queryName(f"riverbed-{frozen.name}"))
+        if available_now and feeders:
+            # Not Spark's availableNow: that trigger reads only the files present when the query
+            # starts, and the feeders publish while it runs (`_watch_feeders` ends it).
+            writer = writer.trigger(processingTime="0 seconds")
+        elif available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=processing_time or "1 second")
         try:
-            pipeline.process(batch, batch_id)
-        finally:
-            for feeder in feeders:
-                feeder.batch_done()
+            query = writer.start()
+        except BaseException:
+            pipeline.close()
+            raise
+        if feeders:
+            threading.Thread(target=_watch_feeders, args=(query, feeders, available_now), daemon=True,
+                             name="riverbed-watch-feeders").start()
+        return Deployment(p, query, stage, checkpoint, pipeline, temporary, tuple(feeders), log, tasks)
 
-    writer = (df.writeStream.foreachBatch(on_batch)
-              .option("checkpointLocation", os.path.join(checkpoint, "spark"))
-              .queryName(f"riverbed-{frozen.name}"))
-    if available_now and feeders:
-        # Not Spark's availableNow: that trigger reads only the files present when the query
-        # starts, and the feeders publish while it runs (`_watch_feeders` ends it).
-        writer = writer.trigger(processingTime="0 seconds")
-    elif available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=processing_time or "1 second")
-    try:
-        for feeder in feeders:
-            feeder.start()
-        query = writer.start()
+    try:  # the feeders start as their frames are made (`_source_frame`)
+        return start()
     except BaseException:
         for feeder in feeders:
             feeder.stop()
-        pipeline.close()
         raise
-    if feeders:
-        threading.Thread(target=_watch_feeders, args=(query, feeders, available_now), daemon=True,
-                         name="riverbed-watch-feeders").start()
-    return Deployment(p, query, stage, checkpoint, pipeline, temporary, tuple(feeders), log, tasks)

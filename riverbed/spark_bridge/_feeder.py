@@ -41,6 +41,8 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ._forks import FeederProcess, fork_feeder
+
 __all__ = ["SourceFeeder", "SourceFeederError", "publish_rows"]
 
 _PROGRESS = "_progress"
@@ -79,23 +81,26 @@ class SourceFeeder:
         self.error: BaseException | None = None
         self._config = (payloads, streams, directory, ddl, (first, size, ahead))
         self._name = name
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: FeederProcess | None = None
         self._to: Connection | None = None
         self._lock = threading.Lock()
         self._stopped = False
         self._watch = threading.Thread(target=self._wait, name=f"riverbed-feeder-{name}-watch", daemon=True)
 
     def start(self) -> None:
-        """Start the feeder's process: a fresh interpreter running this module (not
-        multiprocessing's spawn, which would run the user's main script again)."""
+        """Start the feeder's process: forked from the warm fork server (`_forks`), or a
+        fresh interpreter running this module (not multiprocessing's spawn, which would run the
+        user's main script again)."""
         os.makedirs(self.directory, exist_ok=True)
         down_r, down_w = os.pipe()  # to the feeder: its configuration, then "batch" and "stop"
         up_r, up_w = os.pipe()  # from the feeder: ("done", None) or ("error", ...)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(down_r), str(up_w)], pass_fds=(down_r, up_w),
-                env=env, stdin=subprocess.DEVNULL)
+            self._process = fork_feeder(down_r, up_w)  # warm: see `_forks`
+            if self._process is None:
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", __name__, str(down_r), str(up_w)], pass_fds=(down_r, up_w),
+                    env=env, stdin=subprocess.DEVNULL)
         finally:
             os.close(down_r)
             os.close(up_w)
@@ -139,8 +144,9 @@ class SourceFeeder:
             assert self._process is not None
             code = self._process.wait()
             if code != 0 and not self._stopped:
+                how = "without reporting" if code is None else f"with code {code}"  # None: forked
                 self.error = SourceFeederError(f"the feeder process of source {self._name!r} "
-                                               f"exited with code {code}")
+                                               f"exited {how}")
         finally:
             self._from.close()
             self.finished.set()

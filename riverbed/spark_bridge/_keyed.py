@@ -73,6 +73,9 @@ def spread_labels(spark: Any, groups: int) -> list[int]:
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     if groups <= 1:
         return [0]
+    known = _SPREAD.get((partitions, groups))
+    if known is not None:  # Spark's hash is fixed: a Spark job at every deployment is not needed
+        return list(known)
     rows = spark.range(0, 64 * groups).selectExpr(
         "cast(id as int) as g", f"pmod(hash(cast(id as int)), {partitions}) as p").collect()
     by_partition: dict[int, list[int]] = {}
@@ -83,7 +86,11 @@ def spread_labels(spark: Any, groups: int) -> list[int]:
         for p in sorted(by_partition):
             if by_partition[p] and len(labels) < groups:
                 labels.append(by_partition[p].pop(0))
+    _SPREAD[(partitions, groups)] = tuple(labels)
     return labels
+
+
+_SPREAD: dict[tuple[int, int], tuple[int, ...]] = {}  # (shuffle partitions, groups) -> labels
 
 
 def _group_of_row(key_of: Callable[[Any], Any] | None, data: bytes, groups: int) -> int:
