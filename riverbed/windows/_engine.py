@@ -642,21 +642,7 @@ class WindowEngine(Generic[T]):
                 part.evict_timer = self._timers.arm(poll, partial(self._on_evict_timer, part))
             return
         arrivals = part.arrivals
-        if self._listeners:
-            self._evict_expired(part)
-        elif arrivals:  # `_evict_expired` without events, inlined: this fires about once per tuple
-            limit = state.now - config.ev_ns
-            if arrivals[0] < limit:
-                tuples = part.tuples
-                n = 0
-                while arrivals and arrivals[0] < limit:
-                    arrivals.popleft()
-                    tuples.popleft()
-                    n += 1
-                state.total -= n
-                part.evicted += n
-                if not tuples and not config.rules.keeps_emptied_partitions:
-                    self._drop_emptied(part)
+        self._evict_expired(part)
         if part.evict_timer is None:  # (else a listener's insertion armed one)
             if not arrivals or part.key not in self._state.parts:
                 part.idle_evict_timer = timer  # for `_arm_evict` to reuse
