@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from spark_cpu import cpu_ratio_line, cpu_seconds, spread_note
+from spark_cpu import CpuMeter, cpu_ratio_line, spread_note
 
 from riverbed.graph import Graph, Operator, Schema, Source
 from riverbed.operators import Aggregate, Average, Count, Functor, Max, Min
@@ -224,11 +224,10 @@ def main() -> None:
         sentinel = write_data(args.sensors, args.sites, rounds, args.batch, data)
         for _ in range(args.repeat):
             for name in ("spark", "bridge"):
-                before = cpu_seconds()
-                took, rows, note = (bridge(spark, args.batch, data, per_site) if name == "bridge"
-                                    else spark_own(spark, data, sentinel))
-                after = cpu_seconds()
-                used = after - before if after is not None and before is not None else None
+                with CpuMeter() as meter:
+                    took, rows, note = (bridge(spark, args.batch, data, per_site) if name == "bridge"
+                                        else spark_own(spark, data, sentinel))
+                used = meter.seconds
                 if used is not None:
                     cpu[name].append(used)
                 times[name].append(took)

@@ -50,7 +50,7 @@ sys.path.insert(0, str(HERE))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
 
 from riverbed_flows import CLAUSES, PaneAvg  # noqa: E402
-from spark_cpu import cpu_ratio_line, cpu_seconds, spread_note  # noqa: E402
+from spark_cpu import CpuMeter, cpu_ratio_line, spread_note  # noqa: E402
 from workloads import (  # noqa: E402
     PANE_MS,
     SEED,
@@ -211,11 +211,10 @@ def main() -> None:
             for name in ("spark", "bridge"):
                 if args.only and name != args.only:
                     continue
-                before = cpu_seconds()
-                took, summary, note = (bridge(spark, args.batch, data, args.workload) if name == "bridge"
-                                       else spark_own(spark, data, args.workload))
-                after = cpu_seconds()
-                used = after - before if after is not None and before is not None else None
+                with CpuMeter() as meter:
+                    took, summary, note = (bridge(spark, args.batch, data, args.workload)
+                                           if name == "bridge" else spark_own(spark, data, args.workload))
+                used = meter.seconds
                 if used is not None:
                     cpu[name].append(used)
                 if not same_results(summary, want):
