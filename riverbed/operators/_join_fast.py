@@ -72,7 +72,7 @@ def arrival_handler(join: Join, side: _Side) -> Handler:
     """The handler of ``side``'s INSERTION events (`Join._arrived` in effect)."""
     if not _compiled_shape(join, side):
         return lambda event: join._arrived(side, event.partition, event.tuples[0])
-    arrive = _fifo_arrival(join, side) if side.fifo is not None else _keyed_arrival(join, side)
+    arrive = _keyed_arrival(join, side)
     join._compiled.append(arrive)
     return arrive
 
@@ -114,72 +114,18 @@ def eviction_handler(join: Join, side: _Side) -> Handler:
 
 
 def _keyed_arrival(join: Join, side: _Side) -> Handler:
-    """Equality keys, both windows unpartitioned; evictions come as EVICTION events."""
-    other = join._sides[1 - side.port]
-    key_of = side.key_of
-    assert key_of is not None
-    index, other_index = side.index, other.index
-    match, out, submit, submit_punct = join._match, join._output, join.submit, join.submit_punct
-    held, flush_held, left = join._held, join._flush_held, side.port == 0
-    put = batch_submit(join, 0)
-    plain = match is None and out is _merge
-    mark = Punct.WINDOW
-    port, on_event = side.port, join.on_window_event
-
-    def arrive(event: StreamWindowEvent[Any]) -> None:
-        if join._pending:  # restored: on_window_event rebuilds the mirrors, then calls back
-            on_event(event, port)
-            return
-        t = event.tuples[0]
-        key = key_of(t)
-        entry: Entry = [t, False]
-        dq = index.get(key)
-        if dq is None:
-            index[key] = deque((entry,))
-        else:
-            dq.append(entry)
-        n = 0
-        found = other_index.get(key)
-        if found:
-            if plain:
-                pairs: list[dict[str, Any]] = []
-                add = pairs.append
-                if left:
-                    for e in found:
-                        add({**e[0], **t})
-                        e[1] = True
-                else:
-                    for e in found:
-                        add({**t, **e[0]})
-                        e[1] = True
-                put(pairs)
-                n = len(pairs)
-            else:
-                for e in found:
-                    lhs, rhs = (t, e[0]) if left else (e[0], t)
-                    if match is None or match(lhs, rhs):
-                        submit(out(lhs, rhs))
-                        e[1] = True
-                        n += 1
-            if n:
-                entry[1] = True
-        if held:
-            n += flush_held()
-        if n:
-            submit_punct(mark, 0)
-
-    return arrive
-
-
-def _fifo_arrival(join: Join, side: _Side) -> Handler:
-    """`_keyed_arrival` for a side that `counts_own_evictions`: the arrival first drops the
-    entry its window just evicted (the oldest, once the mirror holds the window's N)."""
+    """Equality keys, both windows unpartitioned. A side that `counts_own_evictions` (``fifo``)
+    first drops the entry its window just evicted (the oldest, once the mirror holds the
+    window's N) and keeps its entries in arrival order; the others hear EVICTION events."""
     other = join._sides[1 - side.port]
     key_of, fifo, window = side.key_of, side.fifo, side.window
-    assert key_of is not None and fifo is not None and window is not None
-    eviction = window.spec.eviction
-    assert isinstance(eviction, Count)
-    size = eviction.size
+    assert key_of is not None
+    size = 0
+    if fifo is not None:
+        assert window is not None
+        eviction = window.spec.eviction
+        assert isinstance(eviction, Count)
+        size = eviction.size
     attr = join._key_attrs[side.port]
     index, other_index = side.index, other.index
     match, out, submit, submit_punct = join._match, join._output, join.submit, join.submit_punct
@@ -194,7 +140,8 @@ def _fifo_arrival(join: Join, side: _Side) -> Handler:
             on_event(event, port)
             return
         t = event.tuples[0]
-        if len(fifo) >= size:  # the window evicted its oldest tuple just before this INSERTION
+        if fifo is not None and len(fifo) >= size:
+            # The window evicted its oldest tuple just before this INSERTION.
             old = fifo.popleft()
             gone = old[2]
             dq = index[gone]
@@ -203,17 +150,21 @@ def _fifo_arrival(join: Join, side: _Side) -> Handler:
                 del index[gone]
         try:
             key = t[attr] if attr is not None else key_of(t)
-        except BaseException:  # the window keeps the tuple: so does the arrival order
-            entry: Entry = [t, False, NO_KEY]
-            fifo.append(entry)
-            dq = index.get(NO_KEY)
-            if dq is None:
-                index[NO_KEY] = deque((entry,))
-            else:
-                dq.append(entry)
+        except BaseException:
+            if fifo is not None:  # the window keeps the tuple: so does the arrival order
+                entry: Entry = [t, False, NO_KEY]
+                fifo.append(entry)
+                dq = index.get(NO_KEY)
+                if dq is None:
+                    index[NO_KEY] = deque((entry,))
+                else:
+                    dq.append(entry)
             raise
-        entry = [t, False, key]
-        fifo.append(entry)
+        if fifo is None:
+            entry = [t, False]
+        else:
+            entry = [t, False, key]
+            fifo.append(entry)
         dq = index.get(key)
         if dq is None:
             index[key] = deque((entry,))
