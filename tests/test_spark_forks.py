@@ -71,6 +71,15 @@ def _feeder(graph: FrozenGraph, spool: Path, *, ahead: int = 1000) -> SourceFeed
                         size=10, ahead=ahead)
 
 
+def _run_to_end(feeder: SourceFeeder) -> None:
+    """Start the feeder, wait until its source is done, and stop it."""
+    feeder.start()
+    try:
+        assert feeder.finished.wait(60)
+    finally:
+        feeder.stop()
+
+
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     monkeypatch.setenv("RIVERBED_SPARK_FORK_SERVER", "1")
@@ -110,11 +119,7 @@ def test_a_forked_feeder_runs_with_the_drivers_environment_and_directory_of_its_
     monkeypatch.setenv("RIVERBED_FORK_TEST", "set after the server started")
     monkeypatch.chdir(here)
     feeder = _feeder(_graph(_Where()), tmp_path / "spool")
-    feeder.start()
-    try:
-        assert feeder.finished.wait(60)
-    finally:
-        feeder.stop()
+    _run_to_end(feeder)
     assert feeder.error is None
     assert _tuples(tmp_path / "spool") == [{"mark": "set after the server started", "cwd": str(here)}]
 
@@ -122,11 +127,7 @@ def test_a_forked_feeder_runs_with_the_drivers_environment_and_directory_of_its_
 def test_a_forked_feeders_cpu_time_is_counted_in_the_servers_children(tmp_path: Path, server: int) -> None:
     before = _children_cpu_ticks(server)
     feeder = _feeder(_graph(_Busy()), tmp_path)
-    feeder.start()
-    try:
-        assert feeder.finished.wait(60)
-    finally:
-        feeder.stop()  # returns once the process has exited
+    _run_to_end(feeder)  # (stop returns once the process has exited)
     assert feeder.error is None
     # The server waits for the child when its SIGCHLD arrives, which is after the exit the
     # driver saw: poll the server's counters for a while.
@@ -153,11 +154,7 @@ def test_a_forked_feeder_killed_without_a_word_is_reported(tmp_path: Path, serve
 def test_a_server_that_has_gone_is_replaced(tmp_path: Path, server: int) -> None:
     os.kill(server, signal.SIGKILL)
     feeder = _feeder(_graph(ListSource([{"v": i} for i in range(50)])), tmp_path)
-    feeder.start()
-    try:
-        assert feeder.finished.wait(60)
-    finally:
-        feeder.stop()
+    _run_to_end(feeder)
     assert feeder.error is None
     assert _tuples(tmp_path) == [{"v": i} for i in range(50)]
     assert _forks.fork_server_pid() not in (None, server)
@@ -166,11 +163,7 @@ def test_a_server_that_has_gone_is_replaced(tmp_path: Path, server: int) -> None
 def test_without_the_server_a_feeder_starts_cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RIVERBED_SPARK_FORK_SERVER", "0")
     feeder = _feeder(_graph(ListSource([{"v": i} for i in range(50)])), tmp_path)
-    feeder.start()
-    try:
-        assert feeder.finished.wait(60)
-    finally:
-        feeder.stop()
+    _run_to_end(feeder)
     assert not isinstance(feeder._process, _forks.ForkedProcess)
     assert _tuples(tmp_path) == [{"v": i} for i in range(50)]
 
