@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ._forks import FeederProcess, fork_feeder
+from ._forks import FeederProcess, cold_env, fork_feeder
 
 __all__ = ["SourceFeeder", "SourceFeederError", "publish_rows"]
 
@@ -97,10 +97,9 @@ class SourceFeeder:
         try:
             self._process = fork_feeder(down_r, up_w)  # warm: see `_forks`
             if self._process is None:
-                env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
                 self._process = subprocess.Popen(
                     [sys.executable, "-m", __name__, str(down_r), str(up_w)], pass_fds=(down_r, up_w),
-                    env=env, stdin=subprocess.DEVNULL)
+                    env=cold_env(), stdin=subprocess.DEVNULL)
         finally:
             os.close(down_r)
             os.close(up_w)

@@ -35,13 +35,19 @@ import threading
 import traceback
 from typing import Any
 
-__all__ = ["FeederProcess", "ForkedProcess", "fork_feeder", "fork_server_enabled", "fork_server_pid",
-           "start_fork_server", "stop_fork_server"]
+__all__ = ["FeederProcess", "ForkedProcess", "cold_env", "fork_feeder", "fork_server_enabled",
+           "fork_server_pid", "start_fork_server", "stop_fork_server"]
 
 _PID = struct.Struct("<q")
 # What every feeder imports, and the standard operators most graphs' pickles import: paid once.
 _PRELOAD = ("riverbed.spark_bridge._feeder", "riverbed.spark_bridge._source", "riverbed.operators",
             "pyarrow", "pyarrow.parquet", "pandas")
+
+
+def cold_env() -> dict[str, str]:
+    """The environment of a fresh interpreter started by this process (a cold feeder, the fork
+    server): this one's, with its ``sys.path`` as ``PYTHONPATH`` so it imports what we do."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
 def fork_server_enabled() -> bool:
@@ -79,11 +85,10 @@ FeederProcess = subprocess.Popen[bytes] | ForkedProcess
 class _ForkServer:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                env=env, stdin=subprocess.DEVNULL)
+                env=cold_env(), stdin=subprocess.DEVNULL)
         finally:
             theirs.close()
         self.sock = ours
