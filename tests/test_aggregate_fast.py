@@ -314,8 +314,8 @@ def test_aggregate_asks_a_window_for_insertions_only_where_it_keeps_state(
        flavor=st.sampled_from(["java", "cpp"]), ticks=st.sets(st.integers(0, 30)))
 def test_a_count_triggered_aggregate_follows_the_window_when_one_tuple_object_arrives_many_times(
         picks: list[int], values: list[Any], clause: str, flavor: str, ticks: set[int]) -> None:
-    """The event-free sliding path (a count trigger, no group_by) infers what entered and left
-    from the trigger count: the same tuple object arriving again and again, more arrivals per
+    """The event-free sliding path (FIFO eviction) infers what entered and left from the
+    window's eviction count: the same tuple object arriving again and again, more arrivals per
     trigger than the window holds, and time eviction between triggers leave it equal to the
     event-driven reference."""
     pool = [{"k": "ab"[i % 2], "v": v} for i, v in enumerate(values)]
@@ -359,13 +359,14 @@ def test_late_data_for_a_partition_a_completed_pane_never_held_is_output_as_befo
                       min_size=1, max_size=60),
        clause=st.sampled_from(["sliding, time(3), time(1)", "sliding, time(2), time(1), partitioned",
                                "sliding, time(1), time(1)", "sliding, count(3), time(1)",
-                               "sliding, count(1), time(2), partitioned"]),
+                               "sliding, count(1), time(2), partitioned", "sliding, count(3), count(2)",
+                               "sliding, time(2), count(2), partitioned", "sliding, count(2), count(1)"]),
        flavor=st.sampled_from(["java", "cpp"]), grouped=st.booleans(), incomplete=st.booleans())
-def test_a_time_triggered_aggregate_catches_up_at_each_trigger_as_events_would_have_it(
+def test_a_fifo_aggregate_catches_up_at_each_trigger_as_events_would_have_it(
         steps: list[tuple[float, int, Any]], clause: str, flavor: str, grouped: bool,
         incomplete: bool) -> None:
-    """Count or time eviction and a time trigger: the Aggregate hears only TRIGGER and catches
-    up from the window's `evicted_count` (one in and one out, many in, many out, all out, a C++
+    """Count or time eviction and a count or time trigger: the Aggregate hears only TRIGGER and
+    catches up from the window's `evicted_count` (one in and one out, many in, many out, all out, a C++
     partition dropped and made again); its rows equal the event-driven reference's."""
     items: list[Any] = []
     now = 0.0

@@ -44,9 +44,6 @@ from ..windows import (
     Count as CountPolicy,
 )
 from ..windows import (
-    Delta as DeltaPolicy,
-)
-from ..windows import (
     EventType,
     PaneEvent,
     PaneTiming,
@@ -202,13 +199,6 @@ class _Partition:
                 self.insert(t)
             return
         k = len(new)
-        if out == 1 and k == 1:  # a trigger per arrival: one in, one out
-            old = order.popleft()
-            t = new[0]
-            order.append(t)
-            for replace in single.replaces:
-                replace(old, t)
-            return
         if out == 1:
             old = order.popleft()
             for remove in single.removes:
@@ -375,7 +365,6 @@ class Aggregate(Operator):
         self._functions = [obj for _n, kind, obj in self._columns if kind == _FUNCTION]
         self._needs_sizes = any(f.needs_group_sizes for f in self._functions)
         self._handlers: dict[EventType, Callable[[StreamWindowEvent[Any]], None]] = {}
-        self._every = 1  # a count trigger's size (`_trigger_counted`)
         self._incremental = False
         self._counts_total = False  # sliding windows: INSERTION and EVICTION events count tuples
         self._plan: list[tuple[str, int, Any, int]] = []
@@ -475,21 +464,15 @@ class Aggregate(Operator):
             handlers = {EVICTION: self._sliding_evict, TRIGGER: self._sliding_trigger,
                         INITIAL_FULL: self._initial_full, PARTITION_EVICTION: self._partition_evicted}
             spec = window.spec
-            if (self._incremental and self._key_of is None and not self._needs_scope
-                    and isinstance(spec.trigger, CountPolicy)
-                    and not isinstance(spec.eviction, DeltaPolicy)):
-                # One group, a count trigger and FIFO eviction: no INSERTION or EVICTION events
-                # at all; each trigger works out what entered and left (`_trigger_counted`).
+            if (self._incremental and not self._needs_scope
+                    and isinstance(spec.trigger, (TimePolicy, CountPolicy))
+                    and isinstance(spec.eviction, (TimePolicy, CountPolicy))):
+                # Count or time eviction (FIFO), a count or time trigger: no INSERTION or
+                # EVICTION events at all; each trigger catches up with the window's eviction
+                # count (`_trigger_caught_up`), and a C++ time-evicting window with a time
+                # trigger, with no EVICTION listener, evicts lazily.
                 self._counts_total = False
-                self._every = spec.trigger.size
-                handlers = {TRIGGER: self._trigger_counted, INITIAL_FULL: self._initial_full,
-                            PARTITION_EVICTION: self._partition_evicted}
-            elif (self._incremental and not self._needs_scope and isinstance(spec.trigger, TimePolicy)
-                  and isinstance(spec.eviction, (TimePolicy, CountPolicy))):
-                # Count or time eviction, a time trigger: no INSERTION or EVICTION events either;
-                # each trigger catches up with the window's eviction count (`_trigger_caught_up`),
-                # and a C++ time-evicting window, with no EVICTION listener, evicts lazily.
-                self._counts_total = False
+                self._evicted_count = window.evicted_count
                 handlers = {TRIGGER: self._trigger_caught_up, INITIAL_FULL: self._initial_full,
                             PARTITION_EVICTION: self._partition_evicted}
             elif self._incremental and self._key_of is None:  # one group: handlers of its own
@@ -641,85 +624,17 @@ class Aggregate(Operator):
             state = self._rebuild(key, tuples)
         self._emit(state.output_groups(), self._total, None)
 
-    def _trigger_counted(self, event: StreamWindowEvent[Any]) -> None:
-        """TRIGGER of a count-triggered FIFO window without group_by, the only event it needs.
-
-        Between two triggers of a partition exactly ``count(k)`` tuples entered it (that is the
-        trigger policy) and the window only evicted from the front, so the mirror of the
-        partition (the group's tuples) catches up by removing its ``len + k - n`` oldest and
-        adding the window's ``k`` newest: the INSERTION and EVICTION events, a call each per
-        tuple, are not needed. Any doubt (the first trigger, a restore, more arrivals than the
-        window holds, ends that do not match) rebuilds the group from the window."""
-        key = event.partition
-        tuples = event.tuples
-        states = self._states
-        state = states.get(key)  # kept only for a partition that is output
-        if state is not None and self._every == 1:
-            order = state.order
-            if len(order) == len(tuples):  # a full window's step: one in, one out
-                old = order.popleft()
-                new = tuples[-1]
-                order.append(new)
-                single = state.single
-                assert single is not None
-                for replace in single.replaces:
-                    replace(old, new)
-                if order[0] is tuples[0]:
-                    self.submit(self._build(order, single.accs, None, None))
-                    self.submit_punct(WINDOW_MARK)
-                    return
-                self._resyncs += 1
-                del states[key]
-        if key not in self._full and not self.aggregate_incomplete_windows:
-            states.pop(key, None)  # not output: the first trigger that is rebuilds
-            return
-        n = len(tuples)
-        if not n:
-            states.pop(key, None)
-            self.submit_punct(WINDOW_MARK)
-            return
-        state = states.get(key)
-        every = self._every
-        if state is None or every >= n:
-            state = self._rebuild(key, tuples)
-        else:
-            single = state.single
-            assert single is not None
-            order = single.tuples
-            m = len(order)
-            out = m + every - n
-            if 0 <= out <= m:
-                if out:
-                    removes = single.removes
-                    popleft = order.popleft
-                    for _ in range(out):
-                        t = popleft()
-                        for remove in removes:
-                            remove(t)
-                adds = single.adds
-                for i in range(n - every, n):
-                    t = tuples[i]
-                    order.append(t)
-                    for add in adds:
-                        add(t)
-            if len(order) != n or order[0] is not tuples[0] or order[-1] is not tuples[-1]:
-                self._resyncs += 1
-                state = self._rebuild(key, tuples)
-        single = state.single
-        assert single is not None
-        self.submit(self._build(single.tuples, single.accs, None, None))
-        self.submit_punct(WINDOW_MARK)
-
     def _trigger_caught_up(self, event: StreamWindowEvent[Any]) -> None:
-        """TRIGGER of a count- or time-evicting window with a time trigger, the only event
-        it needs.
+        """TRIGGER of a count- or time-evicting window with a count or time trigger, the only
+        event it needs.
 
         Since the last trigger of the partition its ``out`` oldest tuples left by
         eviction (the difference of the window's `evicted_count` counts) and the rest of
         the change is new tuples at the end, so the mirror drops ``out`` tuples from its
         front and takes the window's newest ``n - m + out`` (all of the window when more
-        arrived and left than it holds). Any doubt (a first trigger, a count that does not
-        fit, ends that do not match) rebuilds it from the window."""
+        arrived and left than it holds). Counting, not comparing tuple objects, keeps it
+        exact when one tuple object arrives many times. Any doubt (a first trigger, a count
+        that does not fit, ends that do not match) rebuilds it from the window."""
         key = event.partition
         states = self._states
         if key not in self._full and not self.aggregate_incomplete_windows:
@@ -731,7 +646,7 @@ class Aggregate(Operator):
             states.pop(key, None)
             self.submit_punct(WINDOW_MARK)
             return
-        evicted = self._window.evicted_count(key)
+        evicted = self._evicted_count(key)
         state = states.get(key)
         if state is None:
             state = self._rebuild(key, tuples)
@@ -740,7 +655,14 @@ class Aggregate(Operator):
             m = len(order)
             out = evicted - state.evicted
             k = n - m + out
-            if out >= m >= 0 and k >= n:  # all it mirrored left (and maybe tuples that came later)
+            single = state.single
+            if out == 1 and k == 1 and single is not None:  # a full window's step: one in, one out
+                old = order.popleft()
+                t = tuples[-1]
+                order.append(t)
+                for replace in single.replaces:
+                    replace(old, t)
+            elif out >= m >= 0 and k >= n:  # all it mirrored left (and maybe tuples that came later)
                 state.catch_up(m, tuples)
             elif out >= 0 and k >= 0:  # (then out < m and k < n: k - n == out - m)
                 new: Sequence[Any]
@@ -860,7 +782,7 @@ class Aggregate(Operator):
     def snapshot(self) -> Any:
         """Which partitions have been full, and the window's tuple count, as plain data."""
         total = self._total
-        if self._handlers.get(TRIGGER) in (self._trigger_counted, self._trigger_caught_up):
+        if self._handlers.get(TRIGGER) == self._trigger_caught_up:
             # no events count the tuples
             window = self._window
             total = sum(len(window.contents(k)) for k in window.partitions())
