@@ -24,7 +24,7 @@ time measured is the CPU work of that stream. On the real clock the same job
 would idle between arrivals, or, fed as fast as possible, see a few seconds of
 window time for millions of quotes, so no eviction and almost no trigger.
 
-Compared (best of K runs; tuples/s = N / wall seconds; also CPU seconds):
+Compared (K alternating runs; tuples/s = N / best wall seconds; CPU seconds best and median):
 
   (a) riverbed: ``source -> Aggregate -> sink`` through ``run_graph`` (the
       whole runtime: channels, batches, window timers, events, submit);
@@ -59,6 +59,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import median
 from typing import Any
 
 from riverbed.graph import Graph, Operator, Punct, Source
@@ -214,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="quotes (default 1,000,000)")
     parser.add_argument("--rate", type=int, default=10_000, help="quotes per virtual second")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per variant, best kept")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs per variant, alternating (best and median reported)")
     parser.add_argument("--recompute-n", type=int, default=0,
                         help="also run Aggregate(incremental=False) on this many quotes")
     args = parser.parse_args(argv)
@@ -224,7 +226,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{args.n:,} quotes at {args.rate:,}/virtual s = {plan[-1][0] / SECOND:.0f} virtual s; "
           f"window holds up to {WINDOW_S * args.rate:,} quotes; "
           f"Python {platform.python_version()} on {platform.machine()}")
-    rows: list[tuple[str, int, float, float]] = []
     reference: Digest | None = None
     variants: list[tuple[str, int, Any]] = [
         ("riverbed Aggregate (runtime, incremental)", args.n, lambda: run_riverbed(plan)),
@@ -234,31 +235,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         small = batches(quotes[:args.recompute_n], args.rate)
         variants.append(("riverbed Aggregate (incremental=False)", args.recompute_n,
                          lambda: run_riverbed(small, incremental=False)))
-    for name, n, fn in variants:
-        best_wall = best_cpu = float("inf")
-        for _ in range(args.repeat):
+    walls: list[list[float]] = [[] for _ in variants]
+    cpus: list[list[float]] = [[] for _ in variants]
+    for _ in range(args.repeat):  # the variants alternate, so a change of load hits them alike
+        for i, (name, n, fn) in enumerate(variants):
             gc.collect()
             w0, c0 = time.perf_counter(), time.process_time()
             digest = fn()
-            best_wall = min(best_wall, time.perf_counter() - w0)
-            best_cpu = min(best_cpu, time.process_time() - c0)
-        if n == args.n:
-            if reference is None:
-                reference = digest
-            elif digest != reference:
-                print(f"MISMATCH: {name} gives {digest}, expected {reference}", file=sys.stderr)
-                return 1
-        rows.append((name, n, best_wall, best_cpu))
-        print(f"  {name:<44} {n / best_wall:>12,.0f} tuples/s  ({best_wall:.2f} s wall, "
-              f"{best_cpu:.2f} s CPU)", flush=True)
+            walls[i].append(time.perf_counter() - w0)
+            cpus[i].append(time.process_time() - c0)
+            if n == args.n:  # every timed run's results are checked, not only the last
+                if reference is None:
+                    reference = digest
+                elif digest != reference:
+                    print(f"MISMATCH: {name} gives {digest}, expected {reference}", file=sys.stderr)
+                    return 1
+    for i, (name, n, _fn) in enumerate(variants):
+        print(f"  {name:<44} {n / min(walls[i]):>12,.0f} tuples/s  (best {min(walls[i]):.2f} s wall, "
+              f"{min(cpus[i]):.2f} s CPU; median {median(cpus[i]):.2f} s CPU)", flush=True)
     assert reference is not None
-    print(f"results: {reference.results:,} tuples and {reference.marks:,} marks, identical in both")
-    riverbed_rate = rows[0][1] / rows[0][2]
-    loop_rate = rows[1][1] / rows[1][2]
+    print(f"results: {reference.results:,} tuples and {reference.marks:,} marks, identical in all "
+          f"{args.repeat} runs of each")
+    riverbed_rate = args.n / min(walls[0])
+    loop_rate = args.n / min(walls[1])
     print(f"ratio: the hand-written loop is {loop_rate / riverbed_rate:.1f}x faster than riverbed "
-          f"(by CPU time: {(rows[0][3] / rows[0][1]) / (rows[1][3] / rows[1][1]):.1f}x)")
+          f"(by CPU time: best {min(cpus[0]) / min(cpus[1]):.2f}x, "
+          f"median {median(cpus[0]) / median(cpus[1]):.2f}x)")
     if args.recompute_n:
-        rec = rows[2][1] / rows[2][2]
+        rec = args.recompute_n / min(walls[2])
         print(f"incremental vs recompute: {riverbed_rate / rec:.1f}x the throughput "
               f"(recompute measured on {args.recompute_n:,} quotes)")
     return 0

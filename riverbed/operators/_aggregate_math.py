@@ -437,29 +437,45 @@ class SumAccumulator(Numbers):
 
     def add_many(self, tuples: Sequence[Any]) -> None:
         """`add` each tuple, in one step when all the values are ints or all are floats the
-        fast path holds exactly (a catch-up of a window's new tuples)."""
-        if not self._many(tuples, 1):
+        fast path holds exactly (a catch-up of a window's new tuples).
+
+        Ints first, by one C-level ``sum``: its result is an int only when every value was
+        an int (or a bool or other int subclass, which `take` adds as ints too); a float,
+        None or anything else among them makes it something else, or raises."""
+        try:
+            s = sum(map(self.read, tuples))
+        except TypeError:  # (a read's own error raises again below)
+            s = None
+        if type(s) is int:
+            self.ints += s
+            self.n += len(tuples)
+        elif not self._many(tuples, 1):
             add = self.add
             for t in tuples:
                 add(t)
 
     def remove_many(self, tuples: Sequence[Any]) -> None:
         """`remove` each tuple (the oldest first), in one step where `add_many` takes one."""
-        if not self._many(tuples, -1):
+        try:
+            s = sum(map(self.read, tuples))
+        except TypeError:
+            s = None
+        if type(s) is int:
+            self.ints -= s
+            self.n -= len(tuples)
+        elif not self._many(tuples, -1):
             remove = self.remove
             for t in tuples:
                 remove(t)
 
     def _many(self, tuples: Sequence[Any], sign: int) -> bool:
-        """Add (1) or subtract (-1) all the values at once if they are all ints or all
-        floats times 2**80 whole; False (nothing done) otherwise."""
+        """Add (1) or subtract (-1) all the values at once if they are all floats times 2**80
+        whole (all ints took the callers' own step); False (nothing done) otherwise."""
         values = list(map(self.read, tuples))
         kinds = set(map(type, values))
         if len(kinds) != 1:
             return not values
-        if int in kinds:
-            self.ints += sum(values) if sign > 0 else -sum(values)
-        elif float in kinds:
+        if float in kinds:
             scaled = [v * _FAST for v in values]
             try:
                 whole = list(map(int, scaled))
