@@ -9,22 +9,23 @@ runtime and Spark share one client, its checks and its errors:
 * Each batch of messages the client hands over is appended to the spool
   with one fsync, and only then acknowledged; a message the spool could not
   take is not acknowledged, and the broker redelivers it.
-* A message spooled whose PUBACK never left is not spooled twice. Between
-  the fsync and the PUBACK leaving the process there is a window, and Spark
-  stops a query by killing (SIGTERM) the process that hosts its reader: the
-  reader's ``stop`` never runs. The broker then sends the message again to
-  the next reader, with the DUP flag and the same packet id. So a QoS 1
-  record keeps its packet id in the spool, the acks are pushed to the
-  socket right after the spooling (`MQTTClient.flush`), and ``<spool>.acked``
-  records the seq from which the broker may lack acks (``{"from": n}``; no
-  fsync: a killed process leaves it written). `Unacked` holds those
-  records (at a start, read back from the spool) and the ones whose ack
-  found the connection down; a message arriving on a later connection with
-  the DUP flag, its packet id, topic and payload is such a record sent
-  again: acknowledged, not spooled. A record is held until the broker is
-  known to have read its ack (a round trip after it was answered); the
-  broker sends what it lacks first on a reconnect, so a message without the
-  DUP flag also ends the wait for records of earlier connections.
+* A message spooled whose PUBACK the broker never read is not spooled
+  twice. Between the fsync and the PUBACK leaving the process there is a
+  window, and Spark stops a query by killing (SIGTERM) the process that
+  hosts its reader: the reader's ``stop`` never runs. The broker then sends
+  the message again to the next reader, with the DUP flag and the same
+  packet id (as it does after a connection lost with acks unread). So a
+  QoS 1 record keeps its packet id in the spool, the acks are pushed to the
+  socket right after the spooling (`MQTTClient.flush`), a request sent
+  after them confirms the broker read them (`MQTTClient.round_trip`), and
+  ``<spool>.acked`` records the seq from which the broker may lack acks
+  (``{"from": n}``; no fsync: a killed process leaves it written).
+  `Unacked` holds the records not confirmed (at a start, read back from the
+  spool from that seq on); a message arriving on a later connection with the
+  DUP flag, a held record's packet id, topic and payload is that record sent
+  again: acknowledged, not spooled. The broker resends what it lacks acks
+  for first on a reconnect, so a message without the DUP flag ends the wait
+  for records of earlier connections.
 * With a `PayloadDecoder` (``format``), every message is decoded as it is
   spooled, and each refused payload or record is reported through
   `BadMessages`, as `MQTTSource` reports it: counted by kind, logged, and
@@ -451,7 +452,7 @@ class SpoolFeeder:
         self._confirming = asyncio.get_running_loop().create_task(confirm(), name=f"{FORMAT}/acks")
 
     def _write_acked(self) -> None:
-        """``<spool>.acked``: the seq from which acks may not have left (see the module doc)."""
+        """``<spool>.acked``: the seq from which the broker may lack acks (see the module doc)."""
         first = self._unacked.first_seq
         value = first if first is not None else self.spool.next_seq
         if value != self._acked_from:

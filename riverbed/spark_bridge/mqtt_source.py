@@ -41,7 +41,7 @@ client. The spool must therefore be on storage the executors can read (any
 path in local mode). Next to the spool live ``<spool>.lock`` (one writer at
 a time), ``<spool>.session`` (the subscription of the persistent session, so
 a restart does not resubscribe and have the broker resend its retained
-messages), ``<spool>.acked`` (from which seq the acks may not have left) and
+messages), ``<spool>.acked`` (from which seq the broker may lack acks) and
 ``<spool>.status`` (the reader's counters: `read_status`).
 
 Options (strings, case-insensitive): ``topic`` (required; MQTT filters,
@@ -70,14 +70,14 @@ killing the process that hosts its reader (``stop`` does not run there), so
 a message may be spooled with its PUBACK not yet sent; the broker sends it
 again, with the DUP flag and the same packet id, to the next reader, which
 acknowledges it without spooling it twice (`riverbed.spark_bridge._mqtt_ingest`,
-``<spool>.acked``). What this cannot tell apart: a reader killed in the
-microseconds between an ack leaving and ``<spool>.acked`` being written, by
-a broker that meanwhile gave that packet id to a new message with the same
-topic and payload and sent it; the new message is then taken for the repeat.
+``<spool>.acked``). What this cannot tell apart: a reader killed after an
+ack reached the broker and before the answer to the round trip that
+confirms it was recorded (about a round trip to the broker), with a broker
+that meanwhile gave that packet id to a new message with the same topic and
+payload and sent it; the new message is then taken for the repeat.
 (mosquitto numbers packet ids in turn, so it never reuses one that soon.)
-QoS 2 is accepted, but paho keeps
-a QoS 2 message in memory between PUBREC and PUBREL, so only QoS 1 survives
-a crash at that moment. A bad payload is reported once, when it is spooled
+QoS 2 is accepted, but paho keeps a QoS 2 message in memory between PUBREC
+and PUBREL, so only QoS 1 survives a crash at that moment. A bad payload is reported once, when it is spooled
 (and spooled all the same: the spool holds what the broker delivered), and
 again only if the decoding options change while it waits in the spool; a
 dead letter not yet published when the reader stops is counted as failed.
