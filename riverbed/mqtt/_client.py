@@ -149,7 +149,10 @@ class ClientConfig:
 @dataclass(frozen=True, slots=True)
 class Received:
     """One message as the broker delivered it (``mid`` is 0 for QoS 0). ``session`` numbers the
-    broker-side session it came in: a packet id is only meaningful (ackable) in its own."""
+    broker-side session it came in: a packet id is only meaningful (ackable) in its own.
+    ``dup`` is the PUBLISH's DUP flag: the broker sent this packet id before and has no ack for
+    it (a QoS 1/2 message resent on a reconnect). ``connection`` numbers the connection it came
+    on (`MQTTClient.connects` then), so a redelivery can be told from its first delivery."""
 
     topic: str
     payload: bytes
@@ -157,6 +160,8 @@ class Received:
     mid: int
     retain: bool
     session: int = 0
+    dup: bool = False
+    connection: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +184,7 @@ class ConnectInfo:
 
 
 _CLOSED = object()
-SETTLE_FILTER = "riverbed/settle"  # unsubscribed (never subscribed) as a round trip: _settle
+SETTLE_FILTER = "riverbed/settle"  # unsubscribed (never subscribed) as a round trip: round_trip
 
 
 class MQTTClient:
@@ -230,6 +235,8 @@ class MQTTClient:
         self._connack: tuple[bool, dict[str, Any]] = (False, {})
         self._fatal: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
+        self._dups: set[int] = set()  # packet ids that came with the DUP flag, not yet handed out
+        self.settled = False  # the close's round trip was answered: the broker read every ack
 
     # ------------------------------------------------------------ lifecycle
 
@@ -255,7 +262,26 @@ class MQTTClient:
         if self.manual_ack:
             client._client.manual_ack_set(True)
         self._hook_connack(client)
+        self._hook_dup(client)
         return client
+
+    def _hook_dup(self, client: aiomqtt.Client) -> None:
+        """aiomqtt's message drops paho's DUP flag: note the packet ids that had it, on the way
+        to aiomqtt's handler (which queues the message in arrival order)."""
+        inner = client._client
+        forward: Any = inner.on_message
+        assert forward is not None
+        dups = self._dups
+
+        def on_message(c: paho.Client, userdata: Any, message: paho.MQTTMessage) -> None:
+            if message.qos > 0:
+                if message.dup:
+                    dups.add(message.mid)
+                else:
+                    dups.discard(message.mid)
+            forward(c, userdata, message)
+
+        inner.on_message = on_message
 
     def _hook_connack(self, client: aiomqtt.Client) -> None:
         """aiomqtt keeps neither the session-present flag nor the CONNACK properties: read them
@@ -306,20 +332,31 @@ class MQTTClient:
                 task.exception()  # retrieved: _maintain ends on its own errors only when fatal
 
     async def _settle(self) -> None:
-        """With manual acks, before the DISCONNECT: one round trip (an UNSUBSCRIBE of a filter
-        never subscribed), so the broker has read every ack sent before it. mosquitto reads
-        one packet of a connection per turn; a new connection with this client_id (a region
-        reset reconnects within a millisecond) takes the session over and closes this one with
-        the acks still unread, and the broker sends those messages again."""
+        """With manual acks, before the DISCONNECT: one round trip (`round_trip`), so the broker
+        has read every ack sent before it. mosquitto reads one packet of a connection per turn;
+        a new connection with this client_id (a region reset reconnects within a millisecond)
+        takes the session over and closes this one with the acks still unread, and the broker
+        sends those messages again."""
+        if self.manual_ack:
+            self.settled = await self.round_trip()
+
+    async def round_trip(self) -> bool:
+        """One request the broker answers (an UNSUBSCRIBE of a filter never subscribed), within
+        ``timeout``: True once answered on the connection it was sent on. The broker reads a
+        connection in order, so it has then read everything sent before (the acks above all);
+        an ack written to a socket the broker had already closed never arrives."""
         client = self._client
-        if not self.manual_ack or client is None or not self.connected:
-            return
+        if client is None or not self.connected:
+            return False
+        connection = self.connects
         sync = asyncio.ensure_future(client.unsubscribe(SETTLE_FILTER))
         done, _ = await asyncio.wait({sync}, timeout=self.config.timeout)
         if not done:
             sync.cancel()
-        elif not sync.cancelled():
-            sync.exception()  # (a connection that failed meanwhile: the acks may be lost anyway)
+            return False
+        if sync.cancelled() or sync.exception() is not None:
+            return False  # (a connection that failed meanwhile: the acks may be lost)
+        return self.connects == connection and self.connected
 
     async def _maintain(self) -> None:
         client = self._client
@@ -344,10 +381,14 @@ class MQTTClient:
                     delay = lo
                     self._lost = loop.create_future()
                     self._up.set()
+                    connection = self.connects
                     async for m in client.messages:
                         payload = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
+                        dup = m.qos > 0 and m.mid in self._dups
+                        if dup:
+                            self._dups.discard(m.mid)
                         self._queue.put_nowait(Received(m.topic.value, payload, m.qos, m.mid, m.retain,
-                                                        self.session))
+                                                        self.session, dup, connection))
             except aiomqtt.MqttError as exc:
                 self._up.clear()
                 if self._lost is not None and not self._lost.done():
@@ -456,6 +497,22 @@ class MQTTClient:
             return False
         rc = self._client._client.ack(mid, qos)
         return bool(rc == paho.MQTT_ERR_SUCCESS)
+
+    def flush(self) -> bool:
+        """Hand what paho holds for the socket (acks above all) to the kernel now, rather than
+        at the event loop's next turns, so they reach the broker even if the process is
+        killed next. True when nothing is left to write (False: not connected, or the socket's
+        buffer is full). Left is not read: on a connection the broker had already closed the
+        acks are lost, and only `round_trip` tells."""
+        client = self._client
+        if client is None or not self.connected:
+            return False
+        inner = client._client
+        try:
+            inner.loop_write()
+        except Exception:  # a broken socket: aiomqtt's own writer callback sees it too
+            return False
+        return self.connected and not inner.want_write()
 
     async def publish(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> None:
         """Publish, waiting out a disconnect (the message is sent again after the reconnect).

@@ -19,10 +19,12 @@ Delivery guarantees (which one a graph has):
   a crash between the commit and the ack reaching the broker makes the
   broker redeliver messages whose effects are committed. The checkpoint
   therefore lists the (packet id, digest of topic and payload) it is about to
-  ack; after a restore a redelivered message matching one is acked and
-  skipped, not submitted twice. (A broker reuses a packet id only once it was
-  acked, so a match is a repeat unless a new message reused the id *and* has
-  the same topic and payload.)
+  ack, and those of earlier checkpoints whose acks did not reach the broker
+  (given while disconnected); after a restore a redelivered message (DUP flag)
+  matching one is acked and skipped, not submitted twice. (A broker reuses a
+  packet id only once it was acked, and sends a new message without the DUP
+  flag, so a match is a repeat unless a message sent before the crash reused
+  the id *and* has the same topic and payload.)
 
   The broker must keep the session, and all that is queued in it, across
   its own restarts too (README, "MQTT": ``persistence true``,
@@ -363,9 +365,10 @@ class MQTTSource(Source):
                 self.redeliveries_skipped += 1
                 return
             digest = _digest(msg)
-            if self._committed.pop(msg.mid, None) == digest:
+            if self._committed.pop(msg.mid, None) == digest and msg.dup:
                 # Its effects are in a committed checkpoint, but the ack never reached the
                 # broker (a crash or a disconnect right after the commit): ack, do not repeat.
+                # (Without the DUP flag the broker had the ack and gave the id to a new message.)
                 self.redeliveries_skipped += 1
                 self._ack_one(msg.mid, msg.qos, digest)
                 return
@@ -400,8 +403,12 @@ class MQTTSource(Source):
     def snapshot(self) -> Any:
         self._snapshotted.extend(self._received)
         self._received.clear()
+        # Committed earlier, their acks never reached the broker (given while disconnected, or
+        # restored): a restart from this checkpoint must still know them when the broker sends
+        # them again, though this checkpoint's commit does not ack them (the broker has them).
         state: dict[str, Any] = {"client_id": self.config.client_id, "records": self.records_submitted,
-                                 "acks": [list(x) for x in self._snapshotted]}
+                                 "acks": [list(x) for x in self._snapshotted],
+                                 "acks_pending": [[mid, digest] for mid, digest in self._committed.items()]}
         if self.dedup is not None:
             state["dedup"] = self.dedup.snapshot()
         return state
@@ -418,7 +425,8 @@ class MQTTSource(Source):
             self._rewind(records, self._last_committed, initial=False)
         else:
             # A new process: which acks of the checkpoint reached the broker is unknown.
-            self._committed = {int(mid): int(digest) for mid, _, digest in state.get("acks", [])}
+            self._committed = {int(mid): int(digest) for mid, digest in state.get("acks_pending", [])}
+            self._committed.update((int(mid), int(digest)) for mid, _, digest in state.get("acks", []))
         self.records_submitted = records
         self._restored = True  # so the broker must still hold this source's session
         if self.dedup is not None and not self.dedup.restore(state.get("dedup")):

@@ -7,9 +7,12 @@ is first appended here, fsync'd, and only then acknowledged (see
 or replay, is read back from this file, so a replay yields the same rows.
 
 Format (one JSON value per line): records ``[seq, topic, payload, recv_ms,
-qos, retain]``, where ``payload`` is the text when the payload is valid UTF-8
-and ``{"b64": "..."}`` otherwise, and ``recv_ms`` is the time the record was
-spooled (ms since the epoch). A compacted spool starts with a header
+qos, retain]`` or ``[seq, topic, payload, recv_ms, qos, retain, mid]``, where
+``payload`` is the text when the payload is valid UTF-8 and ``{"b64": "..."}``
+otherwise, ``recv_ms`` is the time the record was spooled (ms since the
+epoch) and ``mid`` the MQTT packet id a QoS 1 message came with (so a
+restarted reader can recognise the broker sending it again: see
+`riverbed.spark_bridge._mqtt_ingest`). A compacted spool starts with a header
 ``{"first": n}``. `Spool.release` drops the index of committed records and,
 once the committed prefix holds enough bytes, rewrites the file without it (a
 copy, fsync, atomic rename). ``<spool>.lock`` next to it admits one writer.
@@ -49,14 +52,16 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def encode_record(row: SpoolRow) -> bytes:
-    """One spool line (with its newline)."""
+def encode_record(row: SpoolRow, mid: int = 0) -> bytes:
+    """One spool line (with its newline); ``mid`` (0: none) is the packet id it came with."""
     seq, topic, payload, recv_ms, qos, retain = row
     try:
         body: str | dict[str, str] = payload.decode("utf-8")
     except UnicodeDecodeError:
         body = {"b64": base64.b64encode(payload).decode("ascii")}
-    record = [seq, topic, body, recv_ms, qos, retain]
+    record: list[object] = [seq, topic, body, recv_ms, qos, retain]
+    if mid:
+        record.append(mid)
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
@@ -66,11 +71,20 @@ def _encode_header(first: int) -> bytes:
 
 def _decode_line(raw: bytes) -> SpoolRow | int:
     """A record, or the ``first`` seq of a header line; ``ValueError`` if the line is not one."""
+    item = _decode_full(raw)
+    return item if isinstance(item, int) else item[0]
+
+
+def _decode_full(raw: bytes) -> tuple[SpoolRow, int] | int:
+    """As `_decode_line`, a record with its packet id (0 when it has none)."""
     item = json.loads(raw)
     if isinstance(item, dict) and isinstance(item.get("first"), int):
         return int(item["first"])
-    if not isinstance(item, list) or len(item) != 6:
+    if not isinstance(item, list) or len(item) not in (6, 7):
         raise ValueError("not a spool record")
+    mid = item.pop() if len(item) == 7 else 0
+    if not isinstance(mid, int):
+        raise ValueError("bad packet id")
     seq, topic, body, recv_ms, qos, retain = item
     if isinstance(body, str):
         payload = body.encode("utf-8")
@@ -81,7 +95,7 @@ def _decode_line(raw: bytes) -> SpoolRow | int:
     if not (isinstance(seq, int) and isinstance(topic, str) and isinstance(recv_ms, int)
             and isinstance(qos, int) and isinstance(retain, bool)):
         raise ValueError("bad field types")
-    return seq, topic, payload, recv_ms, qos, retain
+    return (seq, topic, payload, recv_ms, qos, retain), mid
 
 
 def _fsync_dir(path: str) -> None:
@@ -293,16 +307,18 @@ class Spool:
         """Write one record durably (flush + fsync) and return its seq."""
         return self.append_many([(topic, payload, qos, retain)])
 
-    def append_many(self, messages: Sequence[tuple[str, bytes, int, bool]]) -> int:
+    def append_many(self, messages: Sequence[tuple[str, bytes, int, bool]],
+                    mids: Sequence[int] | None = None) -> int:
         """Write ``(topic, payload, qos, retain)`` records durably with one fsync (a group
         commit: the fsync costs about a millisecond whatever the size) and return the seq of
-        the first; all of them or none are in the file."""
+        the first; all of them or none are in the file. ``mids``: the packet id of each
+        (0: none), kept in the record for `packet_ids`."""
         with self._mutex:
             if self._file is None:
                 raise SpoolError(f"{FORMAT}: spool {self.path} is not open")
             first = self._next
             now = _now_ms()
-            lines = [encode_record((first + i, topic, payload, now, qos, retain))
+            lines = [encode_record((first + i, topic, payload, now, qos, retain), mids[i] if mids else 0)
                      for i, (topic, payload, qos, retain) in enumerate(messages)]
             try:
                 self._file.write(b"".join(lines))
@@ -317,6 +333,33 @@ class Spool:
                 self._size += len(line)
             self._next = first + len(lines)
             return first
+
+    def packet_ids(self, lo: int) -> list[tuple[int, int, str, bytes]]:
+        """``(seq, mid, topic, payload)`` of the records from seq ``lo`` on that carry a packet id."""
+        with self._mutex:
+            lo, hi = max(lo, self._first), self._next
+            i = lo - self._index_base
+            hint = self._offsets[i] if 0 <= i < len(self._offsets) else -1
+        out: list[tuple[int, int, str, bytes]] = []
+        if lo >= hi:
+            return out
+        with open(self.path, "rb") as f:
+            if not (hint >= 0 and _row_at(f, hint, lo)):
+                hint = 0
+            f.seek(hint)
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    break
+                try:
+                    item = _decode_full(raw)
+                except ValueError as exc:
+                    raise SpoolError(f"{FORMAT}: spool {self.path} has a corrupt line: {exc}") from None
+                if isinstance(item, int):
+                    continue
+                (seq, topic, payload, *_), mid = item
+                if lo <= seq < hi and mid:
+                    out.append((seq, mid, topic, payload))
+        return out
 
     def offset_of(self, seq: int) -> int:
         """The byte offset of record ``seq`` in the current file, or -1 if not known here."""

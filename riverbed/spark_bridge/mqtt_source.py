@@ -41,7 +41,8 @@ client. The spool must therefore be on storage the executors can read (any
 path in local mode). Next to the spool live ``<spool>.lock`` (one writer at
 a time), ``<spool>.session`` (the subscription of the persistent session, so
 a restart does not resubscribe and have the broker resend its retained
-messages) and ``<spool>.status`` (the reader's counters: `read_status`).
+messages), ``<spool>.acked`` (from which seq the broker may lack acks) and
+``<spool>.status`` (the reader's counters: `read_status`).
 
 Options (strings, case-insensitive): ``topic`` (required; MQTT filters,
 wildcards allowed, comma-separated for several), ``clientId`` (required;
@@ -63,12 +64,20 @@ one is not silently ignored. The subscription of an existing session is
 changed (and the broker resends retained messages) only when ``topic`` or
 ``qos`` differ from what ``<spool>.session`` records.
 
-Guarantees and limits: at-least-once from the broker into the spool, and
-exactly-once from the spool into Spark's offsets. A crash after the fsync
-but before the PUBACK left the socket makes the broker redeliver, and the
-message is spooled twice (with two seqs). QoS 2 is accepted, but paho keeps
-a QoS 2 message in memory between PUBREC and PUBREL, so only QoS 1 survives
-a crash at that moment. A bad payload is reported once, when it is spooled
+Guarantees and limits: at QoS 1, each message once into the spool, and
+exactly-once from the spool into Spark's offsets. Spark stops a query by
+killing the process that hosts its reader (``stop`` does not run there), so
+a message may be spooled with its PUBACK not yet sent; the broker sends it
+again, with the DUP flag and the same packet id, to the next reader, which
+acknowledges it without spooling it twice (`riverbed.spark_bridge._mqtt_ingest`,
+``<spool>.acked``). What this cannot tell apart: a reader killed after an
+ack reached the broker and before the answer to the round trip that
+confirms it was recorded (about a round trip to the broker), with a broker
+that meanwhile gave that packet id to a new message with the same topic and
+payload and sent it; the new message is then taken for the repeat.
+(mosquitto numbers packet ids in turn, so it never reuses one that soon.)
+QoS 2 is accepted, but paho keeps a QoS 2 message in memory between PUBREC
+and PUBREL, so only QoS 1 survives a crash at that moment. A bad payload is reported once, when it is spooled
 (and spooled all the same: the spool holds what the broker delivered), and
 again only if the decoding options change while it waits in the spool; a
 dead letter not yet published when the reader stops is counted as failed.

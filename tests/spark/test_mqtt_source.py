@@ -14,8 +14,10 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -513,3 +515,126 @@ def test_a_message_the_spool_cannot_take_is_not_acknowledged_and_comes_again(
         assert [r[2] for r in again.read(part)] == [b"kept by the broker"]
     finally:
         again.stop()
+
+
+# ------------------------------------------- issue 19: killed between the fsync and the PUBACK
+
+# The reader in a process of its own, as Spark hosts it; its spool hangs right after its first
+# append (on disk, the PUBACKs not yet given), so the process can be killed exactly there.
+_KILLED_READER = '''
+import json, sys, threading
+from riverbed.spark_bridge import _spool
+from riverbed.spark_bridge.mqtt_source import MqttStreamReader
+
+append = _spool.Spool.append_many
+
+def append_then_hang(self, *args, **kwargs):
+    first = append(self, *args, **kwargs)
+    print("spooled", self.next_seq - first, flush=True)
+    threading.Event().wait()
+
+_spool.Spool.append_many = append_then_hang
+reader = MqttStreamReader(json.loads(sys.argv[1]))
+reader.initialOffset()
+print("ready", flush=True)
+threading.Event().wait()
+'''
+
+
+def test_a_reader_killed_after_spooling_and_before_acking_does_not_spool_the_redelivery_again(
+        broker: int, tmp_path: Path) -> None:
+    """Spark stops a query by SIGTERM to the process hosting its reader: ``stop`` never runs, and
+    what was spooled but not yet acknowledged the broker sends again (DUP, same packet ids) to
+    the next reader. That reader acknowledges it without spooling it a second time."""
+    spool = tmp_path / "spool.jsonl"
+    options = _options(spool, broker, "rb-killed")
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_READER, json.dumps(options)],
+                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        published = [("unit/k", f"k{i}".encode()) for i in range(5)]
+        _publish(broker, published)
+        line = child.stdout.readline().split()
+        assert line[0] == "spooled" and 1 <= int(line[1]) <= 5
+        child.send_signal(signal.SIGTERM)  # as Spark's PythonWorkerFactory.stopWorker does
+    finally:
+        child.kill()
+        child.wait(30)
+    reader = MqttStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        _publish(broker, [("unit/k", b"after the restart")])  # comes after what the broker resends
+
+        def spooled() -> list[bytes]:
+            end = reader.latestOffset(start, ReadAllAvailable())["seq"]
+            return [r[2] for r in read_spool(str(spool), 0, end)]
+
+        _until(lambda: b"after the restart" in spooled(), "the message published after the restart")
+        assert spooled() == [p for _, p in published] + [b"after the restart"]
+        assert reader.feeder is not None and reader.feeder.redeliveries_dropped == int(line[1])
+    finally:
+        reader.stop()
+
+
+def test_acks_written_to_a_connection_the_broker_closed_do_not_get_the_redelivery_spooled_again(
+        broker: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker closes the reader's connection while it spools a batch (here another client
+    takes the session over; a broker restart or a network cut does the same): the acks go to a
+    closed socket, and the broker sends the messages again on the next connection. They are in
+    the spool already: acknowledged, not spooled a second time."""
+    spool = tmp_path / "spool.jsonl"
+    options = _options(spool, broker, "rb-taken")
+    reader = MqttStreamReader(options)
+    try:
+        start = reader.initialOffset()
+        feeder = reader.feeder
+        assert feeder is not None
+        entered, release = threading.Event(), threading.Event()
+        append = feeder.spool.append_many
+
+        def held(*args: Any, **kwargs: Any) -> int:
+            entered.set()
+            assert release.wait(30)
+            return append(*args, **kwargs)
+
+        monkeypatch.setattr(feeder.spool, "append_many", held)
+        published = [("unit/t", f"t{i}".encode()) for i in range(3)]
+        _publish(broker, published)
+        assert entered.wait(30)  # the reader's event loop holds the batch, its acks not yet given
+
+        resent: list[bytes] = []
+        all_resent, gone = threading.Event(), threading.Event()
+
+        def on_message(c: mqtt.Client, userdata: Any, m: mqtt.MQTTMessage) -> None:
+            resent.append(bytes(m.payload))
+            if len(resent) == len(published):
+                all_resent.set()
+
+        intruder = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="rb-taken", clean_session=False,
+                               protocol=mqtt.MQTTv311)
+        intruder.manual_ack_set(True)  # takes the session, acknowledges nothing
+        intruder.on_message = on_message
+        intruder.on_disconnect = lambda *args: gone.set()
+        intruder.connect("127.0.0.1", broker)
+        intruder.loop_start()
+        try:
+            assert all_resent.wait(30), resent  # the broker closed the reader's connection first
+            intruder.disconnect()
+            assert gone.wait(30)
+        finally:
+            intruder.loop_stop()
+        release.set()  # spooled, acked on the closed connection; the reader reconnects
+
+        _publish(broker, [("unit/t", b"after the takeover")])  # after what the broker resends
+
+        def spooled() -> list[bytes]:
+            end = reader.latestOffset(start, ReadAllAvailable())["seq"]
+            return [r[2] for r in read_spool(str(spool), 0, end)]
+
+        _until(lambda: b"after the takeover" in spooled(), "the message published after the takeover")
+        assert spooled() == [p for _, p in published] + [b"after the takeover"]
+        assert feeder.redeliveries_dropped == len(published) and feeder.reconnects == 1
+    finally:
+        release.set()
+        reader.stop()
