@@ -73,6 +73,7 @@ class WindowEngine(Generic[T]):
     _lazy: bool
     _epoch: int
     _dropped_evicted: dict[Hashable, int]
+    _tied: list[int]
     _live: list[bool]
     _insert: Callable[[T], None]
     _insert_tuples: Callable[[Sequence[T]], None]
@@ -103,6 +104,7 @@ class WindowEngine(Generic[T]):
                       and config.tr == TIME and config.evictor is None)
         self._epoch = 0
         self._dropped_evicted = {}
+        self._tied = [-1]  # the last time whose arrivals `_check_tie` found tie-free
         self._set_state(WindowState.initial(config))
 
     def _set_state(self, state: WindowState) -> None:
@@ -117,6 +119,7 @@ class WindowEngine(Generic[T]):
             part.evicted = epoch
         self._suspended = False
         self._window_tick = None
+        self._tied[0] = -1  # (a new tick phase: arrivals look again)
         self._single = None if self._config.spec.partitioned else state.parts[None]
         self._install_insert()
 
@@ -218,7 +221,7 @@ class WindowEngine(Generic[T]):
         compiled = None
         if state.active and not state.final and not self._suspended and config.fast_paths:
             hooks = EngineHooks(self._insert_generic, self._flush, self._arm_evict, self._evict_expired,
-                                self._delta_evict)
+                                self._delta_evict, self._check_tie, self._tied)
             compiled = compile_inserters(self, config, state, key_of=self._partitioner.key_of,
                                          listeners=self._events, live=live, hooks=hooks,
                                          lazy=self._lazy)
@@ -254,6 +257,8 @@ class WindowEngine(Generic[T]):
             self._install_insert()
         if not state.active:
             self.activate()
+        if self._lazy and state.now != self._tied[0]:
+            self._check_tie()
         rules = config.rules
         if not config.sliding and config.ev == COUNT and config.ev_n == 0 and rules.count_zero_keeps_nothing:
             return
@@ -656,14 +661,22 @@ class WindowEngine(Generic[T]):
 
     def _rearm_after_restore(self) -> None:
         config, state = self._config, self._state
-        for part in list(state.parts.values()):
-            self._rearm_partition(part)
+        tick_due = None
         if not config.java and config.periodic_window_tick:
             period = config.tick_ns
-            due = state.window_last_tick + period
-            while due <= state.now:  # C++ skips the ticks it missed and keeps its phase
-                due += period
-            self._arm_window_tick(due)
+            tick_due = state.window_last_tick + period
+            while tick_due <= state.now:  # C++ skips the ticks it missed and keeps its phase
+                tick_due += period
+            if self._lazy:  # restored arrivals were never looked at for ties (`_check_tie`)
+                lag = config.evict_after - tick_due
+                if any((a + lag) % period == 0 for part in state.parts.values()
+                       for a in part.arrivals if a + lag >= 0):
+                    self._lazy = False  # (before anything is armed: timers as on time)
+                    self._install_insert()
+        for part in list(state.parts.values()):
+            self._rearm_partition(part)
+        if tick_due is not None:
+            self._arm_window_tick(tick_due)
 
     def _rearm_partition(self, part: Partition) -> None:
         config, state = self._config, self._state
@@ -697,6 +710,26 @@ class WindowEngine(Generic[T]):
         arrivals = part.arrivals
         if arrivals and arrivals[0] < self._state.now - self._config.ev_ns:
             self._evict_expired(part)
+
+    def _check_tie(self) -> None:
+        """Evict on time from now on if a tuple arriving now would be due exactly at a tick.
+
+        At a tick, lazy eviction first evicts everything due by then. On time, an
+        eviction timer due at the very tick fires after it when it was armed after
+        the tick was (ties go by arming order), which for a tuple arriving after the
+        last tick it always is: the tick's TRIGGER still holds the tuple. Such a tie
+        needs an arrival exactly T and 1 ns before a tick, which real timestamps
+        almost never give; when it comes, timers decide it exactly (`_make_eager`)."""
+        tick = self._window_tick
+        if tick is None:
+            return
+        config = self._config
+        now = self._state.now
+        gap = now + config.evict_after - tick.due
+        if gap >= 0 and gap % config.tick_ns == 0:
+            self._make_eager()
+        else:
+            self._tied[0] = now
 
     def _settle_all(self) -> None:
         """`_settle` every partition (C++ drops those it empties)."""

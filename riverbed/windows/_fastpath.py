@@ -86,6 +86,8 @@ class EngineHooks:
     arm_evict: Callable[[Partition], None]  # arm a sliding partition's time eviction
     evict_expired: Callable[[Partition], None]  # sliding time eviction, now
     delta_evict: Callable[[Partition, Any], None]  # sliding delta eviction, with its events
+    check_tie: Callable[[], None]  # lazy time eviction: evict on time if arrivals now may tie
+    tied: list[int]  # lazy time eviction: the last time `check_tie` let stay lazy
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +404,13 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
     else:
         quiet = ["now = state.now", "for t in rest:",
                  *_indent(insertion(False, loop_miss, "now"), 1)]
+    # Lazy time eviction: arrivals at a time not yet looked at may tie with a tick
+    # (`WindowEngine._check_tie`), which hands over to timers before anything is inserted.
+    tie = ["        if state.now != tied[0]:",
+           "            check_tie()",
+           "            if not live[0]:",
+           "                return window.{}",
+           ] if shape.lazy else []
     src = [
         "def factory(env):",
         *(f"    {name} = env[{name!r}]" for name in names),
@@ -409,6 +418,7 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
         "    def insert(t):",
         "        if not live[0]:  # compiled before the window's insert path changed",
         "            return window.insert(t)",
+        *(line.format("insert(t)") for line in tie),
         f"        if {step.tuple_events_when}:",
         *_indent(insertion(True, one_miss, "state.now"), 3),
         "        else:",
@@ -417,6 +427,7 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
         "    def insert_tuples(batch):",
         "        if not live[0]:  # compiled before the window's insert path changed",
         "            return window.insert_tuples(batch)",
+        *(line.format("insert_tuples(batch)") for line in tie),
         "        n = len(batch)",
         "        rest = iter(batch)",
         "        try:",
@@ -451,6 +462,7 @@ _NAMES = (
     "triggered_to", "spare_insertion", "spare_eviction", "Event", "INSERTION", "EVICTION",
     "TRIGGER", "INITIAL_FULL", "size", "every", "ev_ns", "attr_of", "missing", "check", "exact_int",
     "exact_float", "out", "bound", "MISSING", "SAFE_INT_MIN", "SAFE_INT_MAX", "length_hint",
+    "check_tie", "tied",
 )
 
 _FACTORIES: dict[Shape, Callable[[dict[str, Any]], Inserters]] = {}
@@ -529,6 +541,7 @@ def compile_inserters(window: Any, config: WindowConfig, state: WindowState, *,
         "window": window, "state": state, "single": state.parts.get(None), "parts": state.parts,
         "key_of": key_of, "live": live, "generic": hooks.generic, "flush": hooks.flush,
         "arm": hooks.arm_evict, "evict_expired": hooks.evict_expired, "delta_evict": hooks.delta_evict,
+        "check_tie": hooks.check_tie, "tied": hooks.tied,
         "listeners": listeners.gate, "inserted": handlers[EventType.INSERTION],
         "evicted_to": handlers[EventType.EVICTION], "full_to": handlers[EventType.INITIAL_FULL],
         "triggered_to": handlers[EventType.TRIGGER],
