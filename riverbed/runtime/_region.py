@@ -11,6 +11,10 @@ checkpoint (or its initial state), and the members run again: sources replay fro
 checkpointed positions, so transactional sinks end with exactly the output of a run that
 never failed. ``max_consecutive_reset_attempts`` resets without a checkpoint committed in
 between fail the job, naming the operator, the tuple and the attempts.
+
+Members inside a parallel region run in its worker processes: its host (`ParallelHost`) restores,
+resets, restarts and tells them of commits, and when the region's sources are replicated there,
+the host starts each checkpoint at every replica.
 """
 
 from __future__ import annotations
@@ -166,6 +170,8 @@ class Region:
             core = r.core
             if core.finished:
                 self.report(checkpoint_id, r.name, core.final_state)
+            elif r.name in self.hosted:
+                continue  # in worker processes: barriers reach it there (replicas: see below)
             elif r.odef.kind == "source":
                 core.start_checkpoint(checkpoint_id)
             elif core.inputs_ended or not any(c.operator in self.member_names
@@ -173,6 +179,9 @@ class Region:
                 # No barrier can reach it (its inputs ended but it still holds items, like
                 # Delay): it starts the checkpoint itself, in order in its task.
                 r.put_control(CheckpointBarrier(checkpoint_id, self.name))
+        for h in self.hosts:
+            if h.sources and self.pending is not None:  # (the reports may have committed it)
+                h.start_checkpoint(checkpoint_id)  # replicated sources start it in every worker
         return checkpoint_id
 
     def report(self, checkpoint_id: int, operator: str, state: Any) -> None:
