@@ -47,12 +47,13 @@ and on a failure, an abort or a stop (`close` kills what is still alive and reap
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import operator
 import select
 import socket
 import struct
-import time
+import threading
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -640,24 +641,36 @@ class ParallelHost:
     # ------------------------------------------------------------------ ending
 
     async def _hang_up(self) -> None:
-        """Every channel finished: close the sockets (the workers see EOF and exit), reap them."""
+        """Every channel finished: close the sockets (the workers see EOF and exit) and wait
+        until they exited, 5 s of wall-clock time at most (`close` kills one still alive).
+
+        The wait is on each worker's sentinel, bounded by a timer thread rather than by the
+        loop's time: on a `VirtualClock` a timeout of the loop moves the job's clock, and the
+        50 ms polls this was made of moved it by seconds (hundreds on a loaded machine) while a
+        worker took a moment to exit."""
         for ch in self.channels:
             self._close_socket(ch)
+        procs = [ch.process for ch in self.channels
+                 if ch.process is not None and ch.process.is_alive()]
+        if not procs:
+            return
         loop = asyncio.get_running_loop()
-        for ch in self.channels:
-            proc = ch.process
-            if proc is None:
-                continue
-            deadline = time.monotonic() + 5.0
-            while proc.is_alive() and time.monotonic() < deadline:
-                fut: asyncio.Future[None] = loop.create_future()
-                loop.add_reader(proc.sentinel, _resolve, fut)
+        gave_up: asyncio.Future[None] = loop.create_future()
+        timer = threading.Timer(5.0, _resolve_from_thread, (loop, gave_up))
+        timer.daemon = True
+        timer.start()
+        try:
+            for proc in procs:
+                exited: asyncio.Future[None] = loop.create_future()
+                loop.add_reader(proc.sentinel, _resolve, exited)
                 try:
-                    await asyncio.wait_for(fut, 0.05)
-                except TimeoutError:
-                    pass
+                    await asyncio.wait({exited, gave_up}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     loop.remove_reader(proc.sentinel)
+                if gave_up.done():
+                    break
+        finally:
+            timer.cancel()
 
     def _close_socket(self, ch: _Channel) -> None:
         _PARENT_FDS.discard(ch.fd)
@@ -748,6 +761,11 @@ def _first(exc: BaseException) -> BaseException:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _resolve_from_thread(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+        loop.call_soon_threadsafe(_resolve, fut)
 
 
 def parent_fds() -> frozenset[int]:
