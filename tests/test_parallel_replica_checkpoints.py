@@ -290,3 +290,61 @@ def test_a_stop_then_restart_of_the_job_continues_each_replica_where_it_was(tmp_
         asyncio.run(restarted.run())
         assert restarted.restored_from == newest.id
     same(second.rows, expected)
+
+
+# ------------------------------------------------- a replica beside a stream from outside
+
+
+class Extra(Source):
+    """A replayable source in the job's process whose readings are split into the region."""
+
+    replayable = True
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.next = 0
+
+    def generate(self) -> Any:
+        while self.next < self.n:
+            i = self.next
+            self.next = i + 1
+            yield {"sensor": i % SENSORS, "value": -1, "seq": EXTRA + i}
+
+    def snapshot(self) -> Any:
+        return self.next
+
+    def restore(self, state: Any) -> None:
+        self.next = state
+
+
+class Pass(Operator):
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.submit(tup)
+
+
+EXTRA = 1_000_000  # the extra readings' seq start here
+
+
+def test_a_replicas_barrier_aligns_with_the_barrier_of_a_stream_split_into_the_region() -> None:
+    """A member fed by a replica and by a stream from outside aligns both barriers in each
+    channel: every checkpoint holds exactly the readings each source had emitted."""
+    n, extra = 21_000, 7_000
+    out = Output()
+    g = Graph("both")
+    outside = g.source("extra", Extra(extra), schema=SCHEMA)
+    with g.parallel(2, partition_by="sensor"):
+        feed = g.source("feed", Feed(n), schema=SCHEMA)
+        both = g.operator("both", Pass(), [feed, outside])
+    g.sink("out", out, [both])
+    g.consistent_region([feed, outside], name="r", period=0.02)
+    store = MemoryStore(keep_last=1000)
+    asyncio.run(Job(g, checkpoints=store).run())
+    assert sorted(r["seq"] for r in out.rows) == list(range(n)) + list(range(EXTRA, EXTRA + extra))
+    infos = store.list()
+    assert infos
+    for info in infos:
+        states = store.load(info.id).states
+        at = [ch["operator"] for ch in states["feed"]["channels"]]
+        upto = [i for i in range(n) if i < at[channel_of(i % SENSORS, 2)]]
+        upto += range(EXTRA, EXTRA + states["extra"]["operator"])
+        assert sorted(r["seq"] for r in states["out"]["operator"]) == upto, f"checkpoint {info.id}"
