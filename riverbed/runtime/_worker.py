@@ -95,8 +95,8 @@ class _ChannelGraph(SyncGraph):
     def start_checkpoint(self, barrier: CheckpointBarrier) -> None:
         """The job's region starts a checkpoint (the channel has replicated sources): each live
         replica serves its barrier before its next batch (`Replicas.step`); an operator whose
-        inputs ended (one still holding items, as Delay) starts it itself, as the job's region
-        has such operators do; one that ended reports its final state."""
+        inputs ended (one still holding items, as Delay) starts it itself, as such an operator
+        does in the job's region; one that ended reports its final state."""
         for core in self.cores:
             if core.finished:
                 continue
