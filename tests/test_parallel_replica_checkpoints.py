@@ -338,7 +338,20 @@ def test_a_replicas_barrier_aligns_with_the_barrier_of_a_stream_split_into_the_r
     g.sink("out", out, [both])
     g.consistent_region([feed, outside], name="r", period=0.02)
     store = MemoryStore(keep_last=1000)
-    asyncio.run(Job(g, checkpoints=store).run())
+    job = Job(g, checkpoints=store)
+    gate = Gate(n // 2)
+    _GATE.append(gate)
+
+    async def main() -> None:
+        # A checkpoint is under way or asked while channel 1's replica is held mid-run: at least
+        # one commits, however fast the rest runs.
+        run = asyncio.ensure_future(job.run())
+        await _until_gate(run, gate)
+        job.trigger_checkpoint()
+        gate.go.set()
+        await run
+
+    asyncio.run(main())
     assert sorted(r["seq"] for r in out.rows) == list(range(n)) + list(range(EXTRA, EXTRA + extra))
     infos = store.list()
     assert infos
