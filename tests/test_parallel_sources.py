@@ -259,15 +259,29 @@ def test_a_stop_ends_the_replicas_and_drains_the_region() -> None:
         assert numbers == list(range(len(numbers)))
 
 
-def test_a_replicated_source_is_refused_with_checkpoints() -> None:
-    g, _, _ = _graph(2)
-    job = Job(g, checkpoints=MemoryStore())
-    with pytest.raises(JobError, match=r"source 'src' runs in parallel region .* cannot take "
-                                        "part in checkpoints"):
-        asyncio.run(job.run())
+def test_a_replicated_source_runs_with_checkpoints_and_reports_each_replicas_state() -> None:
+    """(Refused before replicas could checkpoint: tests/test_parallel_replica_checkpoints.py.)"""
+    g, sink, _ = _graph(None)
+    run_graph(g)
+    expected = _by_key(sink.tuples)
+    g, sink, _ = _graph(2)
+    store = MemoryStore(keep_last=1000)
+    job = Job(g, checkpoints=store)
+
+    async def main() -> None:
+        run = asyncio.ensure_future(job.run())
+        assert await job.regions[0].request_consistent()
+        await run
+
+    asyncio.run(main())
+    assert _by_key(sink.tuples) == expected
+    (info,) = store.list()
+    state = store.load(info.id).states["src"]
+    assert state["parallel"] == {"region": "parallel0", "width": 2}
+    assert len(state["channels"]) == 2
 
 
-def test_an_async_source_and_a_checkpointed_one_are_refused_in_a_region_naming_them() -> None:
+def test_an_async_source_is_refused_in_a_region_naming_it() -> None:
     class Later(Source):
         async def run(self) -> None:
             pass
@@ -283,6 +297,9 @@ def test_an_async_source_and_a_checkpointed_one_are_refused_in_a_region_naming_t
     found = {(e.operator, e.rule): e.message for e in info.value.errors}
     assert "async run()" in found[("later", "parallel")]
     assert "'k'" in found[("nokey", "unknown-attribute")]
+
+
+def test_a_replayable_replicated_source_may_start_a_consistent_region() -> None:
     class Replayable(Share):
         replayable = True
 
@@ -292,9 +309,8 @@ def test_an_async_source_and_a_checkpointed_one_are_refused_in_a_region_naming_t
         out = g.operator("p", Sums(), [s])
     g.sink("sink", Collect(), [out])
     g.consistent_region(s, period=1.0)
-    with pytest.raises(GraphValidationError) as info:
-        g.freeze()
-    assert any(e.operator == "src" and "consistent region" in e.message for e in info.value.errors)
+    (region,) = g.freeze().regions
+    assert region.members == ("src", "p", "sink")
 
 
 def test_a_source_in_a_block_is_accepted_where_it_was_refused() -> None:

@@ -19,8 +19,11 @@ Sources in a region are replicated, as SPL replicates every operator of a region
 runs its own replica, which reads ``context.channel`` and ``context.width`` (SPL's
 ``getChannel()`` / ``getMaxChannels()``) to produce its own share; nothing is split. A replica
 runs inside its worker, driven by the worker (``generate``), so a source whose body is an
-``async def run`` cannot be one, and (for now) a replicated source is in no consistent region:
-its barriers would have to start in every worker (see docs/decisions.md).
+``async def run`` cannot be one. A replicated source may start a consistent region (it must be
+replayable, as every start): the job's region asks every worker to start each checkpoint, each
+replica reports its position with its channel's operators and emits the barrier between two
+batches, and a reset restores every replica to its checkpointed position (see
+docs/decisions.md).
 
 Process groups (`Graph.process`, SPL's ``partitionColocation`` / ``partitionIsolation``) are
 regions of width 1 without a key: the operators of a group run together in one worker process
@@ -198,7 +201,7 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
     for name in region.members:
         op = defs[name]
         if op.kind == "source":
-            errors.extend(_check_source(region, op, consistent))
+            errors.extend(_check_source(region, op))
         for i, port in enumerate(op.inputs):
             if any(c.feedback for c in port.connections):
                 errors.append(GraphError(name, "parallel", f"input port {i} has a feedback "
@@ -246,8 +249,7 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
     return errors
 
 
-def _check_source(region: ParallelRegion, op: OperatorDef,
-                  consistent: Mapping[str, str]) -> list[GraphError]:
+def _check_source(region: ParallelRegion, op: OperatorDef) -> list[GraphError]:
     """A source in a region runs as one replica per channel, inside the channel's worker."""
     errors: list[GraphError] = []
     where = f"{region.kind} {region.name!r}"
@@ -258,13 +260,6 @@ def _check_source(region: ParallelRegion, op: OperatorDef,
                                                       "has an async run(), which needs the job's "
                                                       "event loop: give it generate(), or add it "
                                                       "before the with block"))
-    if op.name in consistent:
-        errors.append(GraphError(op.name, "parallel", f"a source in {where} cannot be in consistent "
-                                                      f"region {consistent[op.name]!r} yet: its "
-                                                      "checkpoints would start in the worker "
-                                                      "processes; put the source before the with "
-                                                      "block (the region's other operators may "
-                                                      "stay in the consistent region)"))
     key = region.partition_by
     schema = op.outputs[0] if op.outputs else None
     if isinstance(key, str) and region.width > 1 and schema is not None \

@@ -32,6 +32,11 @@ committed checkpoint; a commit is passed on to every channel (transactional sink
 Replicated sources (a source inside the region, `_replica`): each channel's worker runs its own
 replica and sends what leaves the region unasked (``EMIT``); the channel counts as busy (not
 idle, the keep-alive runs) until its replicas ended, and a stop of the job is passed on to it.
+In a consistent region, a checkpoint starts at the replicas: the region asks the host, which
+asks every running channel (``CHECKPOINT``; a channel still starting is asked once it runs, or
+at its fork), and each replica serves the barrier before its next batch; a channel that already
+finished reports its operators' final states. The barrier then aligns at the merge like any
+other, and a reset restores each replica to its checkpointed position in the new workers.
 
 Process groups (`Graph.process`) are hosted here too, as regions of width 1 without a key.
 
@@ -42,12 +47,13 @@ and on a failure, an abort or a stop (`close` kills what is still alive and reap
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import operator
 import select
 import socket
 import struct
-import time
+import threading
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -58,6 +64,7 @@ from ._clock import RealClock, TimerHandle, VirtualClock
 from ._parallel_merge import Merge
 from ._parallel_split import SplitFailed, Splitter
 from ._parallel_wire import (
+    CHECKPOINT,
     COMMIT,
     EMIT,
     FAILED,
@@ -111,7 +118,9 @@ class ChannelMetrics:
 
 class _Channel:
     __slots__ = (
+        "asked",
         "deadline",
+        "ended",
         "fd",
         "finished",
         "index",
@@ -139,6 +148,8 @@ class _Channel:
         self.deadline: int | None = None
         self.finished = False
         self.producing = False  # its replicated sources still run
+        self.asked = 0  # the newest checkpoint its replicas were asked to start
+        self.ended: dict[str, Any] = {}  # member -> its final state in this channel
         self.room = asyncio.Event()
         self.room.set()
 
@@ -187,6 +198,7 @@ class ParallelHost:
         self._restore: list[dict[str, Any]] | None = None
         self._reports: dict[tuple[int, str], list[Any]] = {}
         self._ended: dict[str, list[Any]] = {}  # member -> the final state of each channel
+        self._asked: int | None = None  # the checkpoint the replicas were asked to start
         self.restarts = 0
         key = spec.partition_by
         self._splitter = Splitter(spec.width, operator.itemgetter(key) if isinstance(key, str) else key)
@@ -237,19 +249,20 @@ class ParallelHost:
         for runner in self.runners.values():
             for delivery in runner._deliveries:
                 delivery.targets = [t for t in delivery.targets if id(t[0]) not in inboxes]
-        if self.sources and self.region is not None:
-            # The job-wide checkpoint region (--checkpoint-dir): `freeze` refuses a declared one.
-            name = self.sources[0]
-            raise OperatorError(name, None, None, RuntimeError(
-                f"source {name!r} runs in {self.where} (one replica per channel, in the worker "
-                "processes) and cannot take part in checkpoints yet: run without "
-                "--checkpoint-dir, or put the source before the with block"))
+
+    @property
+    def _suspending(self) -> bool:
+        """The job's stop suspends it at a checkpoint of the region (replicas end without
+        final, right after that checkpoint's barrier)."""
+        region = self.region
+        return region is not None and region.suspend_at is not None
 
     def request_stop(self) -> None:
         """The job was asked to stop: replicated sources end at their next batch."""
+        message = frame(dumps((STOP, self._suspending)))
         for ch in self.channels:
             if ch.producing and ch.writer is not None:
-                ch.writer.write(frame(dumps((STOP,))))
+                ch.writer.write(message)
 
     def start(self) -> None:
         """Run the region in a task of the job (again after its consistent region reset)."""
@@ -262,6 +275,34 @@ class ParallelHost:
         both widths, when it was taken with another width: the state is split by channel)."""
         self._restore = self._split_states(checkpoint)
 
+    def start_checkpoint(self, checkpoint_id: int) -> None:
+        """The region starts checkpoint ``checkpoint_id`` and the region's replicated sources
+        are among its sources: every running channel is asked to take it at its replicas (one
+        still starting is asked once it runs); a channel that finished reports the final states
+        of its operators, which see no barrier any more."""
+        self._asked = checkpoint_id
+        for ch in self.channels:
+            if ch.finished:
+                self._report(ch.index, [(checkpoint_id, name, ch.ended[name])
+                                        for name in self.members if name in ch.ended])
+            elif ch.writer is not None:
+                self._ask(ch, checkpoint_id)
+
+    def _asking(self) -> int | None:
+        """The checkpoint under way that the replicas were asked to start, if it still is."""
+        region = self.region
+        pending = region.pending if region is not None else None
+        asked = self._asked
+        return asked if pending is not None and pending.id == asked else None
+
+    def _ask(self, ch: _Channel, checkpoint_id: int) -> None:
+        region = self.region
+        assert region is not None and ch.writer is not None
+        ch.asked = checkpoint_id
+        ch.outstanding += 1
+        ch.writer.write(frame(dumps((CHECKPOINT, self.job.clock.now(), checkpoint_id, region.name))))
+        self._kick()
+
     def reset(self, checkpoint: StoredCheckpoint | None) -> None:
         """Its consistent region resets (after `cancel` and `stopped`): drop what was merged and
         not yet delivered and every report under way; the next `start` forks new workers, which
@@ -269,6 +310,7 @@ class ParallelHost:
         self._restore = None if checkpoint is None else self._split_states(checkpoint)
         self._reports.clear()
         self._ended.clear()
+        self._asked = None
         for runner in self.runners.values():
             core = runner.core
             for out in core.outputs:
@@ -394,6 +436,7 @@ class ParallelHost:
         restore = self._restore
         wall_clock = type(self.job.clock) is RealClock
         for ch in self.channels:
+            asking = self._asking() if self.sources else None
             parent, child = socket.socketpair()
             _PARENT_FDS.add(parent.fileno())
             ch.sock, ch.fd = parent, parent.fileno()
@@ -407,7 +450,8 @@ class ParallelHost:
                                        "channel": ch.index, "width": self.width,
                                        "key": self._splitter.key, "wall_clock": wall_clock,
                                        "batch": self.job.batch_size,
-                                       "stopping": self.job.stopping},
+                                       "stopping": self.job.stopping, "suspend": self._suspending,
+                                       "checkpoint": asking},
                                daemon=True)
             proc.start()
             child.close()
@@ -420,7 +464,11 @@ class ParallelHost:
                                 kind=ch.metrics.kind,
                                 pid=proc.pid, operators=list(self.spec.members),
                                 restored=restore is not None, restarts=self.restarts)
+            ch.asked = asking or 0
             ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
+            asking = self._asking() if self.sources else None
+            if asking is not None and ch.asked < asking:  # asked while it was connecting
+                self._ask(ch, asking)
         if self.job.stopping:
             self.request_stop()  # asked while they were starting
         self._kick()
@@ -513,6 +561,8 @@ class ParallelHost:
             ch.metrics.cpu_seconds = round(cpu, 3)
             if reports:
                 self._report(ch.index, reports)
+            if finals:  # known at once: a checkpoint starting now takes them for this channel
+                ch.ended.update(finals)
             self._merging += 1
             if kind == EMIT:  # unasked: what the replicas produced (``fed``: they still run)
                 ch.producing, fed = bool(fed), 0
@@ -591,24 +641,36 @@ class ParallelHost:
     # ------------------------------------------------------------------ ending
 
     async def _hang_up(self) -> None:
-        """Every channel finished: close the sockets (the workers see EOF and exit), reap them."""
+        """Every channel finished: close the sockets (the workers see EOF and exit) and wait
+        until they exited, 5 s of wall-clock time at most (`close` kills one still alive).
+
+        The wait is on each worker's sentinel, bounded by a timer thread rather than by the
+        loop's time: on a `VirtualClock` a timeout of the loop moves the job's clock, and the
+        50 ms polls this was made of moved it by seconds (hundreds on a loaded machine) while a
+        worker took a moment to exit."""
         for ch in self.channels:
             self._close_socket(ch)
+        procs = [ch.process for ch in self.channels
+                 if ch.process is not None and ch.process.is_alive()]
+        if not procs:
+            return
         loop = asyncio.get_running_loop()
-        for ch in self.channels:
-            proc = ch.process
-            if proc is None:
-                continue
-            deadline = time.monotonic() + 5.0
-            while proc.is_alive() and time.monotonic() < deadline:
-                fut: asyncio.Future[None] = loop.create_future()
-                loop.add_reader(proc.sentinel, _resolve, fut)
+        gave_up: asyncio.Future[None] = loop.create_future()
+        timer = threading.Timer(5.0, _resolve_from_thread, (loop, gave_up))
+        timer.daemon = True
+        timer.start()
+        try:
+            for proc in procs:
+                exited: asyncio.Future[None] = loop.create_future()
+                loop.add_reader(proc.sentinel, _resolve, exited)
                 try:
-                    await asyncio.wait_for(fut, 0.05)
-                except TimeoutError:
-                    pass
+                    await asyncio.wait({exited, gave_up}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     loop.remove_reader(proc.sentinel)
+                if gave_up.done():
+                    break
+        finally:
+            timer.cancel()
 
     def _close_socket(self, ch: _Channel) -> None:
         _PARENT_FDS.discard(ch.fd)
@@ -699,6 +761,11 @@ def _first(exc: BaseException) -> BaseException:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _resolve_from_thread(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
+        loop.call_soon_threadsafe(_resolve, fut)
 
 
 def parent_fds() -> frozenset[int]:

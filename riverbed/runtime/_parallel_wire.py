@@ -10,10 +10,13 @@ docs/decisions.md, "Parallel regions").
 Job -> worker: ``(FEED, now, entries)`` with entries ``(operator, port, item)`` (items of
 streams into the region: batches, marks, watermarks as ints, final), one credit of the channel's bounded
 queue; ``(TICK, now)``, the clock reached the channel's deadline (no credit); ``(COMMIT, now,
-checkpoint_id)``, the job's region committed it (no credit); ``(METRICS,)``; ``(STOP,)``, the
-job was asked to stop: replicated sources end (no answer of its own). A barrier entry
+checkpoint_id)``, the job's region committed it (no credit); ``(CHECKPOINT, now, checkpoint_id,
+region)``, the job's region starts a checkpoint and the channel's replicated sources take it at
+their next batch (no credit); ``(METRICS,)``; ``(STOP, suspend)``, the job was asked to stop:
+replicated sources end, with final punctuation, or (``suspend``: the stop suspends the job at
+a checkpoint) without it, once they served the stop's barrier (no answer of its own). A barrier entry
 ``(operator, -1, barrier)`` goes to the member itself (its inputs ended: no barrier reaches it).
-Worker -> job, one reply per FEED, TICK or COMMIT: ``(OUT, fed, exits, deadline, finished,
+Worker -> job, one reply per FEED, TICK, COMMIT or CHECKPOINT: ``(OUT, fed, exits, deadline, finished,
 metrics, reports, finals, cpu)``, ``reports`` the states ``(checkpoint_id, operator, state)``
 its operators took at barriers, ``finals`` ``(operator, state)`` of those that ended, ``cpu``
 the worker's CPU seconds so far; or
@@ -39,10 +42,10 @@ from collections.abc import Hashable
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["COMMIT", "EMIT", "FAILED", "FEED", "METRICS", "METRICS_OUT", "OUT", "STOP", "TICK",
+__all__ = ["CHECKPOINT", "COMMIT", "EMIT", "FAILED", "FEED", "METRICS", "METRICS_OUT", "OUT", "STOP", "TICK",
            "channel_of", "dumps", "frame", "key_bytes", "loads"]
 
-FEED, TICK, METRICS, OUT, METRICS_OUT, FAILED, COMMIT, EMIT, STOP = range(9)
+FEED, TICK, METRICS, OUT, METRICS_OUT, FAILED, COMMIT, EMIT, STOP, CHECKPOINT = range(10)
 
 _HEADER = struct.Struct("!i")
 _LONG = struct.Struct("!Q")

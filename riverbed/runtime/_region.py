@@ -11,6 +11,10 @@ checkpoint (or its initial state), and the members run again: sources replay fro
 checkpointed positions, so transactional sinks end with exactly the output of a run that
 never failed. ``max_consecutive_reset_attempts`` resets without a checkpoint committed in
 between fail the job, naming the operator, the tuple and the attempts.
+
+Members inside a parallel region run in its worker processes: its host (`ParallelHost`) restores,
+resets, restarts and tells them of commits, and when the region's sources are replicated there,
+the host starts each checkpoint at every replica.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from ..core import OperatorError, RegionMetrics, RestoreRefused, reusable_state,
 from ..graph import CheckpointBarrier, ConsistentRegion
 
 if TYPE_CHECKING:
+    from ._clock import Clock
     from ._job import Job
     from ._runner import OperatorRunner
 
@@ -99,6 +104,7 @@ class Region:
         self.initial: dict[str, Any] = {}  # each member's own snapshot when the job started
         self.metrics = RegionMetrics(name, members=len(members))
         self._resetting: asyncio.Task[None] | None = None
+        self._periodic: asyncio.Task[Any] | None = None  # `periodic`'s task while it waits
         self._consecutive = 0
         self._last_failure: BaseException | None = None
         self._failed_at: int | None = None
@@ -166,6 +172,8 @@ class Region:
             core = r.core
             if core.finished:
                 self.report(checkpoint_id, r.name, core.final_state)
+            elif r.name in self.hosted:
+                continue  # in worker processes: barriers reach it there (replicas: see below)
             elif r.odef.kind == "source":
                 core.start_checkpoint(checkpoint_id)
             elif core.inputs_ended or not any(c.operator in self.member_names
@@ -173,6 +181,9 @@ class Region:
                 # No barrier can reach it (its inputs ended but it still holds items, like
                 # Delay): it starts the checkpoint itself, in order in its task.
                 r.put_control(CheckpointBarrier(checkpoint_id, self.name))
+        for h in self.hosts:
+            if h.sources and self.pending is not None:  # (the reports may have committed it)
+                h.start_checkpoint(checkpoint_id)  # replicated sources start it in every worker
         return checkpoint_id
 
     def report(self, checkpoint_id: int, operator: str, state: Any) -> None:
@@ -187,6 +198,12 @@ class Region:
         pending = self.pending
         if pending is not None and runner.name not in pending.states:
             self.report(pending.id, runner.name, runner.core.final_state)
+        task = self._periodic
+        if task is not None and self.finished and task is not asyncio.current_task():
+            # Its last member ended: no checkpoint comes any more, and the job must not wait
+            # for the periodic task's next look (up to half the period or drain_timeout).
+            self._periodic = None
+            task.cancel()
 
     def _commit(self, pending: _Pending) -> None:
         started = time.monotonic()
@@ -259,6 +276,14 @@ class Region:
         clock = self.job.clock
         due = clock.now() + period_ns if period_ns is not None else None
         check_ns = int(min(self.drain_timeout, self.period or self.drain_timeout) * 1e9 / 2)
+        self._periodic = asyncio.current_task()
+        try:
+            await self._periodically(clock, due, period_ns, check_ns)
+        finally:
+            self._periodic = None
+
+    async def _periodically(self, clock: Clock, due: int | None, period_ns: int | None,
+                            check_ns: int) -> None:
         while not self.finished:
             wake = clock.now() + check_ns if due is None else min(due, clock.now() + check_ns)
             await clock.sleep_until(max(wake, clock.now() + 1))

@@ -12,6 +12,14 @@ operators and sends what leaves the region to the job, between two looks at the 
 messages (ticks, commits, a stop, the hang-up). The socket to the job bounds how far a
 replica runs ahead of the merge: the worker blocks on its send while the job does not read.
 
+In a consistent region, the job's region asks every worker to start a checkpoint (a
+``CHECKPOINT`` message, read between two batches): each live replica serves it before its next
+batch, as a source runner does in the job's process: its state (its position) is reported with
+the channel's operators' and its barrier goes out after everything it emitted so far. A
+restored replica resumes where its state says (``generate()`` is called after the restore), so
+after a reset (a worker killed, an operator failed) nothing is lost or emitted twice. A stop
+that suspends the job ends a replica right after that barrier, without final punctuation.
+
 In a keyed region (width > 1) a replica that emits a tuple whose key belongs to another
 channel would break SPL's promise that a key's tuples meet in one channel (its windows would
 be split over channels, silently). The worker checks each batch (a set of its keys against the
@@ -62,6 +70,10 @@ def _generate(core: OperatorCore) -> Iterator[Any]:
     return iter(src.generate())
 
 
+def _serve_barrier(core: OperatorCore) -> None:
+    core.serve_barrier()
+
+
 class Replicas:
     """The member sources of one channel, pulled a batch at a time."""
 
@@ -75,11 +87,12 @@ class Replicas:
         self._key: Callable[[Any], Hashable] = key if key is not None else _no_key
         self._mine: set[Hashable] = set()  # keys seen, all of this channel
         self._splitter = Splitter(width, key)
-        self._live: dict[str, Iterator[Any]] = {}
+        self._live: dict[str, tuple[OperatorCore, Iterator[Any]]] = {}
         for core in sync.cores:
             if core.odef.kind == "source" and not core.finished:
-                self._live[core.name] = sync.call(core.name, _generate)
+                self._live[core.name] = (core, sync.call(core.name, _generate))
         self.emitted = 0
+        self.suspend = False  # a stop ends the replicas without final (the job suspends)
 
     @property
     def live(self) -> bool:
@@ -87,10 +100,18 @@ class Replicas:
         return bool(self._live)
 
     def step(self) -> None:
-        """One batch from each live replica (or its end: a stop, or its items ran out)."""
+        """One batch from each live replica (or its end: a stop, or its items ran out); a
+        checkpoint asked of a replica is served first, at the batch boundary."""
         sync = self.sync
-        for name, it in list(self._live.items()):
-            chunk = [] if sync.stopping else self._pull(name, it)
+        for name, (core, it) in list(self._live.items()):
+            if core.barrier_requested:
+                sync.call(name, _serve_barrier)
+            if sync.stopping:
+                del self._live[name]
+                if not self.suspend:
+                    sync.end(name)
+                continue
+            chunk = self._pull(name, it)
             if not chunk or self._emit(name, chunk):  # its items ran out, or a final ends it
                 del self._live[name]
                 sync.end(name)

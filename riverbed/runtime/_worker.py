@@ -17,8 +17,11 @@ which sees the Ctrl-C too, decides how the region ends.
 
 A channel with replicated sources (`_replica`) does not wait for messages while its sources
 produce: it pulls a batch from each, sends what left the region (``EMIT``), and handles the
-job's messages between two batches. On the wall clock its time is the wall clock's (a source
-and its windows see time move while they produce); on a virtual clock it is the job's.
+job's messages between two batches. In a consistent region the job asks it to start each
+checkpoint (``CHECKPOINT``): its replicas serve the barrier before their next batch, and an
+operator that can see no barrier any more (ended, or its inputs ended) reports at once. On the
+wall clock its time is the wall clock's (a source and its windows see time move while they
+produce); on a virtual clock it is the job's.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ..core import OperatorCore, OperatorError, SchemaViolation, SyncGraph
 from ..graph import CheckpointBarrier, FrozenGraph, Watermark
 from ._parallel_split import join_marked, pack_exits
 from ._parallel_wire import (
+    CHECKPOINT,
     COMMIT,
     EMIT,
     FAILED,
@@ -67,9 +71,11 @@ class _ChannelGraph(SyncGraph):
         self.reports: list[tuple[int, str, Any]] = []
         self.finals: list[tuple[str, Any]] = []
         self.final_states: dict[str, Any] = {}
+        self._reported: dict[str, int] = {}  # operator -> the newest checkpoint it reported for
         super().__init__(graph, members, now=now, name=name)
 
     def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
+        self._reported[operator] = checkpoint_id
         self.reports.append((checkpoint_id, operator, state))
 
     def operator_finished(self, core: OperatorCore) -> None:
@@ -79,11 +85,26 @@ class _ChannelGraph(SyncGraph):
 
     def barrier(self, barrier: CheckpointBarrier) -> None:
         """A barrier reached this channel: an operator that ended already reports its final
-        state for it (it sees no barrier any more, as in the job's region)."""
-        reported = {op for cid, op, _ in self.reports if cid == barrier.id}
+        state for it (it sees no barrier any more, as in the job's region), once (a barrier
+        comes on each stream into the region)."""
+        reported = self._reported
         for core in self.cores:
-            if core.finished and core.name not in reported:
-                self.reports.append((barrier.id, core.name, self.final_states.get(core.name)))
+            if core.finished and reported.get(core.name) != barrier.id:
+                self.report_checkpoint(barrier.id, core.name, self.final_states.get(core.name))
+
+    def start_checkpoint(self, barrier: CheckpointBarrier) -> None:
+        """The job's region starts a checkpoint (the channel has replicated sources): each live
+        replica serves its barrier before its next batch (`Replicas.step`); an operator whose
+        inputs ended (one still holding items, as Delay) starts it itself, as such an operator
+        does in the job's region; one that ended reports its final state."""
+        for core in self.cores:
+            if core.finished:
+                continue
+            if core.odef.kind == "source":
+                core.start_checkpoint(barrier.id)
+            elif core.inputs_ended:
+                self.call(core.name, _handle_barrier(barrier))
+        self.barrier(barrier)
 
     def take(self) -> tuple[list[tuple[int, str, Any]], list[tuple[str, Any]]]:
         reports, finals = self.reports, self.finals
@@ -159,10 +180,13 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
           region_members: frozenset[str] = frozenset(),
           restore: dict[str, Any] | None = None, channel: int = 0, width: int = 1,
           key: Callable[[Any], Hashable] | None = None, wall_clock: bool = False,
-          batch: int = 1000, stopping: bool = False) -> None:
+          batch: int = 1000, stopping: bool = False, suspend: bool = False,
+          checkpoint: int | None = None) -> None:
     """The body of a worker process (forked): host ``members`` until the job hangs up
     (``region``: the consistent region they are in; ``restore``: each one's state; ``channel``
-    of ``width``: which one this is, for replicated sources, keyed by ``key``)."""
+    of ``width``: which one this is, for replicated sources, keyed by ``key``; ``stopping``,
+    ``suspend``: the job was asked to stop already, as a ``STOP`` says; ``checkpoint``: a
+    checkpoint of the region under way, which the replicas take before their first batch)."""
     # What the job's process had is the worker's too (fork), page by page until written to: a
     # collection walking it would write to every tracked object, copying its pages.
     gc.freeze()
@@ -182,6 +206,9 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
                               region_members=region_members, restore=restore)
         sync.stopping = stopping  # the job was asked to stop already: replicas end at once
         replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch)
+        replicas.suspend = suspend
+        if checkpoint is not None and region is not None:
+            sync.start_checkpoint(CheckpointBarrier(checkpoint, region))
         reports, finals = sync.take()
         send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None, reports, finals,
                     time.process_time())))
@@ -226,11 +253,16 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
                 sync.advance(msg[1])
                 sync.committed(msg[2])
                 fed = 0
+            elif kind == CHECKPOINT:
+                sync.advance(msg[1])
+                sync.start_checkpoint(CheckpointBarrier(msg[2], msg[3]))
+                fed = 0
             elif kind == METRICS:
                 send(dumps((METRICS_OUT, _metrics(sync))))
                 continue
             elif kind == STOP:
                 sync.stopping = True  # the replicas end at their next batch
+                replicas.suspend = msg[1]  # without final: after the stop's barrier
                 continue
             else:
                 raise RuntimeError(f"worker {name}: unknown message kind {kind!r}")
