@@ -27,8 +27,11 @@ class CpuMeter:
     def __init__(self, interval: float = 0.2) -> None:
         self.interval = interval
         self.seconds: float | None = None
+        # the same CPU seconds by kind of process (`_kind`): where a bridge run's CPU went
+        self.by_kind: dict[str, float] = {}
         self._start: dict[tuple[int, float], float] = {}
         self._last: dict[tuple[int, float], float] = {}
+        self._kinds: dict[tuple[int, float], str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -50,13 +53,15 @@ class CpuMeter:
         self._thread.join()
         self._last.update(self._sample())
         self.seconds = sum(v - self._start.get(k, 0.0) for k, v in self._last.items())
+        for k, v in self._last.items():
+            kind = self._kinds.get(k, "other")
+            self.by_kind[kind] = self.by_kind.get(kind, 0.0) + v - self._start.get(k, 0.0)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self._last.update(self._sample())
 
-    @staticmethod
-    def _sample() -> dict[tuple[int, float], float]:
+    def _sample(self) -> dict[tuple[int, float], float]:
         import psutil
 
         me = psutil.Process(os.getpid())
@@ -65,10 +70,32 @@ class CpuMeter:
             try:
                 with p.oneshot():
                     t = p.cpu_times()
-                    seen[(p.pid, p.create_time())] = t.user + t.system
+                    key = (p.pid, p.create_time())
+                    seen[key] = t.user + t.system
+                    if key not in self._kinds:
+                        self._kinds[key] = "driver" if p.pid == me.pid else _kind(p.cmdline())
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         return seen
+
+    def split(self) -> str:
+        """``by_kind`` as one line, the largest first."""
+        return ", ".join(f"{kind} {s:.1f}" for kind, s in sorted(self.by_kind.items(), key=lambda kv: -kv[1])
+                         if s >= 0.05)
+
+
+def _kind(cmdline: list[str]) -> str:
+    """What a process under the benchmark is, by its command line: Spark's JVM, a Python worker
+    (or PySpark's daemon that forks them), the bridge's fork server and feeders (forks of it
+    keep its command line), or something else (a short-lived helper)."""
+    text = " ".join(cmdline)
+    if "java" in (os.path.basename(cmdline[0]) if cmdline else ""):
+        return "jvm"
+    if "pyspark" in text:
+        return "python workers"
+    if "riverbed.spark_bridge" in text:
+        return "feeders"
+    return "other"
 
 
 def cpu_ratio_line(cpu: dict[str, list[float]]) -> str | None:

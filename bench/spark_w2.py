@@ -224,6 +224,8 @@ def main() -> None:
                 spent = f"cpu {used:6.1f} s  " if used is not None else ""
                 print(f"{name:>6}: {took:7.2f} s  {spent}{args.readings / took:10,.0f} readings/s  "
                       f"{summary['records']} panes  ({note})", flush=True)
+                if used is not None:
+                    print(f"{'':>8}cpu by process: {meter.split()}", flush=True)
     for name, runs in times.items():
         if runs:
             print(f"{name:>6} median: {statistics.median(runs):7.2f} s  "

@@ -265,47 +265,51 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     splitter = FillSplitter.of(graph, host, keyed, members[1:]) if hooks is None and not batchable else None
     items = expand(rows, runs=batchable or splitter is not None)
 
-    def advance(at: int) -> None:
-        if timer_order:
-            host.advance(at, lambda when: out.extend(
-                (*row[1:], row[0], group, *extra)
-                for row in exit_rows(host, source_ord(when, 0, 0), when)))
-        else:
-            host.advance(at)
+    def on_timer(when: int) -> None:
+        if host.exits:
+            out.extend((*row[1:], row[0], group, *extra)
+                       for row in exit_rows(host, source_ord(when, 0, 0), when))
+
+    timed = on_timer if timer_order else None
 
     def taken_at(at: int) -> Callable[[bytes], None]:
         return lambda cause: out.extend((*row[1:], row[0], group, *extra)
                                         for row in exit_rows(host, cause, at))
 
+    # Most items (runs into a timeInterval window, watermarks that close no pane) send nothing
+    # out: exit rows are made only when the host has exits.
+    feed, source, port = host.feed, entry[0], entry[1]
     for it in items:
-        ord_, kind, at, value, data = it[:5]
+        ord_, kind, at = it[0], it[1], it[2]
         if kind == _RUN:
-            advance(at)
+            host.advance(at, timed)
             if splitter is not None:
-                feed_cut(host, entry, splitter, data, ord_of=functools.partial(run_ord, it),
+                feed_cut(host, entry, splitter, it[4], ord_of=functools.partial(run_ord, it),
                          taken=taken_at(at), where=label)
                 continue
-            host.feed(*entry, data)
-            out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
+            feed(source, port, it[4])
+            if host.exits:
+                out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
             continue
         if splitter is not None:
             splitter.forget()
         if hooks is not None:
             hooks.before(host, KIND_TIME)
-        advance(at)
+        host.advance(at, timed)
         if hooks is not None:
             hooks.before(host, kind)
         if kind == KIND_COMMAND:
             if hooks is None:
                 raise ValueError(f"{label}: a command row, but this stage takes no commands")
-            hooks.command(host, data)
+            hooks.command(host, it[4])
         elif kind == KIND_TUPLE:
-            host.feed(*entry, [data])
+            feed(source, port, [it[4]])
         else:
-            item = item_of(kind, value, None)
+            item = item_of(kind, it[3], None)
             if item is not None:
-                host.feed(*entry, item)
-        out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
+                feed(source, port, item)
+        if host.exits:
+            out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
     if tail is not None and items:
         tail.append((items[-1][0], int(items[-1][2])))
     return out, encode_value(host.state(), checkpoint_id=0, key=label)

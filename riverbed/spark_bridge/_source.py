@@ -24,7 +24,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..core import SyncGraph
+from ..core import MarkedBatch, SyncGraph, split_marked
 from ..graph import Connection, FrozenGraph, InputPort, Operator, OperatorDef, Punct, Source
 from ..runtime import Job, VirtualClock, run_virtual
 from ._keyed import group_of
@@ -123,6 +123,10 @@ def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterato
     """A ``generate()`` source driven synchronously (no job, no thread): its items at time 0,
     with the watermarks the runtime's own code derives from them, then final."""
     host = SyncGraph(graph, [name])
+    # A marked batch (tuples with the watermarks and window marks submitted among them) leaves
+    # whole and `exit_items` slices it where its marks are: splitting it in the host walks
+    # every tuple (a third of the feeder's time in the core's emit, for an event-time source).
+    host.split_marked_exits = False
     core = host.core(name)
     items = iter(core.guard(core.op.generate))  # type: ignore[attr-defined]
     ended = False
@@ -143,9 +147,34 @@ def exit_items(host: SyncGraph) -> Iterator[tuple[int, int, int, Any]]:
         if type(entry) is list:
             if entry:
                 yield _TUPLES, now, 0, entry
+        elif type(entry) is MarkedBatch:
+            yield from _marked_items(entry, now)
         else:
             kind, value = kind_of(entry)
             yield kind, now, value, None
+
+
+def _marked_items(batch: MarkedBatch, now: int) -> Iterator[tuple[int, int, int, Any]]:
+    """A marked batch as feeder items: each run of tuples between its marks as one list (cut at
+    the marks' known positions, ``controls``), each mark alone."""
+    controls = batch.controls
+    if controls is None:  # positions unknown: walk it
+        for entry in split_marked(batch):
+            if type(entry) is list:
+                yield _TUPLES, now, 0, entry
+            else:
+                kind, value = kind_of(entry)
+                yield kind, now, value, None
+        return
+    start = 0
+    for i in controls:
+        if i > start:
+            yield _TUPLES, now, 0, batch[start:i]
+        kind, value = kind_of(batch[i])
+        yield kind, now, value, None
+        start = i + 1
+    if start < len(batch):
+        yield _TUPLES, now, 0, batch[start:]
 
 
 def _synchronous(src: Any) -> bool:
@@ -253,20 +282,16 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
                     lst.append([KIND_TIME, time, 0, seq])
                     runs[g] = None
             n, pos = len(tuples), 0
+            for g, run in enumerate(runs):  # a run holds tuples of one stamped time
+                if run is not None and run[1] != time:
+                    runs[g] = None
             while pos < n:
                 take = min(n - pos, bundle - seq % bundle)  # up to the end of this round
-                for tup in tuples[pos:pos + take]:
+                part = tuples[pos:pos + take] if pos or take < n else tuples
+                for tup, g in zip(part, _groups(part, key_of, groups), strict=False):
                     seq += 1
-                    g = 0
-                    if key_of is not None:
-                        try:  # `group_of`, its int case inlined: this runs once per source tuple
-                            k = key_of(tup)
-                            g = k % groups if type(k) is int else group_of(k, groups)
-                        except (KeyError, TypeError, IndexError):
-                            g = 0  # no usable key: its window raises (or routes it) in group 0,
-                            # as in the runtime
                     run = runs[g]
-                    if run is None or run[1] != time:
+                    if run is None:
                         run = runs[g] = [KIND_TUPLE, time, array("Q"), []]
                         entries[g].append(run)
                     run[2].append(seq)
@@ -289,6 +314,25 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
             yield from _bundles(entries, runs, labels, index, last=seq, time=time)
     if seq % bundle:
         yield from _bundles(entries, runs, labels, index, last=seq, time=time)
+
+
+def _groups(tuples: Any, key_of: Callable[[Any], Any] | None, groups: int) -> Any:
+    """Each tuple's key group (`group_of`, its int case inlined), in one comprehension where
+    every key can be read; a tuple without a usable key goes to group 0, where its window raises
+    (or routes it) as in the runtime."""
+    if key_of is None:
+        return itertools.repeat(0)
+    try:
+        return [k % groups if type(k) is int else group_of(k, groups) for k in map(key_of, tuples)]
+    except (KeyError, TypeError, IndexError):
+        return [_group_or_0(tup, key_of, groups) for tup in tuples]
+
+
+def _group_or_0(tup: Any, key_of: Callable[[Any], Any], groups: int) -> int:
+    try:
+        return group_of(key_of(tup), groups)
+    except (KeyError, TypeError, IndexError):
+        return 0
 
 
 def _bundles(entries: list[list[list[Any]]], runs: list[list[Any] | None], labels: list[int],
