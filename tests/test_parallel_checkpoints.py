@@ -175,6 +175,21 @@ def same(rows: list[Any], expected: list[Any]) -> None:
 # ------------------------------------------------------------------ checkpoints
 
 
+
+def kill_worker(job: Job, channel: int, killed: list[int]) -> None:
+    """kill -9 the worker of ``channel`` of the job's first parallel region (its pid into ``killed``)."""
+    pid = job.parallel[0].metrics()[channel].pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    killed.append(pid)
+
+
+def assert_healed_once(job: Job, channel: int, killed: int) -> None:
+    """The kill cost one reset of the region and one restart of the worker, in a new process."""
+    assert job.regions[0].metrics.resets == 1
+    assert job.parallel[0].restarts == 1
+    assert job.parallel[0].metrics()[channel].pid not in (None, killed)
+
 def test_a_checkpoint_holds_each_channels_state_of_every_operator_in_the_region() -> None:
     store = MemoryStore(keep_last=1000)
     out = Output()
@@ -348,16 +363,11 @@ def test_a_worker_killed_is_restarted_from_the_last_checkpoint_with_a_transactio
         while not (job.last_checkpoint >= 2 and job.parallel[0].metrics()[1].tuples_in > 600):
             assert loop.time() < deadline and not run.done()
             await asyncio.sleep(0.005)
-        pid = job.parallel[0].metrics()[1].pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
+        kill_worker(job, 1, killed)
         await run
 
     asyncio.run(main())
-    assert job.regions[0].metrics.resets == 1
-    assert job.parallel[0].restarts == 1
-    assert job.parallel[0].metrics()[1].pid != killed[0]
+    assert_healed_once(job, 1, killed[0])
     got = path.read_bytes()
     assert sorted(got.splitlines()) == sorted(expected.splitlines())
     assert by_key_lines(got) == by_key_lines(expected)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +29,16 @@ from riverbed.operators import FileSink
 from riverbed.runtime import Job
 from riverbed.runtime._parallel import parent_fds
 from riverbed.runtime._parallel_wire import channel_of
-from tests.test_parallel_checkpoints import Output, RunningTotal, WindowSum, by_key, by_key_lines, same
+from tests.test_parallel_checkpoints import (
+    Output,
+    RunningTotal,
+    WindowSum,
+    assert_healed_once,
+    by_key,
+    by_key_lines,
+    kill_worker,
+    same,
+)
 
 SCHEMA = Schema(sensor="int64", value="int64", seq="int64")
 OUT_SCHEMA = Schema(sensor="int64", sum="int64", last="int64", total="int64")
@@ -234,16 +241,11 @@ def test_a_worker_killed_mid_run_restores_every_replica_to_its_checkpoint(tmp_pa
             run = asyncio.ensure_future(job.run())
             await _until_gate(run, gate)
             at_kill.append(job.regions[0].last_committed)
-            pid = job.parallel[0].metrics()[1].pid
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+            kill_worker(job, 1, killed)
             await run
 
         asyncio.run(main())
-        assert job.regions[0].metrics.resets == 1
-        assert job.parallel[0].restarts == 1
-        assert job.parallel[0].metrics()[1].pid != killed[0]
+        assert_healed_once(job, 1, killed[0])
         assert at_kill[0] is not None, "the replica heard of a commit, so one was committed"
         states = store.load(at_kill[0]).states
         position = states["feed"]["channels"][1]["operator"]

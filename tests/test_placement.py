@@ -9,7 +9,6 @@ import asyncio
 import io
 import multiprocessing
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,9 @@ from tests.test_parallel_checkpoints import (
     Readings,
     RunningTotal,
     WindowSum,
+    assert_healed_once,
     by_key_lines,
+    kill_worker,
     same,
 )
 
@@ -300,16 +301,11 @@ def test_a_group_worker_killed_is_restarted_from_the_last_checkpoint(tmp_path: P
         while not (job.last_checkpoint >= 2 and job.parallel[0].metrics()[0].tuples_in > 1200):
             assert loop.time() < deadline and not run.done()
             await asyncio.sleep(0.005)
-        pid = job.parallel[0].metrics()[0].pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
+        kill_worker(job, 0, killed)
         await run
 
     asyncio.run(main())
-    assert job.regions[0].metrics.resets == 1
-    assert job.parallel[0].restarts == 1
-    assert job.parallel[0].metrics()[0].pid not in (None, killed[0])
+    assert_healed_once(job, 0, killed[0])
     got = path.read_bytes()
     assert sorted(got.splitlines()) == sorted(expected.splitlines())
     assert by_key_lines(got) == by_key_lines(expected)
