@@ -13,15 +13,17 @@ Times are integer nanoseconds.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import selectors
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
 
 __all__ = ["Clock", "RealClock", "TimerHandle", "VirtualClock", "run_virtual"]
 
 R = TypeVar("R")
+_Ts = TypeVarTuple("_Ts")
 _ROUNDING_NS = 2
 
 
@@ -83,13 +85,14 @@ class VirtualClock:
             raise RuntimeError("a VirtualClock needs its own event loop: run the job with run_virtual()")
 
         def fire() -> None:
-            # The loop woke for this timer: time is exactly its deadline. A jump computed in
-            # float seconds may overshoot it by a nanosecond or two; nothing ran in between.
+            # The loop woke for this timer: time is exactly its deadline. Past the float horizon
+            # (see `VirtualTimeLoop.time`) a jump may miss it by a nanosecond or two; nothing ran
+            # in between.
             if self._now < when or self._now - when <= _ROUNDING_NS:
                 self._now = when
             callback()
 
-        return loop.call_at(when / 1e9, fire)
+        return loop.call_at(loop.seconds(when), fire)
 
     async def sleep_until(self, when: int) -> None:
         if when <= self._now:
@@ -108,7 +111,12 @@ class VirtualClock:
             handle.cancel()
 
     def _jump(self, timeout: float) -> None:
-        """Advance to the loop's next timer (float seconds, rounded up to whole ns)."""
+        """Advance to the loop's next timer (float seconds, rounded up to whole ns).
+
+        The loop reports time half a nanosecond late (`VirtualTimeLoop.time`), so a timer
+        ``k`` ns ahead is ``k - 0.5`` ns of timeout, and rounding up lands on it exactly even
+        with the float error of the subtraction.
+        """
         self._now += max(1, math.ceil(timeout * 1e9))
 
 class _JumpingSelector(selectors.BaseSelector):
@@ -117,6 +125,7 @@ class _JumpingSelector(selectors.BaseSelector):
     def __init__(self, clock: VirtualClock) -> None:
         self._inner = selectors.DefaultSelector()
         self._clock = clock
+        self.idle: Callable[[], bool] = lambda: False
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         return self._inner.register(fileobj, events, data)
@@ -131,9 +140,14 @@ class _JumpingSelector(selectors.BaseSelector):
         if timeout is None:
             return self._inner.select(None)  # no timer at all: only I/O can wake us
         ready = self._inner.select(0)
-        if ready or timeout <= 0:
+        if ready:
             return ready
-        self._clock._jump(timeout)
+        if timeout > 0:
+            self._clock._jump(timeout)
+        elif self.idle():
+            # Past the float horizon a timer's deadline and the loop's time can round to the
+            # same float: it is neither ahead nor due. Step until the float moves.
+            self._clock._now += 1
         return []
 
     def close(self) -> None:
@@ -147,14 +161,43 @@ class _JumpingSelector(selectors.BaseSelector):
 
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose time is a `VirtualClock`."""
+    """An event loop whose time is a `VirtualClock`.
+
+    asyncio's loop counts time in float seconds and runs every timer due before
+    ``time() + clock resolution``. With virtual time that would run a timer one
+    nanosecond ahead in the same loop turn as the work ready now, before that work
+    and what it schedules: the time would move on while there is still work at the
+    present instant (an eviction due at 8.300000001 s overtaking a tuple that arrived
+    at 8.3 s). So the resolution is zero and the loop's time is half a nanosecond
+    past the clock's: timers due now run, timers due a nanosecond later wait until
+    every task waits, as virtual time promises. Seconds count from the clock's time
+    when the loop was made, so a float resolves well under half a nanosecond for
+    2**20 s (12 days) of virtual time; beyond that, timers still run in order but
+    may land a few nanoseconds off their deadline.
+    """
 
     def __init__(self, clock: VirtualClock) -> None:
-        super().__init__(selector=_JumpingSelector(clock))
+        selector = _JumpingSelector(clock)
+        super().__init__(selector=selector)
         self.clock = clock
+        self._origin = clock._now
+        self._clock_resolution = 0.0
+        # asyncio asks the selector not to wait (timeout 0) when callbacks are ready, when it is
+        # stopping, and when a timer is due: only the last, with nothing else to run, is stuck.
+        selector.idle = lambda: not self._ready and not self._stopping  # type: ignore[attr-defined]
 
     def time(self) -> float:
-        return self.clock._now / 1e9
+        return (self.clock._now - self._origin + 0.5) / 1e9
+
+    def call_later(self, delay: float, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts,
+                   context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        # From the clock's own instant, not the half-nanosecond-late `time()`: ``sleep(0.001)``
+        # lands exactly 1 ms on.
+        return self.call_at(self.seconds(self.clock._now) + delay, callback, *args, context=context)
+
+    def seconds(self, when: int) -> float:
+        """The loop time of clock time ``when`` (ns)."""
+        return (when - self._origin) / 1e9
 
 
 def run_virtual(main: Coroutine[Any, Any, R], clock: VirtualClock | None = None) -> R:
