@@ -487,7 +487,8 @@ def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A sink with the default on_punct gets every window mark counted without a call each
     (its default "preserving" mode has no output to forward them on); one that overrides
-    on_punct still sees each mark between the tuples around it."""
+    on_punct still sees each mark between the tuples around it, and is called straight
+    from the batch loop (no window, nothing to forward)."""
     from riverbed.core import OperatorCore
     handled: list[str] = []
     original = OperatorCore._handle_window_mark
@@ -526,7 +527,33 @@ def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen(
     assert seeing.items == [x for i in range(6) for x in (i, Punct.WINDOW)] + [Punct.FINAL]
     for name in ("plain", "seeing"):
         assert job.metrics.operators[name].inputs[0].window_puncts_processed == 6
-    assert "plain" not in handled and handled.count("seeing") == 6
+    assert handled == []  # neither pays the generic per-mark step: a sink forwards nothing
+
+
+def test_a_sink_failing_on_a_mark_stops_the_job_naming_it_after_the_tuples_before_it() -> None:
+    class Marks(Source):
+        def generate(self) -> Any:
+            for i in range(6):
+                yield {"n": i}
+                yield Punct.WINDOW
+
+    class Fails(Operator):
+        def __init__(self) -> None:
+            self.items: list[Any] = []
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            self.items.append(tup["n"])
+
+        def on_punct(self, punct: Punct, port: int) -> None:
+            if punct is Punct.WINDOW and len(self.items) == 3:
+                raise ValueError("third mark")
+
+    g = Graph("marks")
+    sink = Fails()
+    g.sink("picky", sink, [g.source("src", Marks())])
+    with pytest.raises(JobError, match=r"operator 'picky', input port 0: ValueError: third mark"):
+        run_graph(g, clock=VirtualClock())
+    assert sink.items == [0, 1, 2]
 
 
 @pytest.mark.parametrize("event_time", [None, "n"])

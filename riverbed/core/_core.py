@@ -592,11 +592,25 @@ class OperatorCore:
             pm.tuples_processed += batch.tuples
             on_tuple = self.op.on_tuple
             inert = self._inert_marks
-            if inert:
+            # Marks the operator hears but does not forward (a sink counting them, as after
+            # each Join arrival): its `on_punct` in place, without `_handle_window_mark`'s
+            # window and forwarding checks a mark.
+            heard = not inert and (self.op.window_punctuation != "preserving"
+                                   or not self._data_ports)
+            if inert or heard:
                 pm.window_puncts_processed += batch.window_marks
+            on_punct = self.op.on_punct
+            window = Punct.WINDOW
             for item in batch:
-                if item is Punct.WINDOW:
-                    if not inert:
+                if item is window:
+                    if heard:
+                        try:
+                            on_punct(window, port)
+                        except OperatorError:
+                            raise
+                        except Exception as exc:
+                            raise OperatorError(self.name, port, None, exc) from exc
+                    elif not inert:
                         self._handle_window_mark(port)
                 elif type(item) is Watermark:
                     self._handle_watermark(conn, item.value)
