@@ -187,6 +187,12 @@ class OperatorCore:
         life."""
         return _submit.batch_submit(self, port)
 
+    def result_submit(self, port: int = 0) -> Callable[[Any], None]:
+        """A function submitting a tuple on ``port`` followed by a window mark, as `submit` and
+        `submit_punct` would: what a windowed operator sends after each trigger, in one call.
+        Ask once (in ``setup``); it stays valid for the core's life."""
+        return _submit.result_submit(self, port)
+
     def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None:
         if punct is not Punct.WINDOW:
             raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "

@@ -22,7 +22,7 @@ from ._errors import SchemaViolation
 if TYPE_CHECKING:
     from ._core import OperatorCore
 
-__all__ = ["batch_submit", "emit_items", "make_submit"]
+__all__ = ["batch_submit", "emit_items", "make_submit", "result_submit"]
 
 _DICTS = {dict}
 _INTS = {int}
@@ -61,6 +61,32 @@ def batch_submit(core: OperatorCore, port: int) -> Callable[[Iterable[Any]], Non
 
         return submit_each
     return out.buf.extend
+
+
+def result_submit(core: OperatorCore, port: int) -> Callable[[Any], None]:
+    """`OperatorCore.result_submit`: the tuple, then a window mark after it, in one call (an
+    Aggregate's row and mark after each trigger, a Join arrival's one pair and its mark)."""
+    out = core.outputs[port]  # raises IndexError: there is no such port
+    mark = Punct.WINDOW
+    if port == 0 and core._generates_watermarks:  # the tuple may move the watermark
+        submit, submit_punct = core.submit, core.submit_punct
+
+        def submit_then_mark(tup: Any) -> None:
+            submit(tup, 0)
+            submit_punct(mark, 0)
+
+        return submit_then_mark
+    buf, at = out.buf, out.at  # both live as long as the port (`OutputPort`)
+    append, at_append = buf.append, at.append
+
+    def submit_result(tup: Any) -> None:  # `submit`, then `OutputPort.mark` inlined
+        append(tup)
+        at_append(len(buf))
+        append(mark)
+        out.marks += 1
+        out.window_marks += 1
+
+    return submit_result
 
 
 def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]]) -> Callable[..., None]:

@@ -61,6 +61,7 @@ from ._aggregate_functions import Accumulator, AggregateFunction, Average, Last,
 from ._aggregate_math import SumAccumulator, freeze
 from ._aggregate_rows import Column, RowBuilder, compile_rows, reads_scope
 from ._params import OperatorParameterError, spl_aliases
+from ._utility_support import result_submit
 
 __all__ = ["Aggregate"]
 
@@ -443,6 +444,7 @@ class Aggregate(Operator):
         self._needs_scope = self._reference or reads_scope(columns)
         self._build = self._build_reference if self._reference else compile_rows(columns)
         self._window = window
+        self._result = result_submit(self, 0)  # a one-group trigger's row and its mark
         self._listen(window, tumbling)
 
     def _listen(self, window: Any, tumbling: bool) -> None:
@@ -578,8 +580,7 @@ class Aggregate(Operator):
         order = single.tuples
         scope = (Scope(self._total, 1, [len(order)] if self._needs_sizes else [], False, None)
                  if self._needs_scope else None)
-        self.submit(self._build(order, single.accs, scope, None))
-        self.submit_punct(WINDOW_MARK)
+        self._result(self._build(order, single.accs, scope, None))
 
     def _insert(self, event: StreamWindowEvent[Any]) -> None:
         self._total += 1
@@ -680,8 +681,7 @@ class Aggregate(Operator):
         if single is None:
             self._emit(state.output_groups(), 0, None)
         else:  # (`_emit` of the one group, inlined)
-            self.submit(self._build(single.tuples, single.accs, None, None))
-            self.submit_punct(WINDOW_MARK)
+            self._result(self._build(single.tuples, single.accs, None, None))
 
     def _initial_full(self, event: StreamWindowEvent[Any]) -> None:
         self._full.add(event.partition)
@@ -711,8 +711,7 @@ class Aggregate(Operator):
         if not tuples:
             self.submit_punct(WINDOW_MARK)
             return
-        self.submit(self._build(tuples, None, None, event))
-        self.submit_punct(WINDOW_MARK)
+        self._result(self._build(tuples, None, None, event))
 
     def _pane_trigger(self, event: StreamWindowEvent[Any]) -> None:
         if event.partition in self._full or self.aggregate_incomplete_windows:

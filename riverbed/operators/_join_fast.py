@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..graph import Punct
 from ..windows import Count, StreamWindowEvent
 from ._join_parts import Entry, _merge, _Side
-from ._utility_support import batch_submit
+from ._utility_support import batch_submit, result_submit
 
 if TYPE_CHECKING:
     from ._join import Join
@@ -130,7 +130,7 @@ def _keyed_arrival(join: Join, side: _Side) -> Handler:
     index, other_index = side.index, other.index
     match, out, submit, submit_punct = join._match, join._output, join.submit, join.submit_punct
     held, flush_held, left = join._held, join._flush_held, side.port == 0
-    put = batch_submit(join, 0)
+    put, result = batch_submit(join, 0), result_submit(join, 0)
     plain = match is None and out is _merge
     mark = Punct.WINDOW
     port, on_event = side.port, join.on_window_event
@@ -175,8 +175,13 @@ def _keyed_arrival(join: Join, side: _Side) -> Handler:
             if plain:  # every entry of the key pairs up
                 if len(found) == 1:
                     e = found[0]
-                    put(({**e[0], **t} if left else {**t, **e[0]},))
+                    row = {**e[0], **t} if left else {**t, **e[0]}
                     e[1] = True
+                    if not held:  # the one pair and its mark in one call
+                        entry[1] = True
+                        result(row)
+                        return
+                    put((row,))
                 else:
                     pairs: list[dict[str, Any]] = []
                     add = pairs.append

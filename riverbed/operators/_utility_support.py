@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..graph import Operator, Schema
+from ..graph import Operator, Punct, Schema
 from ..windows import EventType, TimeIntervalWindow
 from ._params import OperatorParameterError, spl_aliases
 
@@ -47,6 +47,7 @@ __all__ = [
     "output_schema",
     "params",
     "port_shape",
+    "result_submit",
     "seconds_ns",
     "thaw_key",
 ]
@@ -189,6 +190,23 @@ def batch_submit(op: Operator, port: int = 0) -> Callable[[Iterable[Any]], None]
             submit(tup, port)
 
     return submit_each
+
+
+def result_submit(op: Operator, port: int = 0) -> Callable[[Any], None]:
+    """The host's way to submit a result and the window mark after it on ``port`` (riverbed's
+    operator core offers ``result_submit``), or ``submit`` then ``submit_punct`` under a host
+    without one."""
+    of_host = getattr(op.context, "result_submit", None)
+    if of_host is not None:
+        found: Callable[[Any], None] = of_host(port)
+        return found
+    submit, submit_punct, mark = op.submit, op.submit_punct, Punct.WINDOW
+
+    def submit_then_mark(tup: Any) -> None:
+        submit(tup, port)
+        submit_punct(mark, port)
+
+    return submit_then_mark
 
 
 def every_event(window: Any) -> tuple[EventType, ...]:
