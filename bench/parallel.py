@@ -17,7 +17,9 @@ and once with no region (everything in the job's process):
   context.channel``), in the worker, while the clock runs (that cost is counted: with numpy,
   which the spark extra installs, a vectorised look-up of the sensor column, a few ns a row not
   kept, as a reader of its own partitions would pay; without it, a scan in Python, ~0.25 us a
-  row in every replica, which width 1 does not pay); its tuples
+  row in every replica, which width 1 does not pay; with ``--input partitions``, each replica
+  reads columns holding only its channel's rows, split before the clock runs, as a reader of
+  a partitioned topic or file set does, and pays nothing for the others' rows); its tuples
   go straight into the channel's Aggregate (no split, no pickling); the job's process only
   merges the results.
 
@@ -81,6 +83,24 @@ class Columns:
         self.value = array("d", (r["value"] for r in readings))
         self.ts = array("q", (r["ts"] for r in readings))
         self.dicts = readings
+        # ``--input partitions``: (width, channel) -> that channel's rows, as columns of their
+        # own (a topic's partitions, a file per partition), split before the clock runs.
+        self.partitions: dict[tuple[int, int], tuple[array[int], array[float], array[int]]] = {}
+
+    def partition(self, widths: Sequence[int]) -> None:
+        """Store each channel's rows apart for every width in ``widths``: a replica then reads
+        only its own partition and pays nothing for the rows of the others (arrays, not lists:
+        a worker reading an inherited list would touch, and so copy, its pages)."""
+        for width in widths:
+            if width < 2:
+                continue
+            mine = {s: channel_of(s, width) for s in set(self.sensor)}
+            chans = bytes(map(mine.__getitem__, self.sensor))
+            for c in range(width):
+                mask = chans.translate(bytes(int(b == c) for b in range(256)))
+                pick = partial(itertools.compress, selectors=mask)
+                self.partitions[width, c] = (array("l", pick(self.sensor)),
+                                             array("d", pick(self.value)), array("q", pick(self.ts)))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Columns:
         return self  # read-only: the copy a host makes of each operator it runs must share it
@@ -112,6 +132,9 @@ class ShareOfReadings(ReadColumns):
         c = self.columns
         if width == 1:
             return super().generate()
+        own = c.partitions.get((width, me))
+        if own is not None and not self.use_dicts:  # ``--input partitions``
+            return _rows(*own)
         np = NUMPY
         sensor = None if np is None or self.use_dicts or not c.sensor else np.asarray(c.sensor)
         if sensor is not None and sensor.min() >= 0:
@@ -314,9 +337,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per variant (median kept)")
     parser.add_argument("--widths", default="1,2,4", help="region widths (default 1,2,4)")
     parser.add_argument("--only", default="W2,W3", help="workloads (default W2,W3)")
-    parser.add_argument("--input", choices=("columns", "dicts"), default="columns",
+    parser.add_argument("--input", choices=("columns", "dicts", "partitions"), default="columns",
                         help="what the sources read: arrays, a dict built per reading as it is "
-                             "read (default), or the list of dicts made before the clock runs")
+                             "read (default); the list of dicts made before the clock runs; or "
+                             "(partitions) as columns, each replica reading only its channel's "
+                             "rows, split before the clock runs (a partitioned topic or file set)")
     parser.add_argument("--shapes", default=",".join(SHAPES),
                         help="split (source in the job's process), replicated (source in the "
                              "region); default both")
@@ -326,6 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"parallel regions: {args.n:,} readings, 1000 sensors, {os.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]}, median of {args.repeat} alternating runs")
     columns = Columns(readings)
+    if args.input == "partitions":
+        columns.partition(widths)
     costs = transport_costs(readings)
     shapes = [x for x in args.shapes.split(",") if x]
     failed = False
