@@ -3,7 +3,8 @@
 Usage::
 
     .venv/bin/python bench/parallel.py [--n N] [--repeat K] [--widths 1,2,4] [--only W2]
-                                       [--shapes split,replicated]
+                                       [--shapes split,replicated] [--input partitions]
+                                       [--sink collect]
 
 Each workload (see `workloads`: per sensor, event-time panes of 10 s, tumbling for W2,
 sliding every 5 s for W3) runs as ``source -> Aggregate -> sink`` at each width, in two shapes,
@@ -60,7 +61,7 @@ from typing import Any
 from riverbed_flows import CLAUSES, READING, DigestSink
 from workloads import Digest, Reading, loop_w2, loop_w3, make_readings, same_results
 
-from riverbed.graph import Graph, Source
+from riverbed.graph import Graph, Operator, Source
 from riverbed.operators import Aggregate, Average, Count, IntervalStart
 from riverbed.runtime import Job
 from riverbed.runtime._parallel_wire import channel_of
@@ -169,8 +170,25 @@ def _numpy() -> Any:
 NUMPY = _numpy()
 
 
+class CollectSink(Operator):
+    """``--sink collect``: keeps each result; the digest is computed after the clock stops.
+    Why: `DigestSink` hashes every record with big-int arithmetic in the job's process
+    (~10,000 instructions a record, ~40 % of that process's work for W2), which every variant
+    pays alike but which, on 2 cores, shares them with the workers; a sink that only stores its
+    results shows what the region itself leaves to the job's process."""
+
+    def __init__(self, records: list[Any]) -> None:
+        self.records = records
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.records.append(tup)
+
+    def on_tuples(self, tuples: Any, port: int) -> None:
+        self.records.extend(tuples)
+
+
 def graph(workload: str, readings: Columns, digest: Digest, variant: Variant,
-          dicts: bool = False) -> Graph:
+          dicts: bool = False, collect: list[Any] | None = None) -> Graph:
     shape, width = variant
     g = Graph(f"parallel-{workload}")
     agg = Aggregate({"start": IntervalStart(), "count": Count(), "avg": Average("value")},
@@ -190,7 +208,7 @@ def graph(workload: str, readings: Columns, digest: Digest, variant: Variant,
         with g.parallel(width, partition_by="sensor"):
             src = source(ShareOfReadings(readings, dicts))
             out = g.operator("agg", agg, [src.window(CLAUSES[workload], partition_by="sensor")])
-    g.sink("sink", DigestSink(digest), [out])
+    g.sink("sink", DigestSink(digest) if collect is None else CollectSink(collect), [out])
     return g
 
 
@@ -199,17 +217,21 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_once(workload: str, readings: Columns, variant: Variant, dicts: bool) -> dict[str, Any]:
+def run_once(workload: str, readings: Columns, variant: Variant, dicts: bool,
+             collect: bool = False) -> dict[str, Any]:
     import asyncio
 
     digest = Digest(workload)
-    job = Job(graph(workload, readings, digest, variant, dicts))
+    records: list[Any] | None = [] if collect else None
+    job = Job(graph(workload, readings, digest, variant, dicts, records))
     gc.collect()
     children = _children_cpu()
     cpu = time.process_time()
     wall = time.perf_counter()
     asyncio.run(job.run())
     wall = time.perf_counter() - wall
+    for rec in records or ():
+        digest.add(rec)
     return {"wall": wall, "main_cpu": time.process_time() - cpu,
             "worker_cpu": _children_cpu() - children, "summary": digest.summary()}
 
@@ -345,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shapes", default=",".join(SHAPES),
                         help="split (source in the job's process), replicated (source in the "
                              "region); default both")
+    parser.add_argument("--sink", choices=("digest", "collect"), default="digest",
+                        help="digest: the sink hashes each result as it comes (default); "
+                             "collect: it keeps them, hashed after the clock stops")
     args = parser.parse_args(argv)
     widths = [int(w) for w in args.widths.split(",")]
     readings = make_readings(args.n)
@@ -361,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs: dict[Variant, list[dict[str, Any]]] = {v: [] for v in variants}
         for _ in range(args.repeat):
             for v in variants:
-                runs[v].append(run_once(workload, columns, v, args.input == "dicts"))
+                runs[v].append(run_once(workload, columns, v, args.input == "dicts",
+                                        args.sink == "collect"))
         reference = runs[("none", None)][0]["summary"]
         print(f"\n{workload}: Aggregate over '{CLAUSES[workload]}' ({reference['records']:,} records)")
         print(f"  {'variant':<22} {'tuples/s':>10} {'vs 1 proc':>9} {'main us/t':>9} "
