@@ -3,7 +3,8 @@
 Usage::
 
     .venv/bin/python bench/parallel.py [--n N] [--repeat K] [--widths 1,2,4] [--only W2]
-                                       [--shapes split,replicated]
+                                       [--shapes split,replicated] [--input partitions]
+                                       [--sink collect]
 
 Each workload (see `workloads`: per sensor, event-time panes of 10 s, tumbling for W2,
 sliding every 5 s for W3) runs as ``source -> Aggregate -> sink`` at each width, in two shapes,
@@ -17,7 +18,9 @@ and once with no region (everything in the job's process):
   context.channel``), in the worker, while the clock runs (that cost is counted: with numpy,
   which the spark extra installs, a vectorised look-up of the sensor column, a few ns a row not
   kept, as a reader of its own partitions would pay; without it, a scan in Python, ~0.25 us a
-  row in every replica, which width 1 does not pay); its tuples
+  row in every replica, which width 1 does not pay; with ``--input partitions``, each replica
+  reads columns holding only its channel's rows, split before the clock runs, as a reader of
+  a partitioned topic or file set does, and pays nothing for the others' rows); its tuples
   go straight into the channel's Aggregate (no split, no pickling); the job's process only
   merges the results.
 
@@ -58,7 +61,7 @@ from typing import Any
 from riverbed_flows import CLAUSES, READING, DigestSink
 from workloads import Digest, Reading, loop_w2, loop_w3, make_readings, same_results
 
-from riverbed.graph import Graph, Source
+from riverbed.graph import Graph, Operator, Source
 from riverbed.operators import Aggregate, Average, Count, IntervalStart
 from riverbed.runtime import Job
 from riverbed.runtime._parallel_wire import channel_of
@@ -81,6 +84,24 @@ class Columns:
         self.value = array("d", (r["value"] for r in readings))
         self.ts = array("q", (r["ts"] for r in readings))
         self.dicts = readings
+        # ``--input partitions``: (width, channel) -> that channel's rows, as columns of their
+        # own (a topic's partitions, a file per partition), split before the clock runs.
+        self.partitions: dict[tuple[int, int], tuple[array[int], array[float], array[int]]] = {}
+
+    def partition(self, widths: Sequence[int]) -> None:
+        """Store each channel's rows apart for every width in ``widths``: a replica then reads
+        only its own partition and pays nothing for the rows of the others (arrays, not lists:
+        a worker reading an inherited list would touch, and so copy, its pages)."""
+        for width in widths:
+            if width < 2:
+                continue
+            mine = {s: channel_of(s, width) for s in set(self.sensor)}
+            chans = bytes(map(mine.__getitem__, self.sensor))
+            for c in range(width):
+                mask = chans.translate(bytes(int(b == c) for b in range(256)))
+                pick = partial(itertools.compress, selectors=mask)
+                self.partitions[width, c] = (array("l", pick(self.sensor)),
+                                             array("d", pick(self.value)), array("q", pick(self.ts)))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Columns:
         return self  # read-only: the copy a host makes of each operator it runs must share it
@@ -112,6 +133,9 @@ class ShareOfReadings(ReadColumns):
         c = self.columns
         if width == 1:
             return super().generate()
+        own = c.partitions.get((width, me))
+        if own is not None and not self.use_dicts:  # ``--input partitions``
+            return _rows(*own)
         np = NUMPY
         sensor = None if np is None or self.use_dicts or not c.sensor else np.asarray(c.sensor)
         if sensor is not None and sensor.min() >= 0:
@@ -146,8 +170,25 @@ def _numpy() -> Any:
 NUMPY = _numpy()
 
 
+class CollectSink(Operator):
+    """``--sink collect``: keeps each result; the digest is computed after the clock stops.
+    Why: `DigestSink` hashes every record with big-int arithmetic in the job's process
+    (~10,000 instructions a record, ~40 % of that process's work for W2), which every variant
+    pays alike but which, on 2 cores, shares them with the workers; a sink that only stores its
+    results shows what the region itself leaves to the job's process."""
+
+    def __init__(self, records: list[Any]) -> None:
+        self.records = records
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.records.append(tup)
+
+    def on_tuples(self, tuples: Any, port: int) -> None:
+        self.records.extend(tuples)
+
+
 def graph(workload: str, readings: Columns, digest: Digest, variant: Variant,
-          dicts: bool = False) -> Graph:
+          dicts: bool = False, collect: list[Any] | None = None) -> Graph:
     shape, width = variant
     g = Graph(f"parallel-{workload}")
     agg = Aggregate({"start": IntervalStart(), "count": Count(), "avg": Average("value")},
@@ -167,7 +208,7 @@ def graph(workload: str, readings: Columns, digest: Digest, variant: Variant,
         with g.parallel(width, partition_by="sensor"):
             src = source(ShareOfReadings(readings, dicts))
             out = g.operator("agg", agg, [src.window(CLAUSES[workload], partition_by="sensor")])
-    g.sink("sink", DigestSink(digest), [out])
+    g.sink("sink", DigestSink(digest) if collect is None else CollectSink(collect), [out])
     return g
 
 
@@ -176,17 +217,21 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_once(workload: str, readings: Columns, variant: Variant, dicts: bool) -> dict[str, Any]:
+def run_once(workload: str, readings: Columns, variant: Variant, dicts: bool,
+             collect: bool = False) -> dict[str, Any]:
     import asyncio
 
     digest = Digest(workload)
-    job = Job(graph(workload, readings, digest, variant, dicts))
+    records: list[Any] | None = [] if collect else None
+    job = Job(graph(workload, readings, digest, variant, dicts, records))
     gc.collect()
     children = _children_cpu()
     cpu = time.process_time()
     wall = time.perf_counter()
     asyncio.run(job.run())
     wall = time.perf_counter() - wall
+    for rec in records or ():
+        digest.add(rec)
     return {"wall": wall, "main_cpu": time.process_time() - cpu,
             "worker_cpu": _children_cpu() - children, "summary": digest.summary()}
 
@@ -314,18 +359,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per variant (median kept)")
     parser.add_argument("--widths", default="1,2,4", help="region widths (default 1,2,4)")
     parser.add_argument("--only", default="W2,W3", help="workloads (default W2,W3)")
-    parser.add_argument("--input", choices=("columns", "dicts"), default="columns",
+    parser.add_argument("--input", choices=("columns", "dicts", "partitions"), default="columns",
                         help="what the sources read: arrays, a dict built per reading as it is "
-                             "read (default), or the list of dicts made before the clock runs")
+                             "read (default); the list of dicts made before the clock runs; or "
+                             "(partitions) as columns, each replica reading only its channel's "
+                             "rows, split before the clock runs (a partitioned topic or file set)")
     parser.add_argument("--shapes", default=",".join(SHAPES),
                         help="split (source in the job's process), replicated (source in the "
                              "region); default both")
+    parser.add_argument("--sink", choices=("digest", "collect"), default="digest",
+                        help="digest: the sink hashes each result as it comes (default); "
+                             "collect: it keeps them, hashed after the clock stops")
     args = parser.parse_args(argv)
     widths = [int(w) for w in args.widths.split(",")]
     readings = make_readings(args.n)
     print(f"parallel regions: {args.n:,} readings, 1000 sensors, {os.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]}, median of {args.repeat} alternating runs")
     columns = Columns(readings)
+    if args.input == "partitions":
+        columns.partition(widths)
     costs = transport_costs(readings)
     shapes = [x for x in args.shapes.split(",") if x]
     failed = False
@@ -334,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs: dict[Variant, list[dict[str, Any]]] = {v: [] for v in variants}
         for _ in range(args.repeat):
             for v in variants:
-                runs[v].append(run_once(workload, columns, v, args.input == "dicts"))
+                runs[v].append(run_once(workload, columns, v, args.input == "dicts",
+                                        args.sink == "collect"))
         reference = runs[("none", None)][0]["summary"]
         print(f"\n{workload}: Aggregate over '{CLAUSES[workload]}' ({reference['records']:,} records)")
         print(f"  {'variant':<22} {'tuples/s':>10} {'vs 1 proc':>9} {'main us/t':>9} "
