@@ -207,6 +207,34 @@ def test_an_operator_watermark_is_the_minimum_over_its_connections() -> None:
     assert marks[-1] == EVENT_TIME_MAX
 
 
+def test_on_watermark_hears_each_advance_and_its_failure_names_the_operator() -> None:
+    class Hears(Operator):
+        def __init__(self, fail_at: int | None) -> None:
+            self.heard: list[int] = []
+            self.fail_at = fail_at
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            pass
+
+        def on_watermark(self, value: int) -> None:
+            if value == self.fail_at:
+                raise RuntimeError("no thanks")
+            self.heard.append(value)
+
+    def build(op: Hears) -> Graph:
+        g = Graph("hears")
+        s = g.source("s", Stamped([5 * S, 6 * S, 6 * S, 9 * S]), event_time="ts", minimum_gap=0.0,
+                     schema=Schema(k="rstring", v="int64", ts="timestamp"))
+        g.sink("wm", op, [s])
+        return g
+
+    hears = Hears(None)
+    run_graph(build(hears), clock=VirtualClock())
+    assert hears.heard == [5 * S, 6 * S, 9 * S, EVENT_TIME_MAX]
+    with pytest.raises(JobError, match=r"operator 'wm'.*RuntimeError: no thanks"):
+        run_graph(build(Hears(6 * S)), clock=VirtualClock())
+
+
 def test_time_interval_windows_fire_on_watermarks_and_flush_before_final() -> None:
     class Panes(Operator):
         def __init__(self) -> None:

@@ -739,17 +739,26 @@ class OperatorCore:
         if current is None or value <= current:
             return  # not an event-time connection, or not an advance (E30: lower ones ignored)
         entries[conn] = value
-        low = min(v for v in entries if v is not None)
+        low = value if len(entries) == 1 else min(v for v in entries if v is not None)
         if self._watermark is not None and low <= self._watermark:
             return
         self._advance_watermark(low)
 
     def _advance_watermark(self, value: int) -> None:
+        # A watermark can come every hundred tuples: `guard` inlined, and the default (empty)
+        # on_watermark not called.
         self._watermark = self.metrics.watermark = value
-        for w in self._ti:  # E31: the operator's own windows first
-            self.guard(w.watermark, None, value)
-        self.guard(self.op.on_watermark, None, value)
-        if not self.op.holds_watermarks:
+        op = self.op
+        try:
+            for w in self._ti:  # E31: the operator's own windows first
+                w.watermark(value)
+            if type(op).on_watermark is not Operator.on_watermark:
+                op.on_watermark(value)
+        except OperatorError:
+            raise
+        except Exception as exc:
+            raise OperatorError(self.name, None, None, exc) from exc
+        if not op.holds_watermarks:
             self._send_watermark(value)  # else the operator sends it after the tuples it holds
 
     def _event_time_of(self, tup: Any) -> int:
@@ -777,9 +786,11 @@ class OperatorCore:
         if self._last_sent is not None and value <= self._last_sent:
             return
         self._last_sent = value
-        mark = Watermark(value)
-        for p in self._data_ports:
-            self.outputs[p].mark(mark)
+        ports = self._data_ports
+        if ports:  # (a sink has none)
+            mark = Watermark(value)
+            for p in ports:
+                self.outputs[p].mark(mark)
 
     # --------------------------------------------------------------- errors
 
