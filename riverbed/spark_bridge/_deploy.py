@@ -367,18 +367,18 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
                 for feeder in feeders:
                     feeder.batch_done()
 
-        writer = (df.writeStream.foreachBatch(on_batch)
-                  .option("checkpointLocation", os.path.join(checkpoint, "spark"))
-                  .queryName(f"riverbed-{frozen.name}"))
-        if available_now and feeders:
-            # Not Spark's availableNow: that trigger reads only the files present when the query
-            # starts, and the feeders publish while it runs (`_watch_feeders` ends it).
-            writer = writer.trigger(processingTime="0 seconds")
-        elif available_now:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=processing_time or "1 second")
-        try:
+        try:  # (a trigger Spark refuses, e.g. a bad processing_time, must not leak the pipeline)
+            writer = (df.writeStream.foreachBatch(on_batch)
+                      .option("checkpointLocation", os.path.join(checkpoint, "spark"))
+                      .queryName(f"riverbed-{frozen.name}"))
+            if available_now and feeders:
+                # Not Spark's availableNow: that trigger reads only the files present when the
+                # query starts, and the feeders publish while it runs (`_watch_feeders` ends it).
+                writer = writer.trigger(processingTime="0 seconds")
+            elif available_now:
+                writer = writer.trigger(availableNow=True)
+            else:
+                writer = writer.trigger(processingTime=processing_time or "1 second")
             query = writer.start()
         except BaseException:
             pipeline.close()

@@ -254,6 +254,18 @@ def test_a_source_that_fails_fails_the_deployment_with_its_error(spark: Any, tmp
     assert not d.query.isActive
 
 
+def test_a_trigger_spark_refuses_fails_the_deployment_and_leaves_no_thread_or_feeder(
+        spark: Any, tmp_path: Path) -> None:
+    import threading
+
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(Exception, match="(?i)interval"):
+        deploy(_counts_graph(), spark, mode="driver", checkpoint=str(tmp_path / "ck"),
+               available_now=False, processing_time="every so often")
+    leaked = {t.name for t in threading.enumerate() if t.is_alive()} - before
+    assert not {name for name in leaked if name.startswith("riverbed")}, leaked
+
+
 def test_the_cli_runs_a_graph_script_on_spark(tmp_path: Path) -> None:
     """``riverbed spark run`` in its own process (its own local Spark): the example's file equals
     the runtime's."""
