@@ -259,7 +259,7 @@ def test_a_trigger_spark_refuses_fails_the_deployment_and_leaves_no_thread_or_fe
     import threading
 
     before = {t.name for t in threading.enumerate()}
-    with pytest.raises(Exception, match="(?i)interval"):
+    with pytest.raises(Exception, match=r"(?i)interval"):
         deploy(_counts_graph(), spark, mode="driver", checkpoint=str(tmp_path / "ck"),
                available_now=False, processing_time="every so often")
     leaked = {t.name for t in threading.enumerate() if t.is_alive()} - before
