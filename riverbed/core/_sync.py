@@ -201,15 +201,17 @@ class SyncGraph:
 
     def feed_marked(self, operator: str, port: int, batch: Sequence[Any],
                     controls: Sequence[int] | None = None, *, one_by_one: bool = False,
-                    on_timer: Callable[[int], None] | None = None) -> list[tuple[int, list[Exit]]]:
-        """Many items of stream ``operator.out[port]`` at the current time, in one call: the
-        tuples of ``batch`` with control items (window marks, watermarks, final) among them at
-        ``controls`` (a `MarkedBatch`'s own by default, else found by walking ``batch``).
+                    on_timer: Callable[[int], None] | None = None,
+                    at: int | None = None) -> list[tuple[int, list[Exit]]]:
+        """Many items of stream ``operator.out[port]`` in one call: the tuples of ``batch`` with
+        control items (window marks, watermarks, final) among them at ``controls`` (a
+        `MarkedBatch`'s own by default, else found by walking ``batch``), stamped ``at`` (by
+        default the clock's time; `advance` to it first).
 
         Each run of tuples between two control items is fed as one batch (with
         ``one_by_one``, each tuple alone: a window whose every output must be ordered after
         the tuple that raised it), each control item alone, exactly as `feed` of each in turn
-        with ``advance(now, on_timer)`` before each. Returns what each of them sent out,
+        with ``advance(at, on_timer)`` before each. Returns what each of them sent out,
         apart: ``(index, exits)`` for each that sent something, in order, where ``index`` is
         the control item's position in ``batch`` or the position of the run's last tuple.
         What a timer due between two of them raises goes to ``on_timer`` as in `advance`
@@ -226,7 +228,7 @@ class SyncGraph:
         done: list[tuple[int, list[Exit]]] = []
         targets: Sequence[tuple[OperatorCore, int]] = self._inside.get((operator, port), ())
         heap = self.clock._heap
-        now = self.clock.now()
+        now = self.clock.now() if at is None else at
         # One consumer, the first member (a key group's window): handled here directly, what
         # it sends routed and pumped, as `_pump` does; any other shape goes through `feed`.
         direct = len(targets) == 1 and targets[0][0] is self.cores[0]
