@@ -15,6 +15,7 @@ step copies them), so a group sees the whole stream's control items in order.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gc
 import zlib
@@ -50,10 +51,12 @@ __all__ = [
     "ItemHooks",
     "KeyGroupError",
     "exit_rows",
+    "feed_segments",
     "group_function",
     "group_of",
     "host_group",
     "make_router",
+    "rows_of",
     "spread_labels",
 ]
 
@@ -263,13 +266,25 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     batchable = hooks is None and bool(runner.windows) and all(
         isinstance(w, TimeIntervalWindow) for w in runner.windows)
     splitter = FillSplitter.of(graph, host, keyed, members[1:]) if hooks is None and not batchable else None
-    items = expand(rows, runs=batchable or splitter is not None)
+
+    cols = (group, *extra)
 
     def on_timer(when: int) -> None:
         if host.exits:
-            out.extend((*row[1:], row[0], group, *extra)
-                       for row in exit_rows(host, source_ord(when, 0, 0), when))
+            rows_of(out, host.take_exits(), source_ord(when, 0, 0), when, cols)
 
+    if batchable and timer_order:
+        # A segment of rows with one stamped time goes in with one call (`SyncGraph.feed_marked`),
+        # its runs and marks apart as below. (`feed_segments` can feed each tuple alone as well,
+        # for the windows that are not batchable; they still go through the loop below, whose
+        # `feed` calls tests/test_spark_runs.py counts.)
+        last = feed_segments(host, entry, rows, runs=True, on_timer=on_timer,
+                             emit=lambda exits, cause, at: rows_of(out, exits, cause, at, cols),
+                             where=label)
+        if tail is not None and last is not None:
+            tail.append(last)
+        return out, encode_value(host.state(), checkpoint_id=0, key=label)
+    items = expand(rows, runs=batchable or splitter is not None)
     timed = on_timer if timer_order else None
 
     def taken_at(at: int) -> Callable[[bytes], None]:
@@ -313,6 +328,147 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     if tail is not None and items:
         tail.append((items[-1][0], int(items[-1][2])))
     return out, encode_value(host.state(), checkpoint_id=0, key=label)
+
+
+def rows_of(out: list[tuple[Any, ...]], exits: list[tuple[str, int, Any]], cause: bytes, time: int,
+            cols: tuple[Any, ...]) -> None:
+    """Append what the host sent out while handling ``cause`` to ``out`` as output rows ``(ord,
+    kind, time, value, tuple, port, *cols)`` (tuples not encoded yet), in the order sent: the
+    rows `exit_rows` gives, made in one step."""
+    n = len(out)
+    if len(cols) == 1:
+        group = cols[0]
+        for _op, port, entry in exits:
+            if type(entry) is list:
+                out.extend((derived_ord(cause, i), KIND_TUPLE, time, 0, tup, port, group)
+                           for i, tup in enumerate(entry, len(out) - n))
+            else:
+                kind, value = kind_of(entry)
+                out.append((derived_ord(cause, len(out) - n), kind, time, value, None, port, group))
+        return
+    for _op, port, entry in exits:
+        if type(entry) is list:
+            out.extend((derived_ord(cause, i), KIND_TUPLE, time, 0, tup, port, *cols)
+                       for i, tup in enumerate(entry, len(out) - n))
+        else:
+            kind, value = kind_of(entry)
+            out.append((derived_ord(cause, len(out) - n), kind, time, value, None, port, *cols))
+
+
+Emit = Callable[[list[tuple[str, int, Any]], bytes, int], None]
+
+
+def feed_segments(host: SyncGraph, entry: tuple[str, int], rows: list[tuple[Any, ...]], *, runs: bool,
+                  on_timer: Callable[[int], None], emit: Emit, where: str) -> tuple[bytes, int] | None:
+    """Feed a group's rows (in order; bundles opened) on stream ``entry``, each segment of items
+    with one stamped time in one `SyncGraph.feed_marked` call: runs of tuples as batches
+    (``runs``; else each tuple alone), window marks, watermarks and final in their places.
+    ``emit(exits, cause, time)`` gets what each run, tuple or mark sent out, with the order key
+    of its cause (a run's: its last tuple's), as the item-at-a-time loop of `host_group` gives
+    it; ``on_timer`` what each timer raised. Returns (ord, time) of the last item, or None.
+
+    A time mark ends a segment (the host advances there, as before any item), and so does a
+    bundle's start and end: the item-at-a-time loop fed a run of a bundle apart from the rows
+    around it, and what a run raises is ordered after its own last tuple."""
+    source, port = entry
+    batch: list[Any] = []
+    controls: list[int] = []
+    causes: dict[int, Any] = {}  # position -> cause: an ord, or (source index, packed seqs) of a run
+    lazy: list[tuple[int, int, bytes]] = []  # one by one: (first position, index, seqs) of each run
+    seg_at: int | None = None
+    last: tuple[Any, ...] | None = None
+
+    def flush() -> None:
+        nonlocal batch, controls, causes, lazy
+        if not batch:
+            return
+        at = seg_at
+        assert at is not None
+        done = host.feed_marked(source, port, batch, controls, one_by_one=not runs,
+                                on_timer=on_timer, at=at)
+        for pos, exits in done:
+            cause = causes.get(pos)
+            if cause is None:  # one tuple of a bundle's run, fed alone
+                k = bisect.bisect_right(lazy, pos, key=_first) - 1
+                first, index, seqs = lazy[k]
+                cause = source_ord(at, index, _seq_at(seqs, pos - first))
+            elif type(cause) is tuple:  # a whole run
+                cause = source_ord(at, cause[0], _seq_at(cause[1], -1))
+            emit(exits, cause, at)
+        batch, controls, causes, lazy = [], [], {}, []
+
+    def move(at: int) -> None:  # a segment at another time starts: the host advances to it
+        nonlocal seg_at
+        flush()
+        host.advance(at, on_timer)
+        seg_at = at
+
+    for ord_, kind_, time_, value, data in rows:
+        kind = int(kind_)
+        if kind == KIND_BUNDLE:
+            flush()
+            index, entries = decode(data)
+            for e in entries:
+                k, at = e[0], e[1]
+                if at != seg_at:
+                    move(at)
+                if k == KIND_TUPLE:
+                    n = len(batch)
+                    if runs:
+                        if n and (not controls or controls[-1] != n - 1):
+                            flush()  # a run right after a run: fed apart, as the loop did
+                            n = 0
+                        batch += e[3]
+                        causes[len(batch) - 1] = (index, e[2])
+                    else:
+                        lazy.append((n, index, e[2]))
+                        batch += e[3]
+                    last = (KIND_BUNDLE, index, e)
+                    continue
+                last = (KIND_BUNDLE, index, e)
+                item = item_of(k, e[2], None) if k != KIND_COMMAND else _command(where)
+                if item is None:  # a time mark: the host advances there, as before any item
+                    move(at)
+                    continue
+                causes[len(batch)] = source_ord(at, index, e[3])
+                controls.append(len(batch))
+                batch.append(item)
+            flush()
+            continue
+        at = int(time_)
+        last = (KIND_TUPLE, ord_, at)
+        if at != seg_at:
+            move(at)
+        if kind == KIND_TUPLE:
+            causes[len(batch)] = ord_
+            batch.append(decode(data))
+            continue
+        item = item_of(kind, int(value), None) if kind != KIND_COMMAND else _command(where)
+        if item is None:
+            move(at)
+            continue
+        causes[len(batch)] = ord_
+        controls.append(len(batch))
+        batch.append(item)
+    flush()
+    if last is None:
+        return None
+    if last[0] != KIND_BUNDLE:
+        return last[1], last[2]
+    _, index, e = last
+    seq = _seq_at(e[2], -1) if e[0] == KIND_TUPLE else e[3]
+    return source_ord(e[1], index, seq), int(e[1])
+
+
+def _seq_at(seqs: bytes, j: int) -> int:
+    """Sequence number ``j`` of a run's packed sequence numbers (`pack_seqs`: little-endian)."""
+    if j < 0:
+        j += len(seqs) // 8
+    return int.from_bytes(seqs[8 * j:8 * j + 8], "little")
+
+
+def _command(where: str) -> Any:
+    raise ValueError(f"{where}: a command row, but this stage takes no commands")
 
 
 _RUN = -1  # an item of `expand`: a list of tuples with one stamped time, fed as one batch
