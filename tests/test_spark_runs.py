@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from riverbed.core import SyncGraph
-from riverbed.graph import FrozenGraph, Graph, Operator, Schema
+from riverbed.graph import FrozenGraph, Graph, Operator, Punct, Schema, Watermark
 from riverbed.operators import Aggregate, Average, Count, Functor, Max, Min, Sum
 from riverbed.spark_bridge import _keyed, _stages
 from riverbed.spark_bridge._deploy import stage_hosts
@@ -91,6 +91,26 @@ class _Feeds:
             real(host, operator, port, item)
 
         monkeypatch.setattr(SyncGraph, "feed", feed)
+        real_marked = SyncGraph.feed_marked
+
+        def feed_marked(host: SyncGraph, operator: str, port: int, batch: Any,
+                        controls: Any = None, **kw: Any) -> Any:
+            # As the feed calls it stands for: one a tuple (one_by_one), else one a run.
+            window, final = Punct.WINDOW, Punct.FINAL
+            tuples = [x for x in batch if x is not window and x is not final and type(x) is not Watermark]
+            if kw.get("one_by_one"):
+                self.calls += len(tuples)
+            elif tuples:
+                runs, previous = 0, False
+                for x in batch:
+                    is_tuple = x is not window and x is not final and type(x) is not Watermark
+                    runs += is_tuple and not previous
+                    previous = is_tuple
+                self.calls += runs
+            self.tuples += len(tuples)
+            return real_marked(host, operator, port, batch, controls, **kw)
+
+        monkeypatch.setattr(SyncGraph, "feed_marked", feed_marked)
 
 
 @pytest.mark.parametrize(("batch_rows", "marked"), [(6, True), (40, True), (40, False)])

@@ -273,12 +273,11 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
         if host.exits:
             rows_of(out, host.take_exits(), source_ord(when, 0, 0), when, cols)
 
-    if batchable and timer_order:
+    if hooks is None and splitter is None and timer_order:
         # A segment of rows with one stamped time goes in with one call (`SyncGraph.feed_marked`),
-        # its runs and marks apart as below. (`feed_segments` can feed each tuple alone as well,
-        # for the windows that are not batchable; they still go through the loop below, whose
-        # `feed` calls tests/test_spark_runs.py counts.)
-        last = feed_segments(host, entry, rows, runs=True, on_timer=on_timer,
+        # its runs and marks apart as below: runs whole into timeInterval windows, each tuple
+        # alone into the others (a sliding window's every trigger ordered after its tuple).
+        last = feed_segments(host, entry, rows, runs=batchable, on_timer=on_timer,
                              emit=lambda exits, cause, at: rows_of(out, exits, cause, at, cols),
                              where=label)
         if tail is not None and last is not None:
