@@ -3,6 +3,7 @@ snapshot/restore, resolutions and bad input."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -23,6 +24,7 @@ from riverbed.windows import (
     WindowClauseError,
     WindowStateError,
     WindowTupleError,
+    _time_interval,
     make_window,
     parse_window_clause,
     seconds_to_ticks,
@@ -443,6 +445,69 @@ def test_insert_batch_equals_one_by_one_insertion(d: int, p: int, a: int, partit
     many.insert_batch(pending)
     assert rec_many.events == rec_one.events
     assert many.snapshot() == one.snapshot()
+
+
+@settings(max_examples=300, deadline=None)
+@given(d=st.integers(1, 6), p=st.integers(1, 6), a=st.integers(0, 12), partitioned=st.booleans(),
+       steps=st.lists(st.one_of(
+           st.tuples(st.just("tuple"), st.integers(180, 200), st.sampled_from([0, 1, "k", None]),
+                     st.sampled_from(["ok", "ok", "ok", "float", "late", "nokey", "listkey"])),
+           st.tuples(st.just("wm"), st.integers(170, 210), st.none(), st.none())), max_size=80),
+       size=st.integers(1, 30))
+def test_runs_inside_one_period_go_in_at_once_as_one_by_one(
+        d: int, p: int, a: int, partitioned: bool, steps: list[Any], size: int) -> None:
+    """`_insert_in_one_period` (every run tried, whatever its length): aligned windows
+    (duration a multiple of the period), int, str and None keys, and runs it must leave to the
+    per-tuple loop (a float or late time, a missing or unhashable key, two periods)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_time_interval, "_BULK_RUN", 1)
+        _one_period_case(d, p, a, partitioned, steps, size)
+
+
+def _one_period_case(d: int, p: int, a: int, partitioned: bool, steps: list[Any], size: int) -> None:
+    clause = (f"timeInterval, intervalDuration({d * p / 4}), creationPeriod({p / 4}), discardAge({a / 2})"
+              + (", partitioned" if partitioned else ""))
+    key = "k" if partitioned else None
+    one, rec_one = _window(clause, key)
+    many, rec_many = _window(clause, key)
+    pending: list[Any] = []
+
+    def flush() -> None:
+        nonlocal pending
+        try:
+            many.insert_batch(pending)
+        except WindowTupleError as exc:  # the bad tuple's predecessors stay; the rest go on
+            rest = pending[getattr(exc, "index", 0) + 1:]
+            pending = []
+            for t in rest:
+                with contextlib.suppress(WindowTupleError):
+                    many.insert(t)
+        pending = []
+
+    for i, (kind, sec, k, how) in enumerate(steps):
+        if kind == "tuple":
+            tup: dict[str, Any] = {"id": f"t{i}", "ts": sec * S // 4, "k": k}
+            if how == "float":
+                tup["ts"] = sec / 4
+            elif how == "late":
+                tup["ts"] = 0
+            elif how == "nokey":
+                del tup["k"]
+            elif how == "listkey":
+                tup["k"] = [k]
+            with contextlib.suppress(WindowTupleError):
+                one.insert(tup)
+            pending.append(tup)
+            if len(pending) >= size:
+                flush()
+        else:
+            flush()
+            one.watermark(sec * S // 4)
+            many.watermark(sec * S // 4)
+    flush()
+    assert rec_many.events == rec_one.events
+    assert many.snapshot() == one.snapshot()
+    assert many.dropped == one.dropped
 
 
 @pytest.mark.parametrize("bad, why", [

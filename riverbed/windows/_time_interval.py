@@ -62,6 +62,11 @@ __all__ = ["FORMAT", "TimeIntervalWindow"]
 T = TypeVar("T")
 
 _EARLY, _ON_COMPLETE, _LATE = PaneTiming.EARLY, PaneTiming.ON_COMPLETE, PaneTiming.LATE
+# `_insert_in_one_period`: runs from this long (shorter ones cost more to check in C than
+# the loop's per-tuple checks), and the types it takes as they are.
+_BULK_RUN = 16
+_INT_ONLY = {int}
+_PLAIN_KEYS = {int, str, type(None)}
 _ALL_TYPES = (EventType.INSERTION, EventType.INITIAL_FULL, EventType.TRIGGER, EventType.CLOSE)
 
 
@@ -272,6 +277,10 @@ class TimeIntervalWindow(Generic[T]):
         lowest = drop if drop > 0 else 0  # below it: late (dropped) or invalid, `insert` says
         named = names is not None
         time_name, key_name = names if names is not None else ("", None)
+        if named and aligned and len(tuples) >= _BULK_RUN:
+            done = self._insert_in_one_period(tuples, time_name, key_name, lowest)
+            if done >= 0:
+                return done
         for i, tup in enumerate(tuples):
             try:
                 if named:
@@ -324,6 +333,58 @@ class TimeIntervalWindow(Generic[T]):
                     updated[key] = None
             stored += 1
         return stored
+
+    def _insert_in_one_period(self, tuples: Sequence[T], time_name: str, key_name: str | None,
+                              lowest: int) -> int:
+        """`_insert_inline` for a run whose event times all fall in one period (the usual case:
+        event time moves forward, a batch spans less than a period) of an aligned window, all
+        valid: the times and keys read by two list comprehensions and checked in C, the
+        panes found once, then only the appends. -1 (nothing done) for any other run, which
+        the per-tuple loop takes, and which says what is wrong with a bad tuple."""
+        try:
+            times = [t[time_name] for t in tuples]  # type: ignore[index]
+            keys = None if key_name is None else [t[key_name] for t in tuples]  # type: ignore[index]
+        except Exception:
+            return -1
+        if set(map(type, times)) != _INT_ONLY:
+            return -1
+        if keys is not None and not set(map(type, keys)) <= _PLAIN_KEYS:
+            return -1  # (a key that may not hash: the loop checks it)
+        lo, hi = min(times), max(times)
+        config = self._config
+        period, duration, offset = config.period, config.duration, config.offset
+        start = lo - (lo - offset) % period
+        if lo < lowest or hi > EVENT_TIME_MAX or hi >= start + period:
+            return -1
+        panes = self._state.panes
+        s, low = start, lo - duration  # aligned: every time of the period has these panes
+        for_panes: list[tuple[dict[Any, list[T]], dict[Any, None] | None]] = []
+        while s > low:
+            pane = panes.get(s)
+            if pane is None:
+                pane = panes[s] = Pane(s, s + duration)
+            for_panes.append((pane.parts, None if pane.fresh else pane.updated))
+            s -= period
+        for parts, updated in for_panes:
+            if keys is None:
+                part = parts.get(None)
+                if part is None:
+                    parts[None] = list(tuples)
+                else:
+                    part.extend(tuples)
+                if updated is not None:
+                    updated[None] = None
+                continue
+            get = parts.get
+            for tup, key in zip(tuples, keys, strict=True):
+                part = get(key)
+                if part is None:
+                    parts[key] = [tup]
+                else:
+                    part.append(tup)
+            if updated is not None:
+                updated.update(dict.fromkeys(keys))
+        return len(tuples)
 
     def _insert_each(self, tuples: Sequence[T], event_times: Sequence[int] | None) -> int:
         stored = 0
