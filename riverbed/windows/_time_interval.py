@@ -264,7 +264,6 @@ class TimeIntervalWindow(Generic[T]):
         when ``read`` and ``key_of`` are the default itemgetters of them: a subscript is the
         same read without a call."""
         state = self._state
-        panes = state.panes
         period, duration, offset, drop = (self._config.period, self._config.duration,
                                           self._config.offset, self._drop)
         aligned = duration % period == 0
@@ -305,14 +304,7 @@ class TimeIntervalWindow(Generic[T]):
                 if start <= low:  # only when not aligned: the tuple falls between panes
                     state.unassigned += 1
                     continue
-                targets = []
-                s = start
-                while s > low:
-                    pane = panes.get(s)
-                    if pane is None:
-                        pane = panes[s] = Pane(s, s + duration)
-                    targets.append((pane.parts, None if pane.fresh else pane.updated))
-                    s -= period
+                targets = self._pane_targets(start, low)
                 cached = start if aligned else -1
                 only = targets[0][0] if len(targets) == 1 and targets[0][1] is None else None
             if only is not None:
@@ -333,6 +325,21 @@ class TimeIntervalWindow(Generic[T]):
                     updated[key] = None
             stored += 1
         return stored
+
+    def _pane_targets(self, start: int, low: int) -> list[tuple[dict[Any, list[T]], dict[Any, None] | None]]:
+        """The panes a tuple of the period starting at ``start`` goes into (made in the order
+        `insert` makes them: those starting after ``low``, newest first), each as its parts and
+        its updated keys (None while the pane never triggered)."""
+        panes, period, duration = self._state.panes, self._config.period, self._config.duration
+        targets: list[tuple[dict[Any, list[T]], dict[Any, None] | None]] = []
+        s = start
+        while s > low:
+            pane = panes.get(s)
+            if pane is None:
+                pane = panes[s] = Pane(s, s + duration)
+            targets.append((pane.parts, None if pane.fresh else pane.updated))
+            s -= period
+        return targets
 
     def _insert_in_one_period(self, tuples: Sequence[T], time_name: str, key_name: str | None,
                               lowest: int) -> int:
@@ -356,16 +363,8 @@ class TimeIntervalWindow(Generic[T]):
         start = lo - (lo - offset) % period
         if lo < lowest or hi > EVENT_TIME_MAX or hi >= start + period:
             return -1
-        panes = self._state.panes
-        s, low = start, lo - duration  # aligned: every time of the period has these panes
-        for_panes: list[tuple[dict[Any, list[T]], dict[Any, None] | None]] = []
-        while s > low:
-            pane = panes.get(s)
-            if pane is None:
-                pane = panes[s] = Pane(s, s + duration)
-            for_panes.append((pane.parts, None if pane.fresh else pane.updated))
-            s -= period
-        for parts, updated in for_panes:
+        # (aligned: every time of the period has the panes of its first)
+        for parts, updated in self._pane_targets(start, lo - duration):
             if keys is None:
                 part = parts.get(None)
                 if part is None:
