@@ -234,20 +234,14 @@ class SyncGraph:
         direct = len(targets) == 1 and targets[0][0] is self.cores[0]
         core, conn = targets[0] if direct else (self.cores[0], 0)
         alone = len(self.cores) == 1
-        route, arm, handle = self._route, self._arm, core.handle
+        step = self._step
         for last, item in _pieces(batch, controls, one_by_one):
             if heap and heap[0][0] <= now:  # a timer due at this time: `advance` would fire it
                 self.advance(now, on_timer)
             if not direct:
                 self.feed(operator, port, item)
             elif not core.finished:
-                handle(conn, item)
-                route(core)
-                if core.inputs_done and not core.finished:
-                    core.close_outputs()
-                    route(core)
-                    core.shut_down()
-                arm(core)
+                step(core, conn, item)
                 if not alone:
                     self._pump()
             if self.exits:
@@ -361,15 +355,19 @@ class SyncGraph:
                 while queue:
                     busy = True
                     conn, payload = queue.popleft()
-                    if core.finished:
-                        continue
-                    core.handle(conn, payload)
-                    self._route(core)
-                    if core.inputs_done and not core.finished:
-                        core.close_outputs()
-                        self._route(core)
-                        core.shut_down()
-                    self._arm(core)
+                    if not core.finished:
+                        self._step(core, conn, payload)
+
+    def _step(self, core: OperatorCore, conn: int, payload: Any) -> None:
+        """``core`` handles one entry; what it sends is routed, and it ends once its inputs
+        have."""
+        core.handle(conn, payload)
+        self._route(core)
+        if core.inputs_done and not core.finished:
+            core.close_outputs()
+            self._route(core)
+            core.shut_down()
+        self._arm(core)
 
     def _route(self, core: OperatorCore) -> None:
         name = core.name
