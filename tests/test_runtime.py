@@ -511,6 +511,25 @@ def test_a_marked_batch_is_checked_as_one_and_counted_without_a_walk() -> None:
     assert (batch.tuples, batch.window_marks) == (2, 0)
 
 
+class _MarkAfterEach(Source):
+    """Six tuples ``{"n": i}``, each followed by a window mark."""
+
+    def generate(self) -> Any:
+        for i in range(6):
+            yield {"n": i}
+            yield Punct.WINDOW
+
+
+class _SeenN(Operator):
+    """Keeps each tuple's ``n``."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.items.append(tup["n"])
+
+
 def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A sink with the default on_punct gets every window mark counted without a call each
@@ -527,26 +546,13 @@ def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen(
 
     monkeypatch.setattr(OperatorCore, "_handle_window_mark", spy)
 
-    class Marks(Source):
-        def generate(self) -> Any:
-            for i in range(6):
-                yield {"n": i}
-                yield Punct.WINDOW
-
-    class Seen(Operator):
-        def __init__(self) -> None:
-            self.items: list[Any] = []
-
-        def on_tuple(self, tup: Any, port: int) -> None:
-            self.items.append(tup["n"])
-
-    class SeesMarks(Seen):
+    class SeesMarks(_SeenN):
         def on_punct(self, punct: Punct, port: int) -> None:
             self.items.append(punct)
 
     g = Graph("marks")
-    src = g.source("src", Marks())
-    plain, seeing = Seen(), SeesMarks()
+    src = g.source("src", _MarkAfterEach())
+    plain, seeing = _SeenN(), SeesMarks()
     g.sink("plain", plain, [src])
     g.sink("seeing", seeing, [src])
     job = Job(g, clock=VirtualClock())
@@ -559,26 +565,14 @@ def test_marks_a_plain_sink_ignores_are_counted_and_marks_it_reacts_to_are_seen(
 
 
 def test_a_sink_failing_on_a_mark_stops_the_job_naming_it_after_the_tuples_before_it() -> None:
-    class Marks(Source):
-        def generate(self) -> Any:
-            for i in range(6):
-                yield {"n": i}
-                yield Punct.WINDOW
-
-    class Fails(Operator):
-        def __init__(self) -> None:
-            self.items: list[Any] = []
-
-        def on_tuple(self, tup: Any, port: int) -> None:
-            self.items.append(tup["n"])
-
+    class Fails(_SeenN):
         def on_punct(self, punct: Punct, port: int) -> None:
             if punct is Punct.WINDOW and len(self.items) == 3:
                 raise ValueError("third mark")
 
     g = Graph("marks")
     sink = Fails()
-    g.sink("picky", sink, [g.source("src", Marks())])
+    g.sink("picky", sink, [g.source("src", _MarkAfterEach())])
     with pytest.raises(JobError, match=r"operator 'picky', input port 0: ValueError: third mark"):
         run_graph(g, clock=VirtualClock())
     assert sink.items == [0, 1, 2]
