@@ -37,6 +37,7 @@ from ._rows import (
     encode,
     item_of,
     kind_of,
+    seq_at,
     source_ord,
     unpack_seqs,
 )
@@ -258,7 +259,7 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     else:
         host = SyncGraph(graph, members, now=int(rows[0][2]) if rows else 0, guard=guard,
                          guarded=guarded)
-        out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, b"", host.clock.now()))
+        rows_of(out, host.take_exits(), b"", host.clock.now(), (group, *extra))
     runner = host.core(keyed)
     # Tuples into timeInterval windows raise nothing until a watermark: a run of them with one
     # stamped time goes in as one batch (the window's inlined batch path). Into a tumbling count
@@ -287,8 +288,7 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
     timed = on_timer if timer_order else None
 
     def taken_at(at: int) -> Callable[[bytes], None]:
-        return lambda cause: out.extend((*row[1:], row[0], group, *extra)
-                                        for row in exit_rows(host, cause, at))
+        return lambda cause: rows_of(out, host.take_exits(), cause, at, cols)
 
     # Most items (runs into a timeInterval window, watermarks that close no pane) send nothing
     # out: exit rows are made only when the host has exits.
@@ -303,7 +303,7 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
                 continue
             feed(source, port, it[4])
             if host.exits:
-                out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
+                rows_of(out, host.take_exits(), ord_, at, cols)
             continue
         if splitter is not None:
             splitter.forget()
@@ -323,7 +323,7 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
             if item is not None:
                 feed(source, port, item)
         if host.exits:
-            out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, ord_, at))
+            rows_of(out, host.take_exits(), ord_, at, cols)
     if tail is not None and items:
         tail.append((items[-1][0], int(items[-1][2])))
     return out, encode_value(host.state(), checkpoint_id=0, key=label)
@@ -332,19 +332,9 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
 def rows_of(out: list[tuple[Any, ...]], exits: list[tuple[str, int, Any]], cause: bytes, time: int,
             cols: tuple[Any, ...]) -> None:
     """Append what the host sent out while handling ``cause`` to ``out`` as output rows ``(ord,
-    kind, time, value, tuple, port, *cols)`` (tuples not encoded yet), in the order sent: the
-    rows `exit_rows` gives, made in one step."""
+    kind, time, value, tuple, port, *cols)`` (tuples not encoded yet), in the order sent, each
+    ordered after ``cause`` (`exit_rows`' rows, in the key-group output's column order)."""
     n = len(out)
-    if len(cols) == 1:
-        group = cols[0]
-        for _op, port, entry in exits:
-            if type(entry) is list:
-                out.extend((derived_ord(cause, i), KIND_TUPLE, time, 0, tup, port, group)
-                           for i, tup in enumerate(entry, len(out) - n))
-            else:
-                kind, value = kind_of(entry)
-                out.append((derived_ord(cause, len(out) - n), kind, time, value, None, port, group))
-        return
     for _op, port, entry in exits:
         if type(entry) is list:
             out.extend((derived_ord(cause, i), KIND_TUPLE, time, 0, tup, port, *cols)
@@ -390,9 +380,9 @@ def feed_segments(host: SyncGraph, entry: tuple[str, int], rows: list[tuple[Any,
             if cause is None:  # one tuple of a bundle's run, fed alone
                 k = bisect.bisect_right(lazy, pos, key=_first) - 1
                 first, index, seqs = lazy[k]
-                cause = source_ord(at, index, _seq_at(seqs, pos - first))
+                cause = source_ord(at, index, seq_at(seqs, pos - first))
             elif type(cause) is tuple:  # a whole run
-                cause = source_ord(at, cause[0], _seq_at(cause[1], -1))
+                cause = source_ord(at, cause[0], seq_at(cause[1], -1))
             emit(exits, cause, at)
         batch, controls, causes, lazy = [], [], {}, []
 
@@ -455,15 +445,8 @@ def feed_segments(host: SyncGraph, entry: tuple[str, int], rows: list[tuple[Any,
     if last[0] != KIND_BUNDLE:
         return last[1], last[2]
     _, index, e = last
-    seq = _seq_at(e[2], -1) if e[0] == KIND_TUPLE else e[3]
+    seq = seq_at(e[2], -1) if e[0] == KIND_TUPLE else e[3]
     return source_ord(e[1], index, seq), int(e[1])
-
-
-def _seq_at(seqs: bytes, j: int) -> int:
-    """Sequence number ``j`` of a run's packed sequence numbers (`pack_seqs`: little-endian)."""
-    if j < 0:
-        j += len(seqs) // 8
-    return int.from_bytes(seqs[8 * j:8 * j + 8], "little")
 
 
 def _command(where: str) -> Any:

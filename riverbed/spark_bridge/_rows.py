@@ -43,6 +43,7 @@ __all__ = [
     "item_of",
     "kind_of",
     "pack_seqs",
+    "seq_at",
     "source_ord",
     "unpack_seqs",
 ]
@@ -106,6 +107,14 @@ def unpack_seqs(data: bytes) -> array[int]:
     if _BIG_ENDIAN:
         seqs.byteswap()
     return seqs
+
+
+def seq_at(data: bytes, j: int) -> int:
+    """Sequence number ``j`` (negative: from the end) of `pack_seqs`' bytes, without unpacking
+    the rest."""
+    if j < 0:
+        j += len(data) // 8
+    return int.from_bytes(data[8 * j:8 * j + 8], "little")
 
 
 _BIG_ENDIAN = sys.byteorder == "big"

@@ -33,7 +33,7 @@ from ..core import SyncGraph
 from ..graph import Punct, Watermark
 from ..windows import TimeIntervalWindow
 from ._driver import ChannelMerge
-from ._keyed import KEYED_OUT_COLUMNS, Hosted, exit_rows, group_of
+from ._keyed import KEYED_OUT_COLUMNS, Hosted, group_of, rows_of
 from ._rows import (
     KIND_BUNDLE,
     KIND_FINAL,
@@ -128,7 +128,7 @@ def host_merged_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple
     out: list[tuple[Any, ...]] = []
 
     def taken(cause: bytes, at: int) -> None:
-        out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, cause, at))
+        rows_of(out, host.take_exits(), cause, at, (group, *extra))
 
     if stored is not None:
         state = decode_value(stored, checkpoint_id=0, key=label)
@@ -322,7 +322,7 @@ def host_joined_group(hosted: Hosted, key: tuple[Any, ...], rows: Sequence[tuple
     out: list[tuple[Any, ...]] = []
 
     def taken(cause: bytes, at: int) -> None:
-        out.extend((*row[1:], row[0], group, *extra) for row in exit_rows(host, cause, at))
+        rows_of(out, host.take_exits(), cause, at, (group, *extra))
 
     if stored is not None:
         host = SyncGraph(graph, members, state=decode_value(stored, checkpoint_id=0, key=label))
