@@ -201,8 +201,6 @@ class OperatorCore:
         buf = out.buf
         out.at.append(len(buf))
         buf.append(punct)
-        out.marks += 1
-        out.window_marks += 1
 
     def submit_watermark(self, value: int) -> None:
         """Send a watermark on (operators that hold tuples and so hold watermarks with them)."""

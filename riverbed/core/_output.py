@@ -65,15 +65,16 @@ class OutputPort:
     """``buf`` takes submitted tuples (hosts bind ``buf.append`` once: it lives as long as the
     port); ``pending`` holds sealed batches (lists) and control items, in order."""
 
-    __slots__ = ("at", "buf", "first_invalid", "marks", "metrics", "on_invalid", "pending",
-                 "validate", "window_marks")
+    __slots__ = ("at", "buf", "first_invalid", "metrics", "on_invalid", "pending", "validate",
+                 "watermarks")
 
     def __init__(self, schema: Schema | None, metrics: OutputPortMetrics,
                  on_invalid: Callable[[Any, str], None]) -> None:
         self.buf: list[Any] = []
-        self.marks = 0  # window marks and watermarks in ``buf``
-        self.at: list[int] = []  # their indices in ``buf``
-        self.window_marks = 0  # of which window marks
+        # The indices in ``buf`` of its window marks and watermarks, and how many of them are
+        # watermarks: a window mark (one after each Aggregate result) costs an append, no count.
+        self.at: list[int] = []
+        self.watermarks = 0
         self.pending: list[Any] = []
         self.validate = schema.validator() if schema is not None else None
         self.first_invalid = schema.batch_checker() if schema is not None else None
@@ -83,7 +84,7 @@ class OutputPort:
     def seal(self) -> None:
         """Close the current batch: check it against the schema and queue it."""
         buf = self.buf
-        if self.marks:
+        if self.at:
             self._seal_marked()
             return
         check = self.first_invalid
@@ -101,11 +102,11 @@ class OutputPort:
         at = self.at
         check = self.first_invalid
         if check is None or self._runs_valid(check):
-            self.pending.append(MarkedBatch(buf.copy(), len(buf) - self.marks, self.window_marks,
-                                            at.copy()))
+            self.pending.append(MarkedBatch(buf.copy(), len(buf) - len(at),
+                                            len(at) - self.watermarks, at.copy()))
             buf.clear()
             at.clear()
-            self.marks = self.window_marks = 0
+            self.watermarks = 0
             return
         items: list[Any] = []
         controls: list[int] = []
@@ -123,11 +124,12 @@ class OutputPort:
             else:
                 controls.append(len(items))
                 items.append(entry)
+        window_marks = len(at) - self.watermarks
         buf.clear()
         at.clear()
         self.buf = buf  # the same list: hosts hold its bound ``append``
-        self.pending.append(MarkedBatch(items, tuples, self.window_marks, controls))
-        self.marks = self.window_marks = 0
+        self.pending.append(MarkedBatch(items, tuples, window_marks, controls))
+        self.watermarks = 0
 
     def _runs_valid(self, check: Callable[[list[Any]], int]) -> bool:
         """Every tuple of the marked buffer is valid: with few marks, each run between them is
@@ -146,7 +148,7 @@ class OutputPort:
         """Drop what was submitted and not handed over."""
         self.buf.clear()
         self.at.clear()
-        self.marks = self.window_marks = 0
+        self.watermarks = 0
         self.pending.clear()
 
     def _drop_invalid(self, first: int) -> None:
@@ -174,9 +176,8 @@ class OutputPort:
         """A window mark or watermark, in line with the tuples around it (`MarkedBatch`)."""
         self.at.append(len(self.buf))
         self.buf.append(item)
-        self.marks += 1
-        if item is Punct.WINDOW:
-            self.window_marks += 1
+        if item is not Punct.WINDOW:
+            self.watermarks += 1
 
     @property
     def has_output(self) -> bool:

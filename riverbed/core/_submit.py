@@ -83,8 +83,6 @@ def result_submit(core: OperatorCore, port: int) -> Callable[[Any], None]:
         append(tup)
         at_append(len(buf))
         append(mark)
-        out.marks += 1
-        out.window_marks += 1
 
     return submit_result
 
