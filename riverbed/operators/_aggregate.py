@@ -475,7 +475,8 @@ class Aggregate(Operator):
                 # trigger, with no EVICTION listener, evicts lazily.
                 self._counts_total = False
                 self._evicted_count = window.evicted_count
-                handlers = {TRIGGER: self._trigger_caught_up, INITIAL_FULL: self._initial_full,
+                trigger = self._trigger_step if self._key_of is None else self._trigger_caught_up
+                handlers = {TRIGGER: trigger, INITIAL_FULL: self._initial_full,
                             PARTITION_EVICTION: self._partition_evicted}
             elif self._incremental and self._key_of is None:  # one group: handlers of its own
                 handlers.update({INSERTION: self._insert_single, EVICTION: self._evict_single,
@@ -624,6 +625,35 @@ class Aggregate(Operator):
             self._resyncs += state is not None
             state = self._rebuild(key, tuples)
         self._emit(state.output_groups(), self._total, None)
+
+    def _trigger_step(self, event: StreamWindowEvent[Any]) -> None:
+        """`_trigger_caught_up` without group_by, its most common case first: a full window's
+        step (one tuple out, one in, as counted by the window) of a partition already mirrored
+        and allowed to output. Anything else takes `_trigger_caught_up`."""
+        key = event.partition
+        state = self._states.get(key)
+        if state is not None and (self.aggregate_incomplete_windows or key in self._full):
+            tuples = event.tuples
+            order = state.order
+            if len(order) == len(tuples):
+                evicted = self._evicted_count(key)
+                if evicted - state.evicted == 1:
+                    old = order.popleft()
+                    t = tuples[-1]
+                    order.append(t)
+                    single = state.single
+                    for replace in single.replaces:  # type: ignore[union-attr]  # no group_by
+                        replace(old, t)
+                    if order[0] is tuples[0]:
+                        state.evicted = evicted
+                        self._result(self._build(order, single.accs, None, None))  # type: ignore[union-attr]
+                        return
+                    self._resyncs += 1
+                    state = self._rebuild(key, tuples)
+                    state.evicted = evicted
+                    self._result(self._build(state.order, state.single.accs, None, None))  # type: ignore[union-attr]
+                    return
+        self._trigger_caught_up(event)
 
     def _trigger_caught_up(self, event: StreamWindowEvent[Any]) -> None:
         """TRIGGER of a count- or time-evicting window with a count or time trigger, the only
@@ -781,7 +811,7 @@ class Aggregate(Operator):
     def snapshot(self) -> Any:
         """Which partitions have been full, and the window's tuple count, as plain data."""
         total = self._total
-        if self._handlers.get(TRIGGER) == self._trigger_caught_up:
+        if self._handlers.get(TRIGGER) in (self._trigger_caught_up, self._trigger_step):
             # no events count the tuples
             window = self._window
             total = sum(len(window.contents(k)) for k in window.partitions())
