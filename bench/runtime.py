@@ -21,7 +21,9 @@ for their exact results), each run these ways on the same seeded readings:
       imports bytewax.
 
 Every variant's records go to the same `workloads.Digest` (count, key hash,
-exact float sum), and EVERY timed run's digest must equal the loop's: a
+exact float sum), which keeps them while the clock runs (one list append a
+record, for every engine and the loop) and digests them after it stops; and
+EVERY timed run's digest must equal the loop's: a
 mismatch is reported, its row gets no ratio, and the script exits 1. The
 table gives tuples/s, each riverbed path's slowdown against the loop (loop
 rate / riverbed rate) and its speedup against Bytewax (riverbed rate /
