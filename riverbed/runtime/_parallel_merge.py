@@ -86,17 +86,46 @@ class Merge:
                 out.control(Punct.FINAL)
 
     def _take_run(self, index: int, tuples: list[Any], marks: list[tuple[int, Any]]) -> None:
-        """A run of tuples with window marks and watermarks (ints) at their positions."""
+        """A run of tuples with window marks and watermarks (ints) at their positions.
+
+        Only this channel's mark count and watermark change during the run, so what of it can
+        leave is known before it: its k-th window mark leaves only while this channel stays at
+        or behind every other (``counts[index] + k <= min(others)``), and its watermarks only
+        while they stay below the other channels' lowest (once this channel's watermark reached
+        it, the region's minimum is another channel's). Past both, the rest of the run is only
+        counted: one pass over its marks, no look at the other channels per mark. At width 2 and
+        more most marks wait for another channel, so most of a run takes that pass.
+        """
         out = self.out
         buf = out.buf
         counts = self.marks
         self.counted[index].tuples_out += len(tuples)
-        start = 0
-        for before, mark in marks:
+        if not marks:
+            buf.extend(tuples)
+            return
+        wm = self.wm
+        if self.width == 1:
+            quota = len(marks)
+            ceiling: int | None = None
+            wm_open = True
+        else:
+            quota = min(c for i, c in enumerate(counts) if i != index) - counts[index]
+            others = [v for i, v in enumerate(wm) if i != index]
+            if None in others:
+                ceiling, wm_open = None, False  # no minimum leaves before every channel sent one
+            else:
+                ceiling = min(v for v in others if v is not None)
+                wm_open = wm[index] is None or wm[index] < ceiling  # type: ignore[operator]
+        start = i = 0
+        n = len(marks)
+        while i < n and (quota > 0 or wm_open):
+            before, mark = marks[i]
+            i += 1
             if mark is _WINDOW:
                 counts[index] += 1
-                if min(counts) <= self.marks_sent:
+                if quota <= 0:
                     continue  # another channel has not sent its mark yet
+                quota -= 1
                 self.marks_sent += 1
                 if before > start:
                     buf.extend(tuples[start:before])
@@ -104,12 +133,23 @@ class Merge:
                 out.mark(_WINDOW)
             else:
                 low = self._watermark(index, mark)
+                if ceiling is not None:
+                    wm_open = wm[index] < ceiling  # type: ignore[operator]
                 if low is None:
                     continue
                 if before > start:
                     buf.extend(tuples[start:before])
                     start = before
                 out.mark(Watermark(low))
+        if i < n:  # nothing more of the run leaves: count its marks, keep its highest watermark
+            kinds = [m for _, m in marks[i:]] if i else [m for _, m in marks]
+            windows = kinds.count(_WINDOW)
+            counts[index] += windows
+            if windows < len(kinds):
+                top = max(m for m in kinds if m is not _WINDOW)
+                current = wm[index]
+                if current is None or top > current:
+                    wm[index] = top
         if start < len(tuples):
             buf.extend(tuples[start:] if start else tuples)
 
