@@ -113,3 +113,28 @@ def test_a_channel_ahead_sends_nothing_of_its_run_until_the_other_catches_up() -
     # waits; at 30 the minimum is channel 0's 20.
     assert out.buf == ["a", "b", "c", 15, "x", WINDOW, WINDOW, 20]
     assert merge.marks == [2, 3] and merge.marks_sent == 2 and merge.wm_sent == 20
+
+
+def test_a_run_of_a_channel_ahead_is_counted_not_walked_mark_by_mark() -> None:
+    """The merge's work for a run that cannot move the region's minimum: its watermarks are not
+    looked at one by one against the other channels (the cost the run path removes)."""
+    looked: list[int] = []
+
+    class Counting(Merge):
+        __slots__ = ()
+
+        def _watermark(self, index: int, value: int) -> int | None:
+            looked.append(value)
+            return super()._watermark(index, value)
+
+    out = _Out()
+    merge = Counting(cast(Any, None), cast(Any, out), cast(Any, [_Counted(), _Counted()]))
+    merge.take(1, 5)  # channel 1: watermark 5, no window mark yet
+    looked.clear()
+    marks: list[tuple[int, Any]] = []
+    for i in range(100):
+        marks += [(i + 1, WINDOW), (i + 1, 10 + i)]
+    merge.take(0, ([f"t{i}" for i in range(100)], marks))
+    assert looked == [10]  # the first takes the minimum to channel 1's 5; the rest cannot move it
+    assert out.buf == ["t0", 5] + [f"t{i}" for i in range(1, 100)]
+    assert merge.marks == [100, 0] and merge.wm == [109, 5] and merge.wm_sent == 5
