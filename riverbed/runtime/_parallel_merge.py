@@ -116,21 +116,23 @@ class Merge:
             else:
                 ceiling = min(v for v in others if v is not None)
                 wm_open = wm[index] is None or wm[index] < ceiling  # type: ignore[operator]
-        start = i = 0
-        n = len(marks)
-        while i < n and (quota > 0 or wm_open):
-            before, mark = marks[i]
-            i += 1
+        start = 0
+        left = seen = 0  # window marks of the run that left, and that were walked
+        emit, extend = out.mark, buf.extend
+        rest = len(marks)
+        for k, (before, mark) in enumerate(marks):
+            if left >= quota and not wm_open:
+                rest = k
+                break
             if mark is _WINDOW:
-                counts[index] += 1
-                if quota <= 0:
+                seen += 1
+                if left >= quota:
                     continue  # another channel has not sent its mark yet
-                quota -= 1
-                self.marks_sent += 1
+                left += 1
                 if before > start:
-                    buf.extend(tuples[start:before])
+                    extend(tuples[start:before])
                     start = before
-                out.mark(_WINDOW)
+                emit(_WINDOW)
             else:
                 low = self._watermark(index, mark)
                 if ceiling is not None:
@@ -138,9 +140,12 @@ class Merge:
                 if low is None:
                     continue
                 if before > start:
-                    buf.extend(tuples[start:before])
+                    extend(tuples[start:before])
                     start = before
-                out.mark(Watermark(low))
+                emit(Watermark(low))
+        counts[index] += seen
+        self.marks_sent += left
+        i, n = rest, len(marks)
         if i < n:  # nothing more of the run leaves: count its marks, keep its highest watermark
             kinds = [m for _, m in marks[i:]] if i else [m for _, m in marks]
             windows = kinds.count(_WINDOW)
