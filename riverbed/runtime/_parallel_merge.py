@@ -14,6 +14,7 @@ result, and most of them wait for another channel's, so a run is mostly copied i
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..graph import CheckpointBarrier, Punct, Watermark
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["Merge"]
 
 _WINDOW = Punct.WINDOW
+_SECOND = itemgetter(1)  # a mark's item, from its (position, item)
 
 
 class _Counted(Protocol):
@@ -146,12 +148,14 @@ class Merge:
         counts[index] += seen
         self.marks_sent += left
         i, n = rest, len(marks)
-        if i < n:  # nothing more of the run leaves: count its marks, keep its highest watermark
-            kinds = [m for _, m in marks[i:]] if i else [m for _, m in marks]
+        if i < n:  # nothing more of the run leaves: count its marks, keep its last watermark
+            kinds = list(map(_SECOND, marks[i:] if i else marks))
             windows = kinds.count(_WINDOW)
             counts[index] += windows
             if windows < len(kinds):
-                top = max(m for m in kinds if m is not _WINDOW)
+                # A port's watermarks rise (a core sends none at or below the last it sent), so
+                # the run's last is its highest: found from the end, not by a walk of them all.
+                top = next(m for m in reversed(kinds) if m is not _WINDOW)
                 current = wm[index]
                 if current is None or top > current:
                     wm[index] = top
