@@ -14,6 +14,7 @@ result, and most of them wait for another channel's, so a run is mostly copied i
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..graph import CheckpointBarrier, Punct, Watermark
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["Merge"]
 
 _WINDOW = Punct.WINDOW
+_SECOND = itemgetter(1)  # a mark's item, from its (position, item)
 
 
 class _Counted(Protocol):
@@ -86,30 +88,77 @@ class Merge:
                 out.control(Punct.FINAL)
 
     def _take_run(self, index: int, tuples: list[Any], marks: list[tuple[int, Any]]) -> None:
-        """A run of tuples with window marks and watermarks (ints) at their positions."""
+        """A run of tuples with window marks and watermarks (ints) at their positions.
+
+        Only this channel's mark count and watermark change during the run, so what of it can
+        leave is known before it: its k-th window mark leaves only while this channel stays at
+        or behind every other (``counts[index] + k <= min(others)``), and its watermarks only
+        while they stay below the other channels' lowest (once this channel's watermark reached
+        it, the region's minimum is another channel's). Past both, the rest of the run is only
+        counted: one pass over its marks, no look at the other channels per mark. At width 2 and
+        more most marks wait for another channel, so most of a run takes that pass.
+        """
         out = self.out
         buf = out.buf
         counts = self.marks
         self.counted[index].tuples_out += len(tuples)
+        if not marks:
+            buf.extend(tuples)
+            return
+        wm = self.wm
+        if self.width == 1:
+            quota = len(marks)
+            ceiling: int | None = None
+            wm_open = True
+        else:
+            quota = min(c for i, c in enumerate(counts) if i != index) - counts[index]
+            others = [v for i, v in enumerate(wm) if i != index]
+            if None in others:
+                ceiling, wm_open = None, False  # no minimum leaves before every channel sent one
+            else:
+                ceiling = min(v for v in others if v is not None)
+                wm_open = wm[index] is None or wm[index] < ceiling  # type: ignore[operator]
         start = 0
-        for before, mark in marks:
+        left = seen = 0  # window marks of the run that left, and that were walked
+        emit, extend = out.mark, buf.extend
+        rest = len(marks)
+        for k, (before, mark) in enumerate(marks):
+            if left >= quota and not wm_open:
+                rest = k
+                break
             if mark is _WINDOW:
-                counts[index] += 1
-                if min(counts) <= self.marks_sent:
+                seen += 1
+                if left >= quota:
                     continue  # another channel has not sent its mark yet
-                self.marks_sent += 1
+                left += 1
                 if before > start:
-                    buf.extend(tuples[start:before])
+                    extend(tuples[start:before])
                     start = before
-                out.mark(_WINDOW)
+                emit(_WINDOW)
             else:
                 low = self._watermark(index, mark)
+                if ceiling is not None:
+                    wm_open = wm[index] < ceiling  # type: ignore[operator]
                 if low is None:
                     continue
                 if before > start:
-                    buf.extend(tuples[start:before])
+                    extend(tuples[start:before])
                     start = before
-                out.mark(Watermark(low))
+                emit(Watermark(low))
+        counts[index] += seen
+        self.marks_sent += left
+        i, n = rest, len(marks)
+        if i < n:  # nothing more of the run leaves: count its marks, keep its last watermark
+            kinds = list(map(_SECOND, marks[i:] if i else marks))
+            windows = kinds.count(_WINDOW)
+            counts[index] += windows
+            if windows < len(kinds):
+                # A port's watermarks rise (a core sends none at or below the last it sent), so
+                # the run's last is its highest: found from the end, not by a walk of them all.
+                top = next(m for m in reversed(kinds) if m is not _WINDOW)
+                current = wm[index]
+                if current is None or top > current:
+                    wm[index] = top
         if start < len(tuples):
             buf.extend(tuples[start:] if start else tuples)
 
