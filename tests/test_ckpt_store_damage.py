@@ -322,6 +322,44 @@ def test_a_missing_current_file_is_refused_without_touching_the_store(tmp_path: 
         assert sorted(os.listdir(path)) == before
 
 
+# What a process killed while RocksDB created the store left behind (seen by killing store
+# creations at random instants): the first MANIFEST written, CURRENT not yet.
+UNFINISHED_CREATIONS = [
+    {"IDENTITY": b"id", "LOCK": b"", "LOG": b"log", "MANIFEST-000001": b""},
+    {"IDENTITY": b"id", "LOCK": b"", "LOG": b"log", "MANIFEST-000001": b"\x00partial" * 7,
+     "000001.dbtmp": b"MANIFEST-0000"},
+    {"LOCK": b"", "LOG": b"log", "000000.dbtmp": b""},
+]
+
+
+@pytest.mark.parametrize("files", UNFINISHED_CREATIONS)
+def test_a_store_whose_creation_was_killed_before_current_is_created_again(
+        tmp_path: Path, files: dict[str, bytes]) -> None:
+    """Found by the crash test under load: a job killed in its first moments left a store that
+    every restart refused as having lost CURRENT, so the job could not come back by itself."""
+    path = tmp_path / "ckpt"
+    path.mkdir()
+    for name, data in files.items():
+        (path / name).write_bytes(data)
+    with RocksDBStore(path) as store:
+        assert store.latest_good() is None
+        store.save(1, {"op": 1}, job="job", time_ns=1)
+    with RocksDBStore(path) as store:
+        latest = store.latest_good()
+        assert latest is not None and latest.id == 1
+
+
+def test_a_store_with_a_log_file_and_no_current_is_still_refused(tmp_path: Path) -> None:
+    """Only the creation's own first MANIFEST is taken for an unfinished creation: a log file
+    means the database was open and may hold checkpoints."""
+    path = tmp_path / "ckpt"
+    path.mkdir()
+    for name in ("IDENTITY", "LOG", "MANIFEST-000001", "000004.log"):
+        (path / name).write_bytes(b"x")
+    with pytest.raises(CheckpointCorrupt, match="no CURRENT file"):
+        RocksDBStore(path)
+
+
 def test_repair_rebuilds_a_store_whose_current_file_is_gone(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with store_without_current(tmp_path) as path:

@@ -73,6 +73,7 @@ _INFO_LOGS_KEPT: Final = 2  # RocksDB keeps 1000 by default, and each open rotat
 _DIR_MODE: Final = 0o700
 _LEDGER_MODE: Final = 0o600
 _ENGINE_FILE = re.compile(r"^(\d+\.(sst|log)|MANIFEST-\d+)$")
+_FIRST_MANIFEST = "MANIFEST-000001"  # what RocksDB writes first when it creates a database
 _TABLE_IN_MESSAGE = re.compile(r"in (\S+\.sst)\b")
 
 
@@ -229,7 +230,16 @@ class RocksDBStore(CheckpointStore):
             return
         except OSError:
             return  # not a directory, not readable: RocksDB reports it
-        if "CURRENT" not in names and any(_ENGINE_FILE.match(n) for n in names):
+        if "CURRENT" in names:
+            return
+        engine = [n for n in names if _ENGINE_FILE.match(n)]
+        if engine == [_FIRST_MANIFEST]:
+            # RocksDB creating the store writes its first MANIFEST, then CURRENT: a process
+            # killed between the two leaves this. No checkpoint can be in it (a save needs an
+            # open database, and opening needs CURRENT, after which RocksDB writes a new
+            # MANIFEST and a log file), so the open below creates the store again over it.
+            return
+        if engine:
             raise CheckpointCorrupt(
                 f"{self._describe()} holds RocksDB table and log files but no CURRENT file (it names the "
                 "live MANIFEST, the list of table files): it was deleted or lost. Opening the store now "
