@@ -397,12 +397,8 @@ class SumAccumulator(Numbers):
         tv = type(v)
         if tv is float:
             y = v * _FAST
-            try:
-                i = int(y)
-            except (OverflowError, ValueError):  # an infinity or NaN (or beyond 2**943)
-                i = None
-            if i == y:  # exact: v * 2**80 is a whole number
-                self.fast += i  # type: ignore[operator]
+            if y.is_integer():  # exact: v * 2**80 is a whole number (not for inf, NaN, beyond 2**943)
+                self.fast += int(y)
                 self.floats += 1
                 self.n += 1
                 return
@@ -419,12 +415,8 @@ class SumAccumulator(Numbers):
         tv = type(v)
         if tv is float:
             y = v * _FAST
-            try:
-                i = int(y)
-            except (OverflowError, ValueError):
-                i = None
-            if i == y:
-                self.fast -= i  # type: ignore[operator]
+            if y.is_integer():
+                self.fast -= int(y)
                 self.floats -= 1
                 self.n -= 1
                 return
@@ -501,15 +493,11 @@ class SumAccumulator(Numbers):
         if type(v) is float and type(w) is float:
             y = v * _FAST
             z = w * _FAST
-            try:
-                i = int(y)
-                j = int(z)
-            except (OverflowError, ValueError):  # an infinity or NaN: the general steps
-                pass
-            else:
-                if i == y and j == z:
-                    self.fast += i - j
-                    return
+            # `is_integer` is False for an infinity or NaN (the general steps take those);
+            # comparing `int(y) == y` instead cost a third of the step (an int-float compare).
+            if y.is_integer() and z.is_integer():
+                self.fast += int(y) - int(z)
+                return
         self.remove(old)
         self.add(new)
 
