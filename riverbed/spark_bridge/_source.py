@@ -315,15 +315,14 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
             while pos < n:
                 take = min(n - pos, bundle - seq % bundle)  # up to the end of this round
                 part = tuples[pos:pos + take] if pos or take < n else tuples
-                numbers = range(seq + 1, seq + take + 1)
-                for g, sel, seqs in _split(part, numbers, key_of, groups):
+                for tup, g in zip(part, _groups(part, key_of, groups), strict=False):
+                    seq += 1
                     run = runs[g]
                     if run is None:
                         run = runs[g] = [KIND_TUPLE, time, array("Q"), [], checked]
                         entries[g].append(run)
-                    run[2].extend(seqs)
-                    run[3] += sel
-                seq += take
+                    run[2].append(seq)
+                    run[3].append(tup)
                 pos += take
                 if seq % bundle == 0:
                     yield from _bundles(entries, runs, labels, index, last=seq, time=time)
@@ -344,50 +343,17 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
         yield from _bundles(entries, runs, labels, index, last=seq, time=time)
 
 
-_MASKED = 8  # up to this many groups, a part is split with one pass of C loops per group
-
-
-def _split(part: Any, numbers: range, key_of: Callable[[Any], Any] | None,
-           groups: int) -> Iterator[tuple[int, Any, Any]]:
-    """``part``'s tuples (sequence numbers ``numbers``) by key group, in order: (group, its
-    tuples, their sequence numbers) for each group that has some.
-
-    With few groups, a group's share is picked out by a mask (`itertools.compress`), so no
-    Python code runs per tuple; with many, one loop deals the tuples out."""
-    if key_of is None or groups == 1:
-        yield 0, part, numbers
-        return
-    gs = _groups(part, key_of, groups)
-    if groups <= _MASKED:
-        for g in range(groups):
-            mask = list(map(operator.eq, gs, itertools.repeat(g)))
-            sel = list(itertools.compress(part, mask))
-            if sel:
-                yield g, sel, itertools.compress(numbers, mask)
-        return
-    shares: list[list[Any]] = [[] for _ in range(groups)]
-    seqs: list[list[int]] = [[] for _ in range(groups)]
-    for tup, g, seq in zip(part, gs, numbers, strict=True):
-        shares[g].append(tup)
-        seqs[g].append(seq)
-    for g in range(groups):
-        if shares[g]:
-            yield g, shares[g], seqs[g]
-
-
-def _groups(tuples: Any, key_of: Callable[[Any], Any], groups: int) -> list[int]:
-    """Each tuple's key group (`group_of`): with int keys only, in C loops; a tuple without a
-    usable key goes to group 0, where its window raises (or routes it) as in the runtime."""
+def _groups(tuples: Any, key_of: Callable[[Any], Any] | None, groups: int) -> Any:
+    """Each tuple's key group (`group_of`, its int case inlined), in one comprehension where
+    every key can be read; a tuple without a usable key goes to group 0, where its window raises
+    (or routes it) as in the runtime. (Picking each group's share with `itertools.compress`
+    masks, no Python code per tuple, cost as many instructions with two groups.)"""
+    if key_of is None:
+        return itertools.repeat(0)
     try:
-        keys = list(map(key_of, tuples))
-        if set(map(type, keys)) == _INT_ONLY:
-            return list(map(operator.mod, keys, itertools.repeat(groups)))
-        return [k % groups if type(k) is int else group_of(k, groups) for k in keys]
+        return [k % groups if type(k) is int else group_of(k, groups) for k in map(key_of, tuples)]
     except (KeyError, TypeError, IndexError):
         return [_group_or_0(tup, key_of, groups) for tup in tuples]
-
-
-_INT_ONLY = {int}
 
 
 def _group_or_0(tup: Any, key_of: Callable[[Any], Any], groups: int) -> int:
