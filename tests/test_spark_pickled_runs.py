@@ -128,3 +128,18 @@ def test_every_tuple_goes_to_its_keys_group_in_order_with_its_own_sequence_numbe
         want[g].append((source_ord(0, 2, i + 1), decode(encode(t))))  # msgpack: (1, 2) a list
     assert got == want
     assert sum(map(len, got)) == 50
+
+
+class _Name(str):
+    """A key that is a ``str`` subclass: the schema check accepts it (it equals the name)."""
+
+
+def test_a_checked_run_keeps_what_msgpack_changed_or_refused() -> None:
+    # msgpack made the key a plain str and refused the int (the feeder stopped with OverflowError);
+    # the runtime hands the window both as they are, and so does the pickled run now.
+    items: list[Any] = [{_Name("k"): 1, "v": 2**70}, {"k": 2, "v": 0.5}]
+    graph = _graph(items, Schema(k="int64", v="float64"))
+    rows = list(source_rows(graph, "src", 0, route=route_of(graph, "agg", 1, 8, [0])))
+    (got,) = _opened(rows, 1)
+    assert got == items
+    assert type(next(iter(got[0]))) is _Name and type(got[0]["v"]) is int
