@@ -109,10 +109,12 @@ def cpu_ratio_line(cpu: dict[str, list[float]]) -> str | None:
 
 
 def spread_note(d: Any) -> str:
-    """Each keyed stage's tasks: how many, over how many partitions and Python workers, and the
-    share of the stage's busy time with two of its tasks running at once."""
+    """Each keyed stage's tasks: how many, over how many partitions and Python workers, the
+    share of the stage's busy time with two of its tasks running at once, and the tasks' wall
+    time inside the group function (taking their rows, in the hosted operators)."""
     parts = []
     for n, s in d.stage_spread().items():
         parts.append(f"stage {n}: {s['tasks']} tasks, {s['groups']} groups, {s['partitions']} partitions, "
-                     f"{s['workers']} workers, 2 running {s['overlap']:.0%} of its busy time")
+                     f"{s['workers']} workers, 2 running {s['overlap']:.0%} of its busy time, "
+                     f"tasks {s['task_s']:.1f} s (rows in {s['read_s']:.1f}, hosted {s['hosted_s']:.1f})")
     return "; ".join(parts) or "no keyed stage"

@@ -87,7 +87,11 @@ class ParquetReadings(Source):
         for name in sorted(os.listdir(self.directory)):
             if name.endswith(".parquet") and not name.startswith("sentinel"):
                 for batch in pq.ParquetFile(os.path.join(self.directory, name)).iter_batches(8192):
-                    yield from batch.to_pylist()
+                    # The dicts `batch.to_pylist()` makes (same keys in the file's order, same
+                    # values), built from whole columns: to_pylist runs a dict comprehension over
+                    # the column names for every row, a third of the feeder's instructions.
+                    columns = (batch.column(n).to_pylist() for n in ("sensor", "value", "ts"))
+                    yield from [{"sensor": s, "value": v, "ts": t} for s, v, t in zip(*columns, strict=True)]
 
 
 class Keep(Operator):

@@ -37,6 +37,7 @@ from ._rows import (
     encode,
     item_of,
     kind_of,
+    run_tuples,
     seq_at,
     source_ord,
     unpack_seqs,
@@ -407,11 +408,11 @@ def feed_segments(host: SyncGraph, entry: tuple[str, int], rows: list[tuple[Any,
                         if n and (not controls or controls[-1] != n - 1):
                             flush()  # a run right after a run: fed apart, as the loop did
                             n = 0
-                        batch += e[3]
+                        batch += run_tuples(e[3])
                         causes[len(batch) - 1] = (index, e[2])
                     else:
                         lazy.append((n, index, e[2]))
-                        batch += e[3]
+                        batch += run_tuples(e[3])
                     last = (KIND_BUNDLE, index, e)
                     continue
                 last = (KIND_BUNDLE, index, e)
@@ -473,11 +474,12 @@ def expand(rows: list[tuple[Any, ...]], *, runs: bool = False) -> list[Sequence[
                     items.append((source_ord(e[1], index, e[3]), e[0], e[1], e[2], None, None))
                 elif runs:
                     seqs = unpack_seqs(e[2])
-                    items.append((source_ord(e[1], index, seqs[-1]), _RUN, e[1], 0, e[3], (index, seqs)))
+                    items.append((source_ord(e[1], index, seqs[-1]), _RUN, e[1], 0, run_tuples(e[3]),
+                                  (index, seqs)))
                 else:
                     at = e[1]
                     items.extend((source_ord(at, index, seq), KIND_TUPLE, at, 0, tup, None)
-                                 for seq, tup in zip(unpack_seqs(e[2]), e[3], strict=True))
+                                 for seq, tup in zip(unpack_seqs(e[2]), run_tuples(e[3]), strict=True))
         elif kind == KIND_TUPLE:
             at = int(time_)
             if not runs:

@@ -38,6 +38,7 @@ from ._rows import (
     encode,
     kind_of,
     pack_seqs,
+    pickle_run,
     source_ord,
 )
 
@@ -49,6 +50,14 @@ _END = object()
 # An item holding a list of tuples submitted at one time (generated sources hand over whole
 # batches): ``(TUPLES, time, 0, [tuple, ...])``, the same as one KIND_TUPLE item per tuple.
 TUPLES = _TUPLES = -1
+# The same, for tuples the core checked against a schema of scalar attributes only
+# (`scalar_schema`): routed into bundles, a run of them travels as a pickle (`_rows.pickle_run`).
+CHECKED = _CHECKED = -2
+_TUPLE_KINDS = (KIND_TUPLE, _TUPLES, _CHECKED)
+# SPL types whose checked values msgpack and pickle give back alike (`_rows.pickle_run`):
+# ints of at most 64 bits, floats, bools, strings, blobs (not timestamps: any int is one).
+_SCALAR_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                           "float32", "float64", "boolean", "rstring", "ustring", "blob"})
 
 
 def dump_payload(obj: Any) -> str:
@@ -119,10 +128,20 @@ class SourceItems:
 Row = tuple[bytes, int, int, int, bytes | None]
 
 
+def scalar_schema(graph: FrozenGraph, name: str) -> bool:
+    """Operator ``name`` declares its output port 0's schema, with scalar attributes only
+    (`_SCALAR_TYPES`): the core checks every tuple it sends there, so each is a dict holding
+    exactly those attributes, each of its declared type."""
+    schema = graph.stream_schema(name, 0) if graph.operator(name).outputs else None
+    return schema is not None and all(t.strip() in _SCALAR_TYPES for _, t in schema.attributes)
+
+
 def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterator[tuple[int, int, int, Any]]:
     """A ``generate()`` source driven synchronously (no job, no thread): its items at time 0,
-    with the watermarks the runtime's own code derives from them, then final."""
+    with the watermarks the runtime's own code derives from them, then final. Its port 0's
+    tuples come as `CHECKED` lists where the core checks them (`scalar_schema`)."""
     host = SyncGraph(graph, [name])
+    checked = 0 if scalar_schema(graph, name) else None
     # A marked batch (tuples with the watermarks and window marks submitted among them) leaves
     # whole and `exit_items` slices it where its marks are: splitting it in the host walks
     # every tuple (a third of the feeder's time in the core's emit, for an event-time source).
@@ -135,33 +154,35 @@ def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterato
         if not batch:
             break
         ended = host.emit(name, batch)  # as in the runtime: a final item ends the source
-        yield from exit_items(host)
+        yield from exit_items(host, checked)
     host.end(name)
-    yield from exit_items(host)
+    yield from exit_items(host, checked)
 
 
-def exit_items(host: SyncGraph) -> Iterator[tuple[int, int, int, Any]]:
-    """What left ``host`` since it was last asked, as feeder items at the host's time."""
+def exit_items(host: SyncGraph, checked: int | None = None) -> Iterator[tuple[int, int, int, Any]]:
+    """What left ``host`` since it was last asked, as feeder items at the host's time; tuples
+    sent on port ``checked`` come as `CHECKED` lists (the caller knows that port's schema holds
+    scalar attributes only, `scalar_schema`)."""
     now = host.clock.now()
-    for _op, _port, entry in host.take_exits():
+    for _op, port, entry in host.take_exits():
         if type(entry) is list:
             if entry:
-                yield _TUPLES, now, 0, entry
+                yield (_CHECKED if port == checked else _TUPLES), now, 0, entry
         elif type(entry) is MarkedBatch:
-            yield from _marked_items(entry, now)
+            yield from _marked_items(entry, now, _CHECKED if port == checked else _TUPLES)
         else:
             kind, value = kind_of(entry)
             yield kind, now, value, None
 
 
-def _marked_items(batch: MarkedBatch, now: int) -> Iterator[tuple[int, int, int, Any]]:
+def _marked_items(batch: MarkedBatch, now: int, tuples: int = _TUPLES) -> Iterator[tuple[int, int, int, Any]]:
     """A marked batch as feeder items: each run of tuples between its marks as one list (cut at
-    the marks' known positions, ``controls``), each mark alone."""
+    the marks' known positions, ``controls``) of kind ``tuples``, each mark alone."""
     controls = batch.controls
     if controls is None:  # positions unknown: walk it
         for entry in split_marked(batch):
             if type(entry) is list:
-                yield _TUPLES, now, 0, entry
+                yield tuples, now, 0, entry
             else:
                 kind, value = kind_of(entry)
                 yield kind, now, value, None
@@ -169,12 +190,12 @@ def _marked_items(batch: MarkedBatch, now: int) -> Iterator[tuple[int, int, int,
     start = 0
     for i in controls:
         if i > start:
-            yield _TUPLES, now, 0, batch[start:i]
+            yield tuples, now, 0, batch[start:i]
         kind, value = kind_of(batch[i])
         yield kind, now, value, None
         start = i + 1
     if start < len(batch):
-        yield _TUPLES, now, 0, batch[start:]
+        yield tuples, now, 0, batch[start:]
 
 
 def _synchronous(src: Any) -> bool:
@@ -248,7 +269,7 @@ def _plain_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int,
 
 def _one_by_one(items: Iterator[tuple[int, int, int, Any]]) -> Iterator[tuple[int, int, int, Any]]:
     for item in items:
-        if item[0] == _TUPLES:
+        if item[0] == _TUPLES or item[0] == _CHECKED:
             time = item[1]
             for tup in item[3]:
                 yield KIND_TUPLE, time, 0, tup
@@ -264,17 +285,20 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
 
     A group's tuples with one stamped time go into one run (one list of tuples, one array of
     sequence numbers): per tuple this costs two appends, not a sort key and a list, and the
-    key group decodes them with as few objects.
+    key group decodes them with as few objects. A run of `CHECKED` tuples only travels as a
+    pickle (`_rows.pickle_run`).
     """
     entries: list[list[list[Any]]] = [[] for _ in range(groups)]
-    runs: list[list[Any] | None] = [None] * groups  # each group's open run: [KIND_TUPLE, time, seqs, tuples]
+    # each group's open run: [KIND_TUPLE, time, seqs, tuples, checked] (`_bundles` drops the flag)
+    runs: list[list[Any] | None] = [None] * groups
     seq = seq0  # a multiple of `bundle` (rounds end where they would from 0)
     mark = first[1]
     for lst in entries:
         lst.append([KIND_TIME, mark, 0, seq])
     for kind, time, value, payload in itertools.chain([first], items):
-        if kind in (KIND_TUPLE, _TUPLES):
+        if kind in _TUPLE_KINDS:
             tuples = (payload,) if kind == KIND_TUPLE else payload
+            checked = kind == _CHECKED
             if time - mark >= time_mark_ns:  # before the first tuple (the others share its time)
                 seq += 1
                 mark = time
@@ -283,8 +307,11 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
                     runs[g] = None
             n, pos = len(tuples), 0
             for g, run in enumerate(runs):  # a run holds tuples of one stamped time
-                if run is not None and run[1] != time:
-                    runs[g] = None
+                if run is not None and (run[1] != time or not checked):
+                    if run[1] != time:
+                        runs[g] = None
+                    else:
+                        run[4] = False
             while pos < n:
                 take = min(n - pos, bundle - seq % bundle)  # up to the end of this round
                 part = tuples[pos:pos + take] if pos or take < n else tuples
@@ -292,7 +319,7 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
                     seq += 1
                     run = runs[g]
                     if run is None:
-                        run = runs[g] = [KIND_TUPLE, time, array("Q"), []]
+                        run = runs[g] = [KIND_TUPLE, time, array("Q"), [], checked]
                         entries[g].append(run)
                     run[2].append(seq)
                     run[3].append(tup)
@@ -319,7 +346,8 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
 def _groups(tuples: Any, key_of: Callable[[Any], Any] | None, groups: int) -> Any:
     """Each tuple's key group (`group_of`, its int case inlined), in one comprehension where
     every key can be read; a tuple without a usable key goes to group 0, where its window raises
-    (or routes it) as in the runtime."""
+    (or routes it) as in the runtime. (Picking each group's share with `itertools.compress`
+    masks, no Python code per tuple, cost as many instructions with two groups.)"""
     if key_of is None:
         return itertools.repeat(0)
     try:
@@ -347,6 +375,8 @@ def _bundles(entries: list[list[list[Any]]], runs: list[list[Any] | None], label
         for entry in lst:
             if entry[0] == KIND_TUPLE:
                 entry[2] = pack_seqs(entry[2])
+                if entry.pop():
+                    entry[3] = pickle_run(entry[3])
         yield source_ord(head[1], index, first_seq), KIND_BUNDLE, head[1], 0, encode([index, lst]), labels[g]
         lst.clear()
         runs[g] = None
