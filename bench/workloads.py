@@ -139,15 +139,14 @@ class Digest:
     floats: list[float] = field(default_factory=list)
     kept: list[Record] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        self.add = self.kept.append  # type: ignore[method-assign]  # the sink's whole cost
-
     def add(self, rec: Record) -> None:
+        # A method, not ``kept.append`` bound at init: `copy.deepcopy` treats a bound builtin
+        # method as atomic, so a copied digest (the Spark bridge copies its graph's sink) would
+        # keep appending to the original's list.
         self.kept.append(rec)
 
     def _take(self) -> None:
         kept, self.kept = self.kept, []
-        self.add = self.kept.append  # type: ignore[method-assign]
         keys, floats = _KEYS[self.workload], _FLOATS[self.workload]
         key_sum = self.key_sum
         for rec in kept:
