@@ -209,24 +209,20 @@ def test_what_a_run_raised_is_ordered_after_its_last_tuple() -> None:
     assert [cause for cause, _, _ in alone[0][0]] == [source_ord(0, 3, 8)]  # each tuple alone
 
 
-class _Exits:
-    def __init__(self, exits: list[Any]) -> None:
-        self.exits = exits
-
-    def take_exits(self) -> list[Any]:
-        out, self.exits = self.exits, []
-        return out
-
-
 @pytest.mark.parametrize("cols", [(4,), (4, "case-1")])
-def test_rows_of_makes_the_rows_exit_rows_gave_in_one_step(cols: tuple[Any, ...]) -> None:
+def test_rows_of_makes_each_exit_a_row_ordered_after_its_cause(cols: tuple[Any, ...]) -> None:
     from riverbed.graph import Watermark
-    from riverbed.spark_bridge._keyed import exit_rows
+    from riverbed.spark_bridge._rows import KIND_FINAL, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, derived_ord
 
     exits = [("agg", 0, [{"a": 1}, {"a": 2}]), ("agg", 0, Punct.WINDOW), ("agg", 1, [{"e": 3}]),
              ("agg", 0, Watermark(9)), ("agg", 0, []), ("agg", 0, Punct.FINAL)]
     cause = source_ord(5, 0, 2)
-    want = [(*row[1:], row[0], *cols) for row in exit_rows(_Exits(list(exits)), cause, 5)]  # type: ignore[arg-type]
+    want = [(derived_ord(cause, 0), KIND_TUPLE, 5, 0, {"a": 1}, 0, *cols),
+            (derived_ord(cause, 1), KIND_TUPLE, 5, 0, {"a": 2}, 0, *cols),
+            (derived_ord(cause, 2), KIND_WINDOW, 5, 0, None, 0, *cols),
+            (derived_ord(cause, 3), KIND_TUPLE, 5, 0, {"e": 3}, 1, *cols),
+            (derived_ord(cause, 4), KIND_WATERMARK, 5, 9, None, 0, *cols),
+            (derived_ord(cause, 5), KIND_FINAL, 5, 0, None, 0, *cols)]
     out: list[Any] = [("earlier",)]
     rows_of(out, exits, cause, 5, cols)
     assert out[1:] == want

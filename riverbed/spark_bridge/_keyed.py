@@ -52,7 +52,6 @@ __all__ = [
     "Hosted",
     "ItemHooks",
     "KeyGroupError",
-    "exit_rows",
     "feed_segments",
     "group_function",
     "group_of",
@@ -117,20 +116,6 @@ def group_of(key: Any, groups: int) -> int:
     return zlib.crc32(encode(key)) % groups
 
 
-def exit_rows(host: SyncGraph, cause: bytes, time: int) -> list[tuple[Any, ...]]:
-    """What the host sent out while handling ``cause``: rows ``(port, ord, kind, time, value,
-    tuple)``, ordered after ``cause`` in the order they were sent (tuples not encoded yet)."""
-    out: list[tuple[Any, ...]] = []
-    for _op, port, entry in host.take_exits():
-        if type(entry) is list:
-            for tup in entry:
-                out.append((port, derived_ord(cause, len(out)), KIND_TUPLE, time, 0, tup))
-        else:
-            kind, value = kind_of(entry)
-            out.append((port, derived_ord(cause, len(out)), kind, time, value, None))
-    return out
-
-
 def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], keyed: str, *,
                 groups: int, labels: list[int] | None = None) -> Any:
     """The mapInPandas function: the stateless chain, then each row's key group."""
@@ -158,8 +143,10 @@ def make_router(graph: FrozenGraph, chain: list[str], entry: tuple[str, int], ke
                     item = item_of(kind, int(value), data)
                     if item is not None:
                         host.feed(*entry, [item] if kind == KIND_TUPLE else item)
+                    exits: list[tuple[Any, ...]] = []
+                    rows_of(exits, host.take_exits(), ord_, at, ())
                     produced = [(o, k, t, v, None if d is None else encode(d))
-                                for _p, o, k, t, v, d in exit_rows(host, ord_, at)]
+                                for o, k, t, v, d, _p in exits]
                     if kind == KIND_TIME:
                         produced.append((ord_, KIND_TIME, at, 0, None))
                 else:
@@ -334,7 +321,7 @@ def rows_of(out: list[tuple[Any, ...]], exits: list[tuple[str, int, Any]], cause
             cols: tuple[Any, ...]) -> None:
     """Append what the host sent out while handling ``cause`` to ``out`` as output rows ``(ord,
     kind, time, value, tuple, port, *cols)`` (tuples not encoded yet), in the order sent, each
-    ordered after ``cause`` (`exit_rows`' rows, in the key-group output's column order)."""
+    ordered after ``cause`` (`derived_ord` with 0, 1, 2... in that order)."""
     n = len(out)
     for _op, port, entry in exits:
         if type(entry) is list:
