@@ -307,11 +307,11 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
                     runs[g] = None
             n, pos = len(tuples), 0
             for g, run in enumerate(runs):  # a run holds tuples of one stamped time
-                if run is not None and (run[1] != time or not checked):
+                if run is not None:
                     if run[1] != time:
                         runs[g] = None
-                    else:
-                        run[4] = False
+                    elif not checked:
+                        run[4] = False  # unchecked tuples join it: it travels as msgpack
             while pos < n:
                 take = min(n - pos, bundle - seq % bundle)  # up to the end of this round
                 part = tuples[pos:pos + take] if pos or take < n else tuples
