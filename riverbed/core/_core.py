@@ -193,6 +193,12 @@ class OperatorCore:
         Ask once (in ``setup``); it stays valid for the core's life."""
         return _submit.result_submit(self, port)
 
+    def results_submit(self, port: int = 0) -> Callable[[list[Any]], None]:
+        """A function submitting each tuple of a list on ``port``, each followed by a window
+        mark, as `result_submit` on each would: a run of triggers' rows in one call. Ask once
+        (in ``setup``); it stays valid for the core's life."""
+        return _submit.results_submit(self, port)
+
     def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None:
         if punct is not Punct.WINDOW:
             raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "

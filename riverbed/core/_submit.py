@@ -22,7 +22,7 @@ from ._errors import SchemaViolation
 if TYPE_CHECKING:
     from ._core import OperatorCore
 
-__all__ = ["batch_submit", "emit_items", "make_submit", "result_submit"]
+__all__ = ["batch_submit", "emit_items", "make_submit", "result_submit", "results_submit"]
 
 _DICTS = {dict}
 _INTS = {int}
@@ -85,6 +85,32 @@ def result_submit(core: OperatorCore, port: int) -> Callable[[Any], None]:
         append(mark)
 
     return submit_result
+
+
+def results_submit(core: OperatorCore, port: int) -> Callable[[list[Any]], None]:
+    """`OperatorCore.results_submit`: each tuple of a list followed by a window mark, as
+    `result_submit` on each would, in C passes (a run of an Aggregate's triggers at once)."""
+    out = core.outputs[port]  # raises IndexError: there is no such port
+    mark = Punct.WINDOW
+    if port == 0 and core._generates_watermarks:  # each tuple may move the watermark
+        submit_result = result_submit(core, port)
+
+        def submit_each(tuples: list[Any]) -> None:
+            for tup in tuples:
+                submit_result(tup)
+
+        return submit_each
+    buf, at = out.buf, out.at  # both live as long as the port (`OutputPort`)
+    extend, at_extend = buf.extend, at.extend
+
+    def submit_results(tuples: list[Any]) -> None:
+        start = len(buf)
+        items = [mark] * (2 * len(tuples))
+        items[::2] = tuples
+        extend(items)
+        at_extend(range(start + 1, len(buf), 2))
+
+    return submit_results
 
 
 def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]]) -> Callable[..., None]:

@@ -48,6 +48,7 @@ __all__ = [
     "params",
     "port_shape",
     "result_submit",
+    "results_submit",
     "seconds_ns",
     "thaw_key",
 ]
@@ -207,6 +208,23 @@ def result_submit(op: Operator, port: int = 0) -> Callable[[Any], None]:
         submit_punct(mark, port)
 
     return submit_then_mark
+
+
+def results_submit(op: Operator, port: int = 0) -> Callable[[list[Any]], None]:
+    """The host's way to submit each tuple of a list followed by a window mark on ``port``
+    (riverbed's operator core offers ``results_submit``), or `result_submit` on each under a
+    host without one."""
+    of_host = getattr(op.context, "results_submit", None)
+    if of_host is not None:
+        found: Callable[[list[Any]], None] = of_host(port)
+        return found
+    submit_result = result_submit(op, port)
+
+    def submit_each(tuples: list[Any]) -> None:
+        for tup in tuples:
+            submit_result(tup)
+
+    return submit_each
 
 
 def every_event(window: Any) -> tuple[EventType, ...]:
