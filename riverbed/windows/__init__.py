@@ -46,6 +46,7 @@ from ._policy import (
 )
 from ._time_interval import TimeIntervalWindow
 from ._time_interval_state import TimeIntervalConfig
+from ._trigger_runs import TriggerRun, drop_front
 from ._window import StreamWindow
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "TimeIntervalConfig",
     "TimeIntervalSpec",
     "TimeIntervalWindow",
+    "TriggerRun",
     "TupleCount",
     "WatermarkError",
     "WindowClauseError",
@@ -78,6 +80,7 @@ __all__ = [
     "WindowTupleError",
     "WindowType",
     "decode_partition_key",
+    "drop_front",
     "encode_partition_key",
     "make_window",
     "parse_window_clause",

@@ -31,6 +31,7 @@ from ._listeners import Handler, ListenerRegistry, Partitioner
 from ._partition import Partition
 from ._state import WindowState
 from ._timers import Entry, Timer, TimerQueue
+from ._trigger_runs import TriggerRun, run_inserter
 
 __all__ = ["WindowEngine"]
 
@@ -83,6 +84,7 @@ class WindowEngine(Generic[T]):
     _listeners: list[Handler]
     _insertion_listeners: list[Handler]
     _partitioner: Partitioner[T]
+    _trigger_run: tuple[TriggerRun, Handler] | None
 
     def _init_engine(self, config: WindowConfig, partitioner: Partitioner[T]) -> None:
         self._config = config
@@ -97,6 +99,7 @@ class WindowEngine(Generic[T]):
         self._lane = self._timers.lane
         self._live = [True]
         self.batch_failed_at = 0
+        self._trigger_run = None  # (run, its TRIGGER handler): `StreamWindow.register_trigger_run`
         # Lazy time eviction (see `_settle`): while nothing listens for EVICTION, a C++ sliding
         # time window with a time trigger arms no eviction timer; what is due leaves at the next
         # tick or observation instead, which nothing can tell apart from eviction on time.
@@ -229,6 +232,18 @@ class WindowEngine(Generic[T]):
             self._insert, self._insert_tuples = self._insert_generic, self._insert_each
         else:
             self._insert, self._insert_tuples = compiled
+            if self._trigger_run is not None and self._runs_triggers():
+                run, trigger = self._trigger_run
+                self._insert_tuples = run_inserter(compiled[1], parts=state.parts,
+                                                   handlers=self._handlers, run=run, trigger=trigger,
+                                                   size=config.ev_n, live=live)
+
+    def _runs_triggers(self) -> bool:
+        """The window can offer its batches to a trigger run (`_trigger_runs`): sliding,
+        count(N) eviction, count(1) trigger, unpartitioned, without partition eviction."""
+        config = self._config
+        return (config.sliding and config.ev == COUNT and config.tr == COUNT and config.tr_n == 1
+                and not config.spec.partitioned and config.evictor is None)
 
     def _insert_each(self, tuples: Iterable[T]) -> None:
         """One by one; on a failure ``batch_failed_at`` is the failing tuple's index."""

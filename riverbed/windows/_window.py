@@ -26,9 +26,10 @@ from ._engine import NO_TUPLES, WindowEngine
 from ._errors import WindowStateError
 from ._events import EventType, Listener
 from ._flavor import Flavor, FlavorRules
-from ._listeners import Partitioner
+from ._listeners import Handler, Partitioner
 from ._policy import Count, Delta, Punct, Time, WindowSpec, WindowType
 from ._state import WindowState, decode, decode_partition, encode, encode_partition
+from ._trigger_runs import TriggerRun
 
 __all__ = ["StreamWindow"]
 
@@ -133,6 +134,21 @@ class StreamWindow(WindowEngine[T]):
         self._events.register(listener, types)
         if self._handlers[EventType.EVICTION]:
             self._make_eager()  # evictions are seen: they happen on time
+
+    def register_trigger_run(self, run: TriggerRun, trigger: Listener[T]) -> bool:
+        """Offer batches to ``run``, a way to take many triggers at once, beside ``trigger``,
+        the same listener's TRIGGER handler (registered with `register_listener`).
+
+        A sliding ``count(N)``, ``count(1)`` window hands ``run`` each batch that arrives
+        while it is full, unpartitioned, and listened to by ``trigger`` alone (INITIAL_FULL
+        aside); ``run`` does the batch's triggers or refuses it, and a refused batch raises its
+        events as always. The contract is in `riverbed.windows._trigger_runs`. Returns whether
+        this window's policies can ever offer a run (False: ``run`` is never called).
+        """
+        handle: Handler = getattr(trigger, "handle_event", None) or trigger  # type: ignore[assignment]
+        self._trigger_run = (run, handle)
+        self._install_insert()
+        return self._runs_triggers()
 
     def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
         """Set how a tuple's partition key is computed: an attribute name or a function.
