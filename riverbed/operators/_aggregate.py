@@ -60,8 +60,9 @@ from ..windows import (
 from ._aggregate_functions import Accumulator, AggregateFunction, Average, Last, Scope, Sum
 from ._aggregate_math import SumAccumulator, freeze
 from ._aggregate_rows import Column, RowBuilder, compile_rows, reads_scope
+from ._aggregate_runs import FloatRuns, RunRows, compile_run_rows
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import result_submit
+from ._utility_support import result_submit, results_submit
 
 __all__ = ["Aggregate"]
 
@@ -372,6 +373,8 @@ class Aggregate(Operator):
         self._build: RowBuilder = self._build_reference
         self._needs_scope = True
         self._reference = False  # True: the generic column loop (property tests compare both)
+        self._run_rows: RunRows | None = None
+        self._runs: FloatRuns | None = None  # a full sliding count window's batches of triggers
         self._window: Any = None
         self._reset()
 
@@ -443,6 +446,7 @@ class Aggregate(Operator):
         columns: list[Column] = [(attr, _KIND_NAMES[kind], obj, index) for attr, kind, obj, index in plan]
         self._needs_scope = self._reference or reads_scope(columns)
         self._build = self._build_reference if self._reference else compile_rows(columns)
+        self._run_rows = None if self._reference or not incremental else compile_run_rows(columns)
         self._window = window
         self._result = result_submit(self, 0)  # a one-group trigger's row and its mark
         self._listen(window, tumbling)
@@ -450,6 +454,7 @@ class Aggregate(Operator):
     def _listen(self, window: Any, tumbling: bool) -> None:
         """Register with the window, per event type, the handler this window mode needs."""
         handlers: dict[EventType, Callable[[StreamWindowEvent[Any]], None]]
+        runs: FloatRuns | None = None
         if isinstance(window, TimeIntervalWindow):
             if self._reference or self._key_of is not None or self._needs_scope:
                 handlers = {TRIGGER: self._pane_trigger, INITIAL_FULL: self._initial_full}
@@ -478,6 +483,8 @@ class Aggregate(Operator):
                 trigger = self._trigger_step if self._key_of is None else self._trigger_caught_up
                 handlers = {TRIGGER: trigger, INITIAL_FULL: self._initial_full,
                             PARTITION_EVICTION: self._partition_evicted}
+                if self._key_of is None and self._run_rows is not None:
+                    runs = FloatRuns(self._run_rows, results_submit(self, 0))
             elif self._incremental and self._key_of is None:  # one group: handlers of its own
                 handlers.update({INSERTION: self._insert_single, EVICTION: self._evict_single,
                                  TRIGGER: self._trigger_single})
@@ -491,6 +498,8 @@ class Aggregate(Operator):
             by_handler.setdefault(handler, set()).add(etype)
         for handler, types in by_handler.items():
             window.register_listener(handler, types)
+        if runs is not None and window.register_trigger_run(self._trigger_run, handlers[TRIGGER]):
+            self._runs = runs
 
     def _make_accs(self) -> list[Accumulator]:
         return [make() for make in self._acc_makers]
@@ -652,6 +661,21 @@ class Aggregate(Operator):
                     self._result(self._build(order, single.accs, None, None))
                     return
         self._trigger_caught_up(event)
+
+    def _trigger_run(self, key: Hashable, batch: Sequence[Any], tuples: Any, size: int) -> bool:
+        """A full window's batch of triggers at once (`FloatRuns`), when the partition is
+        mirrored up to the window's last eviction and allowed to output."""
+        state = self._states.get(key)
+        runs = self._runs
+        if runs is None or state is None or not (self.aggregate_incomplete_windows
+                                                 or key in self._full):
+            return False
+        order = state.order
+        single = state.single
+        if (single is None or len(order) != size or order[0] is not tuples[0]
+                or order[-1] is not tuples[-1] or state.evicted != self._evicted_count(key)):
+            return False
+        return runs.take(state, order, single.accs or [], batch, size)
 
     def _trigger_caught_up(self, event: StreamWindowEvent[Any]) -> None:
         """TRIGGER of a count- or time-evicting window with a count or time trigger, the only
