@@ -135,6 +135,7 @@ class Functor(Operator):
                                          f"{self.logic!r}")
         self._builders: list[Callable[[Any], Any]] = []
         self._submits: list[Callable[[Iterable[Any]], None]] = []
+        self._build_run: Callable[[Iterable[Any], Callable[[list[Any]], None]], None] = _no_run
 
     def setup(self) -> None:
         shape = port_shape(self, inputs=(1, 1), outputs=(1, None))
@@ -145,6 +146,7 @@ class Functor(Operator):
                                   for i in range(len(self.clauses), shape.outputs)]
         self._builders = [c.bind_one(output_schema(self, i)) for i, c in enumerate(clauses)]
         self._submits = [batch_submit(self, i) for i in range(len(self._builders))]
+        self._build_run = clauses[0].bind_run(output_schema(self, 0))
 
     def on_tuple(self, tup: Any, port: int) -> None:
         if self.logic is not None:
@@ -158,7 +160,7 @@ class Functor(Operator):
         keep = self.filter
         if self.logic is None and len(self._builders) == 1:
             passing = tuples if keep is None else filter(keep, tuples)
-            self._submits[0](map(self._builders[0], passing))  # one tuple at a time, in order
+            self._build_run(passing, self._submits[0])  # one tuple at a time, in order
             return
         logic, state, submit = self.logic, self.state, self.submit
         builders = list(enumerate(self._builders))
@@ -182,6 +184,10 @@ class Functor(Operator):
     def reset_to_initial_state(self) -> None:
         self.state.clear()
         self.state.update(copy.deepcopy(self._initial))
+
+
+def _no_run(tuples: Iterable[Any], submit: Callable[[list[Any]], None]) -> None:
+    raise RuntimeError("Functor: a run of tuples arrived before setup()")
 
 
 class Punctor(Operator):

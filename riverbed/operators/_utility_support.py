@@ -312,7 +312,7 @@ class OutputClause:
 
     def bind_one(self, schema: Schema | None) -> Callable[[Any], Any]:
         """`bind` for an operator with one input: ``f(tup) -> output tuple``, generated for the
-        clause (one dict display, no loop over the attributes), with the same result.
+        clause (no loop over the attributes), with the same result.
 
         The copied attributes are read before any assignment runs: a dict lookup has no effect,
         so only the order of the assignments' calls shows, and that is the schema's (or the
@@ -322,18 +322,42 @@ class OutputClause:
         slow = self.bind(schema)
         if schema is None and not self.assign:
             return slow  # the input tuple itself
+        build: Callable[[Any], Any] = self._generate(schema, slow, run=False)
+        return build
+
+    def bind_run(self, schema: Schema | None) -> Callable[[Iterable[Any], Callable[[list[Any]], None]], None]:
+        """`bind_one` over a run: ``f(tuples, submit)`` builds each tuple's output in one
+        generated loop (the user's functions called from Python, not from C through ``map``)
+        and hands ``submit`` the list; if a tuple fails, the outputs of those before it are
+        submitted, then the error propagates."""
+        slow = self.bind(schema)
+        if schema is None and not self.assign:
+            def passed(tuples: Iterable[Any], submit: Callable[[list[Any]], None]) -> None:
+                submit(list(map(slow, tuples)))
+            return passed
+        run: Callable[[Iterable[Any], Callable[[list[Any]], None]], None] = \
+            self._generate(schema, slow, run=True)
+        return run
+
+    def _generate(self, schema: Schema | None, slow: Callable[..., Any], *, run: bool) -> Any:
+        """The source of `bind_one`'s builder (``run``: `bind_run`'s loop), compiled.
+
+        Without a schema the output is a copy of the input with the assignments stored into
+        it, constants first: ``{**t, ...}`` builds the same dict through an empty one and a
+        second dict per display, a third slower. With a schema it is one dict display."""
         env: dict[str, Any] = {"slow": slow, "dict": dict, "type": type}
-        fields: list[str] = []  # the output dict display's items, in order
+        body: list[str] = []  # statements leaving the output in ``out``
         copies: list[str] = []
         if schema is None:
-            fields.append("**t")
             consts = [(a, v) for a, v in self.assign.items() if not callable(v)]
             calls = [(a, v) for a, v in self.assign.items() if callable(v)]
+            body.append("out = t.copy()")
             for i, (attr, value) in enumerate(consts + calls):
                 name = f"_v{i}"
                 env[name] = value
-                fields.append(f"{attr!r}: {name}(t)" if callable(value) else f"{attr!r}: {name}")
+                body.append(f"out[{attr!r}] = {name}(t)" if callable(value) else f"out[{attr!r}] = {name}")
         else:
+            fields: list[str] = []
             for i, attr in enumerate(schema.names):
                 name = f"_v{i}"
                 if attr in self.assign:
@@ -341,15 +365,27 @@ class OutputClause:
                     env[name] = value
                     fields.append(f"{attr!r}: {name}(t)" if callable(value) else f"{attr!r}: {name}")
                 else:
-                    copies.append(f"        {name} = t[{attr!r}]\n")
+                    copies.append(f"{name} = t[{attr!r}]")
                     fields.append(f"{attr!r}: {name}")
-        code = "def build(t):\n    if type(t) is not dict:\n        return slow(t)\n"
+            body.append(f"out = {{{', '.join(fields)}}}")
+        if run:
+            fallback, ind = ["append(slow(t))", "continue"], "            "
+            head = ("def build(tuples, submit):\n    built = []\n    append = built.append\n"
+                    "    try:\n        for t in tuples:\n")
+            body.append("append(out)")
+            tail = "    finally:\n        submit(built)\n"
+        else:
+            fallback, ind = ["return slow(t)"], "    "
+            head = "def build(t):\n"
+            body.append("return out")
+            tail = ""
+        lines = ["if type(t) is not dict:", *("    " + f for f in fallback)]
         if copies:
-            code += "    try:\n" + "".join(copies) + "    except KeyError:\n        return slow(t)\n"
-        code += f"    return {{{', '.join(fields)}}}\n"
+            lines += ["try:", *("    " + c for c in copies), "except KeyError:",
+                      *("    " + f for f in fallback)]
+        code = head + "".join(f"{ind}{line}\n" for line in lines + body) + tail
         exec(code, env)  # attribute names are identifiers (checked), values are bound by name
-        build: Callable[[Any], Any] = env["build"]
-        return build
+        return env["build"]
 
 
 def _first(*inputs: Any) -> Any:
