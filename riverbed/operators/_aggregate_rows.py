@@ -65,7 +65,7 @@ from ._aggregate_functions import (
 )
 from ._aggregate_math import average_values, extreme, sum_values
 
-__all__ = ["Column", "RowBuilder", "compile_rows", "reads_scope"]
+__all__ = ["Column", "RowBuilder", "compile_rows", "compiled", "reads_scope"]
 
 Column = tuple[str, str, Any, int]
 """(attribute, kind, object, accumulator index): kind is "function", "incremental",
@@ -180,10 +180,15 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
         lines.append("    last = tuples[-1]")
     lines += head
     lines.append("    return {" + ", ".join(items) + "}")
-    source = "\n".join(lines) + "\n"
-    filename = f"<riverbed Aggregate row builder {next(_serial)}>"
-    namespace = dict(env)
-    exec(compile(source, filename, "exec"), namespace)  # names and indices only: see the docstring
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    build: RowBuilder = namespace["build"]
+    build: RowBuilder = compiled("\n".join(lines) + "\n", "row builder", env)["build"]
     return build
+
+
+def compiled(source: str, what: str, env: dict[str, Any]) -> dict[str, Any]:
+    """Run generated ``source`` in a copy of ``env`` (names and indices only: see the module's
+    docstring) and register it with `linecache`, so tracebacks through it show its lines."""
+    filename = f"<riverbed Aggregate {what} {next(_serial)}>"
+    namespace = dict(env)
+    exec(compile(source, filename, "exec"), namespace)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return namespace

@@ -19,10 +19,9 @@ changes, and its triggers go one at a time as before, raising what they raise.
 
 from __future__ import annotations
 
-import linecache
 from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import accumulate, count, islice, repeat
+from itertools import accumulate, islice, repeat
 from operator import mul, sub
 from typing import Any
 
@@ -30,7 +29,7 @@ from ..windows import drop_front
 from ._aggregate_functions import Any as AnyOf
 from ._aggregate_functions import Average, Count, Last, Sum
 from ._aggregate_math import _FAST, _FAST_BITS, _FAST_DEN, SumAccumulator
-from ._aggregate_rows import Column
+from ._aggregate_rows import Column, compiled
 
 __all__ = ["FloatRuns", "RunRows", "compile_run_rows"]
 
@@ -38,7 +37,6 @@ RunRows = Callable[[Sequence[Any], list[list[int]], int, int], list[dict[str, An
 """``build(batch, sums, den, size)``: one row per tuple of ``batch``, where ``sums[i]`` holds
 accumulator ``i``'s scaled sum after each step, ``den`` is ``size`` scaled."""
 
-_serial = count(1)
 _FLOATS = {float}
 
 
@@ -70,10 +68,7 @@ def compile_run_rows(columns: Sequence[Column]) -> RunRows | None:
     row = "{" + ", ".join(items) + "}"
     source = (f"def build(batch, sums, den, size):\n"
               f"    return [{row} for {', '.join(names)} in zip({', '.join(sources)})]\n")
-    filename = f"<riverbed Aggregate run builder {next(_serial)}>"
-    exec(compile(source, filename, "exec"), env)  # names and indices only, as `compile_rows`
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    build: RunRows = env["build"]
+    build: RunRows = compiled(source, "run builder", env)["build"]
     return build
 
 
