@@ -628,6 +628,11 @@ class OperatorCore:
         if self._gathers_marked and self.windows[port] is None:
             self._gather_marked(conn, port, batch)
             return
+        panes = self.windows[port]
+        if (isinstance(panes, TimeIntervalWindow) and not self._timed and not panes.raises_insertions
+                and type(self.op).on_watermark is Operator.on_watermark):
+            self._marked_into_panes(conn, port, batch, panes)
+            return
         start = 0
         controls = batch.controls
         if controls is not None:  # where the marks and watermarks are: no walk
@@ -656,6 +661,99 @@ class OperatorCore:
                 start = i + 1
         if start < len(batch):
             self._handle_batch(port, batch[start:])
+
+    def _marked_into_panes(self, conn: int, port: int, batch: MarkedBatch,
+                           window: TimeIntervalWindow[Any]) -> None:
+        """A marked run into a timeInterval window, as `_handle_marked` cutting it at every
+        mark and watermark would, without the cuts a watermark does not need.
+
+        A watermark that changes no pane of the operator's windows (below their `quiet_limit`,
+        and below `next_pane_end` of the earliest tuple put in since the last cut) is quiet:
+        the operator's watermark moves and is forwarded in place, and the windows hear it with
+        the next cut (`advance_quietly`); the tuples around it go into the window in one insert.
+        A tuple after a quiet watermark whose time is below that watermark's drop point cuts
+        there first, so it is dropped as it would have been. Any other watermark, and every
+        window mark, is handled in place after the tuples before it, as `_handle_marked`
+        does. Nothing the operator sees or submits differs: its windows' events run only at
+        cuts, with every tuple before them inserted and the watermark they had then."""
+        controls = batch.controls
+        if controls is None:
+            controls = [i for i, x in enumerate(batch) if x is Punct.WINDOW or type(x) is Watermark]
+        entries = self._wm_in
+        single = len(entries) == 1
+        send = not self.op.holds_watermarks
+        windows = self._ti
+        due = min(w.quiet_limit() for w in windows)
+        limit = due
+        lowest: int | None = None  # the earliest event time put in since the last cut
+        pending: list[Any] = []  # tuples not yet inserted
+        quiet: int | None = None  # the last quiet watermark, not yet given to the windows
+        unknown = -(2**64)  # below every valid event time and watermark
+        drop = unknown - 1  # the quiet watermark's drop point (none: below everything)
+        earliest, next_end, drop_at = window.earliest, window.next_pane_end, window.drop_point_at
+        start, n = 0, len(batch)
+        for i in itertools.chain(controls, (n,)):
+            if i > start:
+                run = batch[start:i]
+                t = earliest(run)
+                if t is None:  # unknown: every later watermark cuts, and the one before
+                    t = unknown
+                if t < drop and quiet is not None:  # cut at the quiet watermark before
+                    self._handle_batch(port, pending)
+                    pending = []
+                    for w in windows:
+                        w.advance_quietly(quiet)
+                    quiet, drop = None, unknown - 1
+                if pending:
+                    pending += run
+                else:
+                    pending = run
+                if lowest is None or t < lowest:
+                    lowest = t
+                    limit = min(due, next_end(t))
+            if i == n:
+                break
+            start = i + 1
+            item = batch[i]
+            if item is Punct.WINDOW:
+                cut = True
+            else:
+                value = item.value
+                current = entries[conn]
+                if current is None or value <= current:
+                    continue  # as `_handle_watermark`: nothing happens
+                entries[conn] = value
+                low = value if single else min(v for v in entries if v is not None)
+                if self._watermark is not None and low <= self._watermark:
+                    continue
+                # (advanced connection watermarks start at 0 or at a restored, checked value:
+                # ``low`` is no lower than the lowest valid watermark)
+                if type(low) is int and low < limit:
+                    self._watermark = self.metrics.watermark = low
+                    quiet = low
+                    drop = drop_at(low)
+                    if send:
+                        self._send_watermark(low, item if low == value else None)
+                    continue
+                cut = False
+            if pending:
+                self._handle_batch(port, pending)
+                pending = []
+            if quiet is not None:
+                for w in windows:
+                    w.advance_quietly(quiet)
+                quiet, drop = None, unknown - 1
+            if cut:
+                self._handle_window_mark(port)
+            else:
+                self._advance_watermark(low)
+            due = limit = min(w.quiet_limit() for w in windows)
+            lowest = None
+        if pending:
+            self._handle_batch(port, pending)
+        if quiet is not None:
+            for w in windows:
+                w.advance_quietly(quiet)
 
     def _gather_marked(self, conn: int, port: int, batch: MarkedBatch) -> None:
         """A marked batch for a sink that sees no marks (`_gathers_marked`): its tuples in one
@@ -780,13 +878,16 @@ class OperatorCore:
         if last is None or candidate >= last + self._gap_ticks:
             self._send_watermark(candidate)
 
-    def _send_watermark(self, value: int) -> None:
+    def _send_watermark(self, value: int, mark: Watermark | None = None) -> None:
+        """Forward watermark ``value`` on every data port; ``mark``: the `Watermark` of that
+        value the core received, passed on as it is (it cannot change) instead of a new one."""
         if self._last_sent is not None and value <= self._last_sent:
             return
         self._last_sent = value
         ports = self._data_ports
         if ports:  # (a sink has none)
-            mark = Watermark(value)
+            if mark is None:
+                mark = Watermark(value)
             for p in ports:
                 self.outputs[p].mark(mark)
 

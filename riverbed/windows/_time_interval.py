@@ -452,6 +452,66 @@ class TimeIntervalWindow(Generic[T]):
                 del panes[start]
         return True
 
+    # A host that receives tuples interleaved with watermarks (a marked run) inserts the run
+    # whole and applies in place only the watermarks that would change a pane: most of them (one
+    # every minimum gap of event time, a pane every hundred of them) only move the watermark and
+    # the drop point. These four say which do, exactly: a watermark below `quiet_limit` and
+    # below `next_pane_end` of the earliest tuple inserted since changes no pane, and a tuple
+    # after it keeps its fate (stored, not dropped) when its time is not below its drop point.
+
+    def quiet_limit(self) -> int:
+        """The lowest watermark that would change a pane now (complete it, trigger it, close
+        it); one below it only moves the watermark and the drop point, as `advance_quietly`
+        does. Above `EVENT_TIME_MAX` when no pane waits for anything."""
+        limit = EVENT_TIME_MAX + 1
+        age = self._config.discard_age
+        for pane in self._state.panes.values():
+            if (pane.state == INCOMPLETE or pane.timing is _EARLY
+                    or (pane.parts if pane.fresh else pane.updated)):
+                due = pane.end  # completes, becomes on time, or triggers its new tuples
+            else:
+                due = pane.end + age  # complete, nothing new: only its close is ahead
+            limit = min(limit, due)
+        return limit
+
+    def next_pane_end(self, t: int) -> int:
+        """The first pane end after event time ``t``: a tuple at ``t`` or later enters only
+        panes ending there or later, so it cannot make a lower watermark change a pane."""
+        config = self._config
+        period = config.period
+        return t + period - (t - config.offset - config.duration) % period
+
+    def earliest(self, tuples: Sequence[T]) -> int | None:
+        """The lowest event time of ``tuples`` (read as `insert_batch` reads them), or None when
+        it cannot be known cheaply (a function reads them, an attribute is missing, the lowest is
+        not an int). A tuple `insert` rejects changes no pane, so its time only lowers this."""
+        config = self._config
+        read = config.event_time_of
+        if read is None or config.event_time_name is None or config.getter is not operator.itemgetter:
+            return None
+        try:
+            lo = min(map(read, tuples))
+        except Exception:  # missing attribute, uncomparable times: `insert` says what is wrong
+            return None
+        return lo if type(lo) is int else None
+
+    def drop_point_at(self, watermark: int) -> int:
+        """The drop point once the watermark is ``watermark`` (at least the current one)."""
+        return self._config.drop_point(max(watermark, self._state.watermark))
+
+    def advance_quietly(self, value: int) -> None:
+        """`watermark` for a value below `quiet_limit`: the watermark and the drop point move,
+        no pane changes, no event is raised. A caller that cannot tell calls `watermark`."""
+        state = self._state
+        if value > state.watermark:
+            state.watermark = value
+            self._drop = self._config.drop_point(value)
+
+    @property
+    def raises_insertions(self) -> bool:
+        """A listener wants INSERTION events: inserting runs code that may submit output."""
+        return bool(self._on_insert)
+
     def _check_watermark(self, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise WatermarkError(f"watermark {value!r}: expected an integer number of "
