@@ -11,6 +11,7 @@ or one applied late or early, show."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -19,11 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.core import MarkedBatch, OperatorError, SyncGraph
-from riverbed.graph import FrozenGraph, Graph, Operator, Punct, Schema, Watermark
-from riverbed.graph._model import PortInput
+from riverbed.graph import FrozenGraph, Graph, Operator, PortInput, Punct, Schema, Watermark
 from riverbed.operators import Aggregate, Count, Sum
 from riverbed.testing import ListSink, ListSource
-from riverbed.windows import StreamWindowEvent, TimeIntervalWindow
+from riverbed.windows import StreamWindowEvent, TimeIntervalWindow, _time_interval
 
 
 class PaneLog(Operator):
@@ -230,3 +230,42 @@ def test_quiet_watermarks_are_forwarded_in_place_between_the_panes_results() -> 
     assert seq[first_pane + 9] == ("watermark", 1090)  # 3 keys: INITIAL_FULL, TRIGGER, CLOSE
     window = whole.core("op").windows[0]
     assert isinstance(window, TimeIntervalWindow) and window.watermark_value == 2990
+
+
+@settings(max_examples=300, deadline=None)
+@given(d=st.integers(1, 4), p=st.integers(1, 6), a=st.integers(0, 6), partitioned=st.booleans(),
+       gaps=st.lists(st.integers(0, 400), min_size=1, max_size=120),
+       keys=st.lists(st.sampled_from([0, 1, "k", None]), min_size=1, max_size=5),
+       cuts=st.lists(st.integers(0, 120), max_size=6), late=st.booleans())
+def test_a_run_in_time_order_across_periods_goes_in_as_one_by_one(
+        d: int, p: int, a: int, partitioned: bool, gaps: list[int], keys: list[Any],
+        cuts: list[int], late: bool) -> None:
+    """`_insert_in_one_period` for a run whose times move forward across pane boundaries (a
+    marked run inserted whole crosses one at each pane): a period at a time, as one by one."""
+    clause = (f"timeInterval, intervalDuration({d * p / 8}), creationPeriod({p / 8}), "
+              f"discardAge({a / 8})" + (", partitioned" if partitioned else ""))
+    events: list[list[Any]] = [[], []]
+    one = TimeIntervalWindow(clause, event_time="ts", partition_by="k" if partitioned else None)
+    many = TimeIntervalWindow(clause, event_time="ts", partition_by="k" if partitioned else None)
+    for w, log in ((one, events[0]), (many, events[1])):
+        w.register_listener(lambda e, log=log: log.append(
+            (e.type.name, e.interval_start, e.partition, [t["v"] for t in e.tuples],
+             e.pane_index, e.pane_timing)))
+    ts, tuples = 10_000, []
+    for n, gap in enumerate(gaps):
+        ts += gap
+        tuples.append({"v": n, "ts": ts, "k": keys[n % len(keys)]})
+    if late:  # a watermark first: the run's earliest tuples are late, or dropped
+        for w in (one, many):
+            w.watermark(10_000 + gaps[0] + 300)
+    bounds = [0, *sorted(c for c in cuts if c < len(tuples)), len(tuples)]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_time_interval, "_BULK_RUN", 1)
+        for lo, hi in itertools.pairwise(bounds):
+            many.insert_batch(tuples[lo:hi])
+    for t in tuples:
+        one.insert(t)
+    for w in (one, many):
+        w.watermark(ts + 10**6)
+    assert events[1] == events[0]
+    assert many.snapshot() == one.snapshot() and many.dropped == one.dropped

@@ -36,6 +36,7 @@ that fall in no pane (a period longer than the duration) are counted in
 from __future__ import annotations
 
 import operator
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -344,10 +345,11 @@ class TimeIntervalWindow(Generic[T]):
     def _insert_in_one_period(self, tuples: Sequence[T], time_name: str, key_name: str | None,
                               lowest: int) -> int:
         """`_insert_inline` for a run whose event times all fall in one period (the usual case:
-        event time moves forward, a batch spans less than a period) of an aligned window, all
-        valid: the times and keys read by two list comprehensions and checked in C, the
-        panes found once, then only the appends. -1 (nothing done) for any other run, which
-        the per-tuple loop takes, and which says what is wrong with a bad tuple."""
+        event time moves forward, a batch spans less than a period) of an aligned window, or
+        move forward across periods, all valid: the times and keys read by two list
+        comprehensions and checked in C, the panes found once a period, then only the
+        appends. -1 (nothing done) for any other run, which the per-tuple loop takes, and
+        which says what is wrong with a bad tuple."""
         try:
             times = [t[time_name] for t in tuples]  # type: ignore[index]
             keys = None if key_name is None else [t[key_name] for t in tuples]  # type: ignore[index]
@@ -359,12 +361,32 @@ class TimeIntervalWindow(Generic[T]):
             return -1  # (a key that may not hash: the loop checks it)
         lo, hi = min(times), max(times)
         config = self._config
-        period, duration, offset = config.period, config.duration, config.offset
+        period, offset = config.period, config.offset
         start = lo - (lo - offset) % period
-        if lo < lowest or hi > EVENT_TIME_MAX or hi >= start + period:
+        if lo < lowest or hi > EVENT_TIME_MAX:
             return -1
+        if hi < start + period:
+            self._insert_period(tuples, keys, start, lo)
+            return len(tuples)
+        if times != sorted(times):  # several periods, not in order: the loop keeps the order
+            return -1
+        # Several periods in order (a run that crosses a pane boundary): a period at a time, in
+        # the order the tuples came, each period's panes made when its first tuple comes.
+        i, n = 0, len(times)
+        while i < n:
+            t = times[i]
+            start = t - (t - offset) % period
+            j = bisect_left(times, start + period, i)
+            self._insert_period(tuples[i:j], None if keys is None else keys[i:j], start, t)
+            i = j
+        return n
+
+    def _insert_period(self, tuples: Sequence[T], keys: list[Any] | None, start: int,
+                       first: int) -> None:
+        """Append ``tuples`` (with their ``keys``, None: not partitioned), whose times all fall
+        in the period starting at ``start`` (``first`` is one of them), to their panes."""
         # (aligned: every time of the period has the panes of its first)
-        for parts, updated in self._pane_targets(start, lo - duration):
+        for parts, updated in self._pane_targets(start, first - self._config.duration):
             if keys is None:
                 part = parts.get(None)
                 if part is None:
@@ -383,7 +405,6 @@ class TimeIntervalWindow(Generic[T]):
                     part.append(tup)
             if updated is not None:
                 updated.update(dict.fromkeys(keys))
-        return len(tuples)
 
     def _insert_each(self, tuples: Sequence[T], event_times: Sequence[int] | None) -> int:
         stored = 0
