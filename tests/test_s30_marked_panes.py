@@ -269,3 +269,20 @@ def test_a_run_in_time_order_across_periods_goes_in_as_one_by_one(
         w.watermark(ts + 10**6)
     assert events[1] == events[0]
     assert many.snapshot() == one.snapshot() and many.dropped == one.dropped
+
+
+def test_a_late_tuple_at_the_end_of_a_run_triggers_its_pane_at_the_next_runs_first_watermark() -> None:
+    """A late tuple (after the watermark, before the drop point) goes into a complete pane at
+    the end of one run; the next run's first watermark must trigger that pane again, though
+    it is far from the pane's close."""
+    clause = "timeInterval, intervalDuration(1), discardAge(5)"
+    graph = _graph(PaneLog(), clause, partitioned=False)
+    whole, alone = SyncGraph(graph, ["op"]), SyncGraph(graph, ["op"])
+    first = [{"k": 0, "v": 1, "ts": 100}, Watermark(1200), {"k": 0, "v": 2, "ts": 500}]
+    assert _feed(whole, first, True, True) == _feed(alone, first, False, True)
+    second = [Watermark(1300), {"k": 0, "v": 3, "ts": 1400}]
+    out = _feed(whole, second, True, True)
+    assert out == _feed(alone, second, False, True)
+    events = [(x[1]["event"], x[1]["ids"], x[1]["timing"]) for x in out[0] if x[0] == "tuple"]
+    assert events == [("TRIGGER", [1, 2], "LATE")]
+    assert out[0][-1] == ("watermark", 1300)
