@@ -714,8 +714,6 @@ class OperatorCore:
         due = limit = min(w.quiet_limit() for w in windows)
         lowest: int | None = None  # the earliest event time put in since the last cut
         quiet: int | None = None  # the last quiet watermark, not yet given to the windows
-        unknown = -(2**64)  # below every valid event time and watermark
-        drop = unknown  # the quiet watermark's drop point (none: below everything)
         next_end, drop_at = window.next_pane_end, window.drop_point_at
         cut = seg = 0  # the first tuple not inserted; the first of the current segment
         n = len(tuples)
@@ -723,12 +721,14 @@ class OperatorCore:
             p = before[k]
             if p > seg:  # the tuples since the last control item
                 t = times[seg] if ordered else min(times[seg:p])
-                if t < drop and quiet is not None:  # cut at the quiet watermark before
+                # below the quiet watermark's drop point (at most the watermark, a valid time
+                # is at least 0): cut there
+                if quiet is not None and t < quiet and t < drop_at(quiet):
                     put(cut, seg)
                     cut = seg
                     for w in windows:
                         w.advance_quietly(quiet)
-                    quiet, drop = None, unknown
+                    quiet = None
                 if lowest is None or t < lowest:
                     lowest = t
                     limit = min(due, next_end(t))
@@ -750,7 +750,6 @@ class OperatorCore:
                 if type(low) is int and low < limit:
                     self._watermark = self.metrics.watermark = low
                     quiet = low
-                    drop = drop_at(low)
                     if send:
                         self._send_watermark(low, item if low == value else None)
                     continue
@@ -761,7 +760,7 @@ class OperatorCore:
             if quiet is not None:
                 for w in windows:
                     w.advance_quietly(quiet)
-                quiet, drop = None, unknown
+                quiet = None
             if mark:
                 self._handle_window_mark(port)
             else:
@@ -770,7 +769,7 @@ class OperatorCore:
             lowest = None
         if n > seg:
             t = times[seg] if ordered else min(times[seg:n])
-            if t < drop and quiet is not None:
+            if quiet is not None and t < quiet and t < drop_at(quiet):
                 put(cut, seg)
                 cut = seg
                 for w in windows:

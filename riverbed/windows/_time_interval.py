@@ -549,8 +549,8 @@ class TimeIntervalWindow(Generic[T]):
         return t + period - (t - config.offset - config.duration) % period
 
     def drop_point_at(self, watermark: int) -> int:
-        """The drop point once the watermark is ``watermark`` (at least the current one)."""
-        return self._config.drop_point(max(watermark, self._state.watermark))
+        """The drop point a watermark of ``watermark`` sets (at most ``watermark``, or 0)."""
+        return self._config.drop_point(watermark)
 
     def advance_quietly(self, value: int) -> None:
         """`watermark` for a value below `quiet_limit`: the watermark and the drop point move,
