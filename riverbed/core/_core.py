@@ -634,6 +634,11 @@ class OperatorCore:
         if self._gathers_marked and self.windows[port] is None:
             self._gather_marked(conn, port, batch)
             return
+        panes = self.windows[port]
+        if (isinstance(panes, TimeIntervalWindow) and not self._timed and not panes.raises_insertions
+                and type(self.op).on_watermark is Operator.on_watermark
+                and self._marked_into_panes(conn, port, batch, panes)):
+            return
         start = 0
         controls = batch.controls
         if controls is not None:  # where the marks and watermarks are: no walk
@@ -662,6 +667,126 @@ class OperatorCore:
                 start = i + 1
         if start < len(batch):
             self._handle_batch(port, batch[start:])
+
+    def _marked_into_panes(self, conn: int, port: int, batch: MarkedBatch,
+                           window: TimeIntervalWindow[Any]) -> bool:
+        """A marked run into a timeInterval window, as `_handle_marked` cutting it at every
+        mark and watermark would, without the cuts a watermark does not need; False (nothing
+        done) when a tuple's event time is not a valid int (the window says what is wrong).
+
+        A watermark that changes no pane of the operator's windows (below their `quiet_limit`,
+        and below `next_pane_end` of the earliest tuple put in since the last cut) is quiet:
+        the operator's watermark moves and is forwarded in place, and the windows hear it with
+        the next cut (`advance_quietly`); the tuples around it go into the window in one insert,
+        their event times read once (`read_times`). A tuple after a quiet watermark whose time
+        is below that watermark's drop point cuts there first, so it is dropped as it would
+        have been. Any other watermark, and every window mark, is handled in place after the
+        tuples before it, as `_handle_marked` does. Nothing the operator sees or submits
+        differs: its windows' events run only at cuts, with every tuple before them inserted
+        and the watermark they had then."""
+        controls = batch.controls
+        if controls is None:
+            controls = [i for i, x in enumerate(batch) if x is Punct.WINDOW or type(x) is Watermark]
+        # The tuples apart, and how many come before each control item.
+        tuples: list[Any] = []
+        before: list[int] = []
+        start = 0
+        for i in controls:
+            if i > start:
+                tuples += batch[start:i]
+            before.append(len(tuples))
+            start = i + 1
+        if start < len(batch):
+            tuples += batch[start:]
+        read = window.read_times(tuples)
+        if read is None:
+            return False
+        times, ordered = read
+        pm = self.metrics.inputs[port]
+        insert = window.insert_read
+
+        def put(lo: int, hi: int) -> None:
+            """Tuples ``lo`` to ``hi`` into the window (`_handle_batch` with their times)."""
+            run, at = (tuples, times) if hi - lo == len(tuples) else (tuples[lo:hi], times[lo:hi])
+            pm.tuples_processed += len(run)
+            self._insert_routed(port, run, lambda part: insert(part, at[len(at) - len(part):], ordered),
+                                WindowTupleError, lambda exc: getattr(exc, "index", 0))
+            pm.tuples_dropped_late = window.dropped
+
+        entries = self._wm_in
+        single = len(entries) == 1
+        send = not self.op.holds_watermarks
+        windows = self._ti
+        due = limit = min(w.quiet_limit() for w in windows)
+        lowest: int | None = None  # the earliest event time put in since the last cut
+        quiet: int | None = None  # the last quiet watermark, not yet given to the windows
+        next_end, drop_at = window.next_pane_end, window.drop_point_at
+        cut = seg = 0  # the first tuple not inserted; the first of the current segment
+        n = len(tuples)
+        for k, i in enumerate(controls):
+            p = before[k]
+            if p > seg:  # the tuples since the last control item
+                t = times[seg] if ordered else min(times[seg:p])
+                # below the quiet watermark's drop point (at most the watermark, a valid time
+                # is at least 0): cut there
+                if quiet is not None and t < quiet and t < drop_at(quiet):
+                    put(cut, seg)
+                    cut = seg
+                    for w in windows:
+                        w.advance_quietly(quiet)
+                    quiet = None
+                if lowest is None or t < lowest:
+                    lowest = t
+                    limit = min(due, next_end(t))
+                seg = p
+            item = batch[i]
+            if item is Punct.WINDOW:
+                mark = True
+            else:
+                value = item.value
+                current = entries[conn]
+                if current is None or value <= current:
+                    continue  # as `_handle_watermark`: nothing happens
+                entries[conn] = value
+                low = value if single else min(v for v in entries if v is not None)
+                if self._watermark is not None and low <= self._watermark:
+                    continue
+                # (advanced connection watermarks start at 0 or at a restored, checked value:
+                # ``low`` is no lower than the lowest valid watermark)
+                if type(low) is int and low < limit:
+                    self._watermark = self.metrics.watermark = low
+                    quiet = low
+                    if send:
+                        self._send_watermark(low, item if low == value else None)
+                    continue
+                mark = False
+            if p > cut:
+                put(cut, p)
+                cut = p
+            if quiet is not None:
+                for w in windows:
+                    w.advance_quietly(quiet)
+                quiet = None
+            if mark:
+                self._handle_window_mark(port)
+            else:
+                self._advance_watermark(low)
+            due = limit = min(w.quiet_limit() for w in windows)
+            lowest = None
+        if n > seg:
+            t = times[seg] if ordered else min(times[seg:n])
+            if quiet is not None and t < quiet and t < drop_at(quiet):
+                put(cut, seg)
+                cut = seg
+                for w in windows:
+                    w.advance_quietly(quiet)
+                quiet = None
+        if n > cut:
+            put(cut, n)
+        if quiet is not None:
+            for w in windows:
+                w.advance_quietly(quiet)
+        return True
 
     def _gather_marked(self, conn: int, port: int, batch: MarkedBatch) -> None:
         """A marked batch for a sink that sees no marks (`_gathers_marked`): its tuples in one
@@ -786,13 +911,16 @@ class OperatorCore:
         if last is None or candidate >= last + self._gap_ticks:
             self._send_watermark(candidate)
 
-    def _send_watermark(self, value: int) -> None:
+    def _send_watermark(self, value: int, mark: Watermark | None = None) -> None:
+        """Forward watermark ``value`` on every data port; ``mark``: the `Watermark` of that
+        value the core received, passed on as it is (it cannot change) instead of a new one."""
         if self._last_sent is not None and value <= self._last_sent:
             return
         self._last_sent = value
         ports = self._data_ports
         if ports:  # (a sink has none)
-            mark = Watermark(value)
+            if mark is None:
+                mark = Watermark(value)
             for p in ports:
                 self.outputs[p].mark(mark)
 

@@ -36,6 +36,7 @@ that fall in no pane (a period longer than the duration) are counted in
 from __future__ import annotations
 
 import operator
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -246,23 +247,65 @@ class TimeIntervalWindow(Generic[T]):
             return self._insert_each(tuples, event_times)
         # `insert` inlined: the same steps, with the per-call overhead paid once per batch.
         # Any tuple that is not plainly valid goes through `insert`, which says what is wrong.
-        names = None
+        return self._insert_inline(tuples, read, key_of if partitioned else None, self._names())
+
+    def _names(self) -> tuple[str, str | None] | None:
+        """The event time's and the key's attribute names (None: no key), when the window reads
+        them with the default itemgetters (a subscript is the same read); else None."""
+        config = self._config
         if config.getter is operator.itemgetter and config.event_time_name is not None:
             attribute = self._partitioner.attribute
-            if not partitioned or attribute is not None:
-                names = (config.event_time_name, attribute)
-        return self._insert_inline(tuples, read, key_of if partitioned else None, names)
+            if not config.spec.partitioned or attribute is not None:
+                return (config.event_time_name, attribute)
+        return None
+
+    def read_times(self, tuples: Sequence[T]) -> tuple[list[int], bool] | None:
+        """The event times of ``tuples`` as `insert_batch` reads them, all valid (ints from 0 to
+        `EVENT_TIME_MAX`), and whether they never go back; None when any is not (a bad tuple:
+        `insert_batch` says what is wrong) or a function reads them. `insert_read` takes them."""
+        config = self._config
+        read = config.event_time_of
+        if read is None or config.event_time_name is None or config.getter is not operator.itemgetter:
+            return None
+        try:
+            times = list(map(read, tuples))
+        except Exception:
+            return None
+        if not times:
+            return times, True
+        if set(map(type, times)) != _INT_ONLY:
+            return None
+        # (in order, the usual case, the ends are the extremes: a sort of a sorted list is
+        # a pass of cheap int compares, where min and max are two passes of generic ones)
+        ordered = times == sorted(times)
+        lo, hi = (times[0], times[-1]) if ordered else (min(times), max(times))
+        if lo < 0 or hi > EVENT_TIME_MAX:
+            return None
+        return times, ordered
+
+    def insert_read(self, tuples: Sequence[T], times: list[int], ordered: bool) -> int:
+        """`insert_batch` for tuples whose event times `read_times` gave (``times``, ``ordered``):
+        they are not read again."""
+        partitioned = self._config.spec.partitioned
+        key_of = self._partitioner.key_of
+        if (partitioned and key_of is None) or self._on_insert:
+            return self._insert_each(tuples, times)
+        return self._insert_inline(tuples, self._config.event_time_of,  # type: ignore[arg-type]
+                                   key_of if partitioned else None, self._names(), times=times,
+                                   ordered=ordered)
 
     def _insert_inline(self, tuples: Sequence[T], read: Callable[[T], Any],
                        key_of: Callable[[T], Hashable] | None,
-                       names: tuple[str, str | None] | None = None) -> int:
+                       names: tuple[str, str | None] | None = None, *,
+                       times: list[int] | None = None, ordered: bool = False) -> int:
         """`insert_batch`'s loop. A tuple goes into every pane starting after ``t - duration``,
         made in the order `insert` makes them. When the duration is a whole number of periods
         (tumbling, and the usual sliding panes) those are the same panes for every time in a
         period, so a run of tuples in one period (event time mostly moves forward) reuses them
         without a lookup. ``names``: the event time's and the key's attributes (None: no key),
         when ``read`` and ``key_of`` are the default itemgetters of them: a subscript is the
-        same read without a call."""
+        same read without a call. ``times``: the event times, read already (`read_times`), and
+        ``ordered`` when they never go back."""
         state = self._state
         period, duration, offset, drop = (self._config.period, self._config.duration,
                                           self._config.offset, self._drop)
@@ -277,17 +320,18 @@ class TimeIntervalWindow(Generic[T]):
         named = names is not None
         time_name, key_name = names if names is not None else ("", None)
         if named and aligned and len(tuples) >= _BULK_RUN:
-            done = self._insert_in_one_period(tuples, time_name, key_name, lowest)
+            done = self._insert_in_one_period(tuples, time_name, key_name, lowest, times=times,
+                                              ordered=ordered)
             if done >= 0:
                 return done
         for i, tup in enumerate(tuples):
             try:
                 if named:
-                    t = tup[time_name]  # type: ignore[index]
+                    t = tup[time_name] if times is None else times[i]  # type: ignore[index]
                     if key_name is not None:
                         key = tup[key_name]  # type: ignore[index]
                 else:
-                    t = read(tup)
+                    t = read(tup) if times is None else times[i]
                     if key_of is not None:
                         key = key_of(tup)
                 if type(key) is not int and type(key) is not str and key is not None:
@@ -342,29 +386,53 @@ class TimeIntervalWindow(Generic[T]):
         return targets
 
     def _insert_in_one_period(self, tuples: Sequence[T], time_name: str, key_name: str | None,
-                              lowest: int) -> int:
+                              lowest: int, *, times: list[int] | None = None,
+                              ordered: bool = False) -> int:
         """`_insert_inline` for a run whose event times all fall in one period (the usual case:
-        event time moves forward, a batch spans less than a period) of an aligned window, all
-        valid: the times and keys read by two list comprehensions and checked in C, the
-        panes found once, then only the appends. -1 (nothing done) for any other run, which
-        the per-tuple loop takes, and which says what is wrong with a bad tuple."""
+        event time moves forward, a batch spans less than a period) of an aligned window, or
+        move forward across periods, all valid: the times and keys read by two list
+        comprehensions and checked in C, the panes found once a period, then only the
+        appends. -1 (nothing done) for any other run, which the per-tuple loop takes, and
+        which says what is wrong with a bad tuple. ``times``, ``ordered``: as `_insert_inline`."""
         try:
-            times = [t[time_name] for t in tuples]  # type: ignore[index]
+            if times is None:
+                times = [t[time_name] for t in tuples]  # type: ignore[index]
+                if set(map(type, times)) != _INT_ONLY:
+                    return -1
+                ordered = times == sorted(times)  # (see `read_times`)
             keys = None if key_name is None else [t[key_name] for t in tuples]  # type: ignore[index]
         except Exception:
             return -1
-        if set(map(type, times)) != _INT_ONLY:
-            return -1
         if keys is not None and not set(map(type, keys)) <= _PLAIN_KEYS:
             return -1  # (a key that may not hash: the loop checks it)
-        lo, hi = min(times), max(times)
+        lo, hi = (times[0], times[-1]) if ordered else (min(times), max(times))
         config = self._config
-        period, duration, offset = config.period, config.duration, config.offset
+        period, offset = config.period, config.offset
         start = lo - (lo - offset) % period
-        if lo < lowest or hi > EVENT_TIME_MAX or hi >= start + period:
+        if lo < lowest or hi > EVENT_TIME_MAX:
             return -1
+        if hi < start + period:
+            self._insert_period(tuples, keys, start, lo)
+            return len(tuples)
+        if not ordered:  # several periods, not in order: the loop keeps the order
+            return -1
+        # Several periods in order (a run that crosses a pane boundary): a period at a time, in
+        # the order the tuples came, each period's panes made when its first tuple comes.
+        i, n = 0, len(times)
+        while i < n:
+            t = times[i]
+            start = t - (t - offset) % period
+            j = bisect_left(times, start + period, i)
+            self._insert_period(tuples[i:j], None if keys is None else keys[i:j], start, t)
+            i = j
+        return n
+
+    def _insert_period(self, tuples: Sequence[T], keys: list[Any] | None, start: int,
+                       first: int) -> None:
+        """Append ``tuples`` (with their ``keys``, None: not partitioned), whose times all fall
+        in the period starting at ``start`` (``first`` is one of them), to their panes."""
         # (aligned: every time of the period has the panes of its first)
-        for parts, updated in self._pane_targets(start, lo - duration):
+        for parts, updated in self._pane_targets(start, first - self._config.duration):
             if keys is None:
                 part = parts.get(None)
                 if part is None:
@@ -383,7 +451,6 @@ class TimeIntervalWindow(Generic[T]):
                     part.append(tup)
             if updated is not None:
                 updated.update(dict.fromkeys(keys))
-        return len(tuples)
 
     def _insert_each(self, tuples: Sequence[T], event_times: Sequence[int] | None) -> int:
         stored = 0
@@ -451,6 +518,52 @@ class TimeIntervalWindow(Generic[T]):
             if pane.state == CLOSED:
                 del panes[start]
         return True
+
+    # A host that receives tuples interleaved with watermarks (a marked run) inserts the run
+    # whole and applies in place only the watermarks that would change a pane: most of them (one
+    # every minimum gap of event time, a pane every hundred of them) only move the watermark and
+    # the drop point. These say which do, exactly: a watermark below `quiet_limit` and
+    # below `next_pane_end` of the earliest tuple inserted since changes no pane, and a tuple
+    # after it keeps its fate (stored, not dropped) when its time is not below its drop point.
+
+    def quiet_limit(self) -> int:
+        """The lowest watermark that would change a pane now (complete it, trigger it, close
+        it); one below it only moves the watermark and the drop point, as `advance_quietly`
+        does. Above `EVENT_TIME_MAX` when no pane waits for anything."""
+        limit = EVENT_TIME_MAX + 1
+        age = self._config.discard_age
+        for pane in self._state.panes.values():
+            if (pane.state == INCOMPLETE or pane.timing is _EARLY
+                    or (pane.parts if pane.fresh else pane.updated)):
+                due = pane.end  # completes, becomes on time, or triggers its new tuples
+            else:
+                due = pane.end + age  # complete, nothing new: only its close is ahead
+            limit = min(limit, due)
+        return limit
+
+    def next_pane_end(self, t: int) -> int:
+        """The first pane end after event time ``t``: a tuple at ``t`` or later enters only
+        panes ending there or later, so it cannot make a lower watermark change a pane."""
+        config = self._config
+        period = config.period
+        return t + period - (t - config.offset - config.duration) % period
+
+    def drop_point_at(self, watermark: int) -> int:
+        """The drop point a watermark of ``watermark`` sets (at most ``watermark``, or 0)."""
+        return self._config.drop_point(watermark)
+
+    def advance_quietly(self, value: int) -> None:
+        """`watermark` for a value below `quiet_limit`: the watermark and the drop point move,
+        no pane changes, no event is raised. A caller that cannot tell calls `watermark`."""
+        state = self._state
+        if value > state.watermark:
+            state.watermark = value
+            self._drop = self._config.drop_point(value)
+
+    @property
+    def raises_insertions(self) -> bool:
+        """A listener wants INSERTION events: inserting runs code that may submit output."""
+        return bool(self._on_insert)
 
     def _check_watermark(self, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
