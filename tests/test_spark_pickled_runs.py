@@ -1,5 +1,5 @@
 """A source's checked runs travel to the key groups as pickles, and every part of a round is
-split among the groups in order, without Spark (`_source._routed_rows`, `_rows.pickle_run`)."""
+split among the groups in order, without Spark (`_source._routed_rows`, `_rows.pack_run`)."""
 
 from __future__ import annotations
 

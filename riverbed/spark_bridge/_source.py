@@ -37,8 +37,8 @@ from ._rows import (
     KIND_WINDOW,
     encode,
     kind_of,
+    pack_run,
     pack_seqs,
-    pickle_run,
     source_ord,
 )
 
@@ -51,10 +51,10 @@ _END = object()
 # batches): ``(TUPLES, time, 0, [tuple, ...])``, the same as one KIND_TUPLE item per tuple.
 TUPLES = _TUPLES = -1
 # The same, for tuples the core checked against a schema of scalar attributes only
-# (`scalar_schema`): routed into bundles, a run of them travels as a pickle (`_rows.pickle_run`).
+# (`scalar_schema`): routed into bundles, a run of them travels as one marshal string (`_rows.pack_run`).
 CHECKED = _CHECKED = -2
 _TUPLE_KINDS = (KIND_TUPLE, _TUPLES, _CHECKED)
-# SPL types whose checked values msgpack and pickle give back alike (`_rows.pickle_run`):
+# SPL types whose checked values msgpack, marshal and pickle give back alike (`_rows.pack_run`):
 # ints of at most 64 bits, floats, bools, strings, blobs (not timestamps: any int is one).
 _SCALAR_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                            "float32", "float64", "boolean", "rstring", "ustring", "blob"})
@@ -286,7 +286,7 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
     A group's tuples with one stamped time go into one run (one list of tuples, one array of
     sequence numbers): per tuple this costs two appends, not a sort key and a list, and the
     key group decodes them with as few objects. A run of `CHECKED` tuples only travels as a
-    pickle (`_rows.pickle_run`).
+    marshal string (`_rows.pack_run`).
     """
     entries: list[list[list[Any]]] = [[] for _ in range(groups)]
     # each group's open run: [KIND_TUPLE, time, seqs, tuples, checked] (`_bundles` drops the flag)
@@ -376,7 +376,7 @@ def _bundles(entries: list[list[list[Any]]], runs: list[list[Any] | None], label
             if entry[0] == KIND_TUPLE:
                 entry[2] = pack_seqs(entry[2])
                 if entry.pop():
-                    entry[3] = pickle_run(entry[3])
+                    entry[3] = pack_run(entry[3])
         yield source_ord(head[1], index, first_seq), KIND_BUNDLE, head[1], 0, encode([index, lst]), labels[g]
         lst.clear()
         runs[g] = None
