@@ -721,10 +721,16 @@ class OperatorCore:
         lowest: int | None = None  # the earliest event time put in since the last cut
         quiet: int | None = None  # the last quiet watermark, not yet given to the windows
         next_end, drop_at = window.next_pane_end, window.drop_point_at
+
+        def hear(value: int) -> None:
+            """The windows hear a quiet watermark (at a cut)."""
+            for w in windows:
+                w.advance_quietly(value)
+
         cut = seg = 0  # the first tuple not inserted; the first of the current segment
-        n = len(tuples)
-        for k, i in enumerate(controls):
-            p = before[k]
+        n, m = len(tuples), len(controls)
+        for k in range(m + 1):  # each control item, then the end of the run
+            p = before[k] if k < m else n
             if p > seg:  # the tuples since the last control item
                 t = times[seg] if ordered else min(times[seg:p])
                 # below the quiet watermark's drop point (at most the watermark, a valid time
@@ -732,14 +738,15 @@ class OperatorCore:
                 if quiet is not None and t < quiet and t < drop_at(quiet):
                     put(cut, seg)
                     cut = seg
-                    for w in windows:
-                        w.advance_quietly(quiet)
+                    hear(quiet)
                     quiet = None
-                if lowest is None or t < lowest:
+                if k < m and (lowest is None or t < lowest):
                     lowest = t
                     limit = min(due, next_end(t))
                 seg = p
-            item = batch[i]
+            if k == m:
+                break
+            item = batch[controls[k]]
             if item is Punct.WINDOW:
                 mark = True
             else:
@@ -764,8 +771,7 @@ class OperatorCore:
                 put(cut, p)
                 cut = p
             if quiet is not None:
-                for w in windows:
-                    w.advance_quietly(quiet)
+                hear(quiet)
                 quiet = None
             if mark:
                 self._handle_window_mark(port)
@@ -773,19 +779,10 @@ class OperatorCore:
                 self._advance_watermark(low)
             due = limit = min(w.quiet_limit() for w in windows)
             lowest = None
-        if n > seg:
-            t = times[seg] if ordered else min(times[seg:n])
-            if quiet is not None and t < quiet and t < drop_at(quiet):
-                put(cut, seg)
-                cut = seg
-                for w in windows:
-                    w.advance_quietly(quiet)
-                quiet = None
         if n > cut:
             put(cut, n)
         if quiet is not None:
-            for w in windows:
-                w.advance_quietly(quiet)
+            hear(quiet)
         return True
 
     def _gather_marked(self, conn: int, port: int, batch: MarkedBatch) -> None:
