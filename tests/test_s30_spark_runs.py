@@ -7,33 +7,10 @@ import marshal
 import pickle
 from typing import Any
 
-from riverbed.graph import FrozenGraph, Graph, Schema, Source
-from riverbed.operators import Aggregate, Count
 from riverbed.spark_bridge._keyed import expand
 from riverbed.spark_bridge._rows import KIND_BUNDLE, KIND_TUPLE, decode, pack_run, run_tuples
 from riverbed.spark_bridge._source import route_of, source_rows
-from riverbed.testing import ListSink
-
-SCALARS = Schema(k="int64", v="float64", s="rstring", b="boolean", raw="blob", small="uint8")
-
-
-class _Given(Source):
-    replayable = True
-
-    def __init__(self, items: list[Any]) -> None:
-        self.items = items
-
-    def generate(self) -> Any:
-        yield from self.items
-
-
-def _graph(items: list[Any], schema: Schema) -> FrozenGraph:
-    g = Graph("marshalled")
-    src = g.source("src", _Given(items), schema=schema)
-    agg = g.operator("agg", Aggregate({"n": Count()}, copy=("k",)),
-                     [src.window("tumbling, count(3), partitioned", partition_by="k")])
-    g.sink("sink", ListSink(), [agg])
-    return g.freeze()
+from tests.test_spark_pickled_runs import SCALARS, _graph
 
 
 def _runs(rows: list[Any]) -> list[Any]:
