@@ -25,3 +25,18 @@ def test_an_integer_attribute_is_valid_exactly_within_its_range(spl_type: str) -
         assert first_invalid(batch) == (-1 if ok else 1), (spl_type, v)
         assert (why(batch[1]) is None) == ok, (spl_type, v)
     assert first_invalid([{"a": True, "b": 1.0}]) == 0  # a bool is not an integer attribute
+
+
+def test_the_batch_check_names_the_first_invalid_tuple_by_position() -> None:
+    """The failing tuple's index is found after the loop, by identity: an equal but valid tuple
+    before it (1 == 1.0, so {"a": 1} == {"a": 1.0}), a missing attribute, an empty batch."""
+    first_invalid = Schema(a="int64", b="float64").batch_checker()
+    good = {"a": 1, "b": 2.0}
+    assert first_invalid([]) == -1
+    assert first_invalid([good, good, good]) == -1
+    assert first_invalid([good, {"a": 1, "b": 2.0}, {"a": 1.0, "b": 2.0}, good]) == 2
+    assert first_invalid([good, good, {"a": 1}, good]) == 2
+    assert first_invalid([good, {"a": 1, "c": 2.0}]) == 1  # a KeyError inside the loop
+    assert first_invalid([good, [1, 2.0]]) == 1
+    bad = {"a": "x", "b": 2.0}
+    assert first_invalid([good, bad, good, bad]) == 1
