@@ -811,8 +811,15 @@ class OperatorCore:
         if tuples:
             pm.tuples_processed += len(tuples)
             self._run_tuples(port, tuples)
-        for w in watermarks:
-            self._handle_watermark(conn, w.value)
+        if not watermarks:
+            return
+        if self._ti:  # its windows on other ports hear each in turn
+            for w in watermarks:
+                self._handle_watermark(conn, w.value)
+            return
+        # Nothing hears the watermarks between: the operator's watermark only moves (and is
+        # recorded as sent, to no data output), so the highest does what each in turn would.
+        self._handle_watermark(conn, max([w.value for w in watermarks]))
 
     def _insert_routed(self, port: int, batch: list[Any], insert: Callable[[list[Any]], Any],
                        errors: type[Exception], failed_at: Callable[[Exception], int]) -> None:
