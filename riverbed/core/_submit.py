@@ -16,8 +16,9 @@ from itertools import accumulate
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from ..graph import Punct
+from ..graph import Punct, Watermark
 from ._errors import SchemaViolation
+from ._output import MarkedBatch
 
 if TYPE_CHECKING:
     from ._core import OperatorCore
@@ -202,7 +203,14 @@ def _emit_timed(core: OperatorCore, items: list[Any]) -> bool:
     # the running maximum: the times themselves when they never go back (a sorted list is
     # one pass of timsort and a compare; accumulate(max) costs ten times that)
     top = times if sorted(times) == times else list(accumulate(times, max))
-    buf = core.outputs[0].buf
+    out = core.outputs[0]
+    # The batch goes out whole, its watermarks placed here, when the port holds nothing yet
+    # and its only data port takes every tuple: checked in one call, it needs no per-mark
+    # appends and no check of each run between watermarks when it is sealed.
+    whole = (not out.buf and not out.at and core._data_ports == [0]
+             and (out.first_invalid is None or out.first_invalid(items) < 0))
+    batch: list[Any] = [] if whole else out.buf
+    controls: list[int] = []
     lag, gap = core._lag_ticks, core._gap_ticks
     watermark, n, start = core._watermark, len(items), 0
     while True:
@@ -220,14 +228,21 @@ def _emit_timed(core: OperatorCore, items: list[Any]) -> bool:
             i = bisect_left(top, need + lag, start)
             if i >= n:
                 break
-        buf.extend(items[start:i + 1])
+        batch += items[start:i + 1]
         start = i + 1
         watermark = core._watermark = core.metrics.watermark = top[i] - lag
-        core._send_watermark(watermark)
+        if whole:  # `_send_watermark` in place
+            controls.append(len(batch))
+            batch.append(Watermark(watermark))
+            core._last_sent = watermark
+        else:
+            core._send_watermark(watermark)
         if start >= n:
             break
     if start < n:
-        buf.extend(items[start:] if start else items)
+        batch += items[start:] if start else items
+    if whole:  # checked already: queued as it is
+        out.pending.append(MarkedBatch(batch, n, 0, controls) if controls else batch)
     candidate = top[-1] - lag
     if watermark is None or candidate > watermark:
         core._watermark = core.metrics.watermark = candidate
