@@ -232,9 +232,10 @@ def _emit_timed(core: OperatorCore, items: list[Any]) -> bool:
         start = i + 1
         watermark = core._watermark = core.metrics.watermark = top[i] - lag
         if whole:  # `_send_watermark` in place
-            controls.append(len(batch))
-            batch.append(Watermark(watermark))
-            core._last_sent = watermark
+            if last is None or watermark > last:
+                controls.append(len(batch))
+                batch.append(Watermark(watermark))
+                core._last_sent = watermark
         else:
             core._send_watermark(watermark)
         if start >= n:
