@@ -238,13 +238,14 @@ def float_total_mean(values: list[Any], hi: float) -> Any:
     q = hi / n
     if n < _SMALL_COUNT and 1e-250 < abs(q) < 1e290:
         values.append(-hi)  # taken off below: the list may be read by the columns after this one
+        lo: float | None
         try:
             lo = fsum(values)  # the exact sum minus hi, rounded once
         except (OverflowError, ValueError):
-            lo = math.nan
+            lo = None
         finally:
             values.pop()
-        if lo != lo:
+        if lo is None:
             return average_values(values)
         slack = math.ulp(lo) * 2.0
         r = _remainder_of_sum(hi, lo, q, n, slack)
