@@ -25,8 +25,14 @@ that take 70 to 300 ns a tuple. The generated source is registered with
 Batches: with no listener there is no event to raise, so a batch runs the
 step without events in one loop (a tumbling time or punct window without
 INSERTION listeners extends its list in one call); with listeners it runs the
-step with its events, inline too. No timer fires inside a batch (the clock
-only moves in `advance_time`), so a batch arrives at one instant. The index of
+step with its events, inline too. A tumbling count window whose listeners hear
+nothing but the tumble (an Aggregate's EVICTION) raises nothing per tuple, so
+its batch loop checks staleness only after a tumble or a generic insert, the
+calls that can reach a listener, not before each tuple. A key that is an
+attribute read by the default getter is read as ``parts[t[key_attr]]``: the
+same read as ``operator.itemgetter``, without the calls. No timer fires inside
+a batch (the clock only moves in `advance_time`), so a batch arrives at one
+instant. The index of
 a failing tuple (``batch_failed_at``) comes from the list iterator's length
 hint when something raises, which costs nothing per tuple.
 
@@ -396,7 +402,7 @@ def _expand(source: str, *, events: bool, miss: str, now: str, compare: str) -> 
     return out
 
 
-def _flush_last_loop(shape: Shape, step: _Step, insertion: Callable[..., list[str]]) -> list[str]:
+def _flush_last_loop(step: _Step, insertion: Callable[..., list[str]]) -> list[str]:
     """The batch loop of a `_Step.flush_last` step while listeners hear anything but INSERTION:
     the step without per-tuple events, staleness checked after each call that may reach a
     listener. A changed path, or an INSERTION listener a listener registered, then gets the
@@ -465,7 +471,7 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
         "        n = len(batch)",
         "        rest = iter(batch)",
         "        try:",
-        *_flush_last_loop(shape, step, insertion),
+        *_flush_last_loop(step, insertion),
         f"            {'elif' if step.flush_last else 'if'} {step.events_when}:",
         "                for t in rest:",
         "                    if not live[0]:  # a listener changed the insert path: hand over",
