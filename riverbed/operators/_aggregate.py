@@ -461,7 +461,9 @@ class Aggregate(Operator):
             else:  # one group a pane partition: no INITIAL_FULL events (`_pane_trigger_single`)
                 handlers = {TRIGGER: self._pane_trigger_single}
         elif tumbling:
-            handlers = {EVICTION: self._flush, EMPTY_WINDOW_PUNCT: self._empty_flush}
+            one = self._key_of is None and not self._needs_scope and not self._reference
+            handlers = {EVICTION: self._flush_one if one else self._flush,
+                        EMPTY_WINDOW_PUNCT: self._empty_flush}
             if self.aggregate_evicted_partitions:
                 handlers[PARTITION_EVICTION] = self._flush
         else:
@@ -525,6 +527,15 @@ class Aggregate(Operator):
         """A tumble (EVICTION) or, with aggregate_evicted_partitions, a PARTITION_EVICTION."""
         tuples = event.tuples
         self._aggregate(tuples, len(tuples), None)
+
+    def _flush_one(self, event: StreamWindowEvent[Any]) -> None:
+        """A tumble (EVICTION) without group_by or a Scope: `_aggregate`'s one group, its row
+        and mark in one call (`result_submit`)."""
+        tuples = event.tuples
+        if tuples:
+            self._result(self._build(tuples, None, None, None))
+        else:
+            self.submit_punct(WINDOW_MARK)
 
     def _empty_flush(self, event: StreamWindowEvent[Any]) -> None:
         self.submit_punct(WINDOW_MARK)

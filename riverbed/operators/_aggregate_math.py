@@ -33,6 +33,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from math import fsum
+from operator import countOf
 from typing import Any
 
 __all__ = [
@@ -206,6 +207,72 @@ def float_mean(values: list[Any]) -> float | None:
     return _mean_near_a_boundary(values, hi, n)
 
 
+def float_total(values: list[Any]) -> float | None:
+    """``fsum(values)`` if every value is a float and the sum is finite, else None: the one
+    pass that Sum and Average of the same values share (`float_total_mean` reuses it)."""
+    if not _only(values, float):
+        return None
+    try:
+        hi = fsum(values)
+    except (OverflowError, ValueError):
+        return None
+    if hi - hi != 0.0:
+        return None
+    return hi
+
+
+def float_total_mean(values: list[Any], hi: float) -> Any:
+    """The Average of ``values`` given ``hi = float_total(values)`` (not None): the exact mean
+    rounded once, as `average_values` gives it.
+
+    One more pass finds ``lo``, the exact sum minus ``hi`` rounded once, so the exact sum is
+    ``hi + lo`` within half a unit of ``lo``. Then the remainder of a quotient ``q`` is a sum
+    of four floats (``hi``, ``lo`` and ``q * n`` split into two exact products): ``fsum / n``
+    or the one corrected quotient is decided without another pass over the values, where
+    `float_mean` takes one for each quotient it tries. A remainder within a hair (2**-40 of
+    it, far above the rounding of these few steps) of the limit is left to `average_values`.
+    """
+    if not hi:
+        return 0.0  # as `float_mean`: the exact sum is zero
+    n = len(values)
+    q = hi / n
+    if n < _SMALL_COUNT and 1e-250 < abs(q) < 1e290:
+        values.append(-hi)  # taken off below: the list may be read by the columns after this one
+        lo: float | None
+        try:
+            lo = fsum(values)  # the exact sum minus hi, rounded once
+        except (OverflowError, ValueError):
+            lo = None
+        finally:
+            values.pop()
+        if lo is None:
+            return average_values(values)
+        slack = math.ulp(lo) * 2.0
+        r = _remainder_of_sum(hi, lo, q, n, slack)
+        if r is None:
+            return q
+        q = q + r / n
+        if 1e-250 < abs(q) < 1e290 and _remainder_of_sum(hi, lo, q, n, slack) is None:
+            return q
+    return average_values(values)
+
+
+def _remainder_of_sum(hi: float, lo: float, q: float, n: int, slack: float) -> float | None:
+    """None if ``q`` is surely the exact mean rounded once, where the exact sum is ``hi + lo``
+    give or take ``slack / 4``; else ``hi + lo - q * n`` rounded (`_remainder` for a sum
+    already found)."""
+    c = q * _SPLIT
+    q1 = c - (c - q)
+    q2 = q - q1
+    r = fsum((hi, lo, -q1 * n, -q2 * n))
+    limit = math.ulp(q) * n * 0.5
+    if abs(math.frexp(q)[0]) == 0.5 and ((r > 0) != (q > 0) or abs(r) <= slack):
+        limit *= 0.5  # q a power of two: the next float toward zero is half a unit away
+    if abs(r) * (1.0 + 2.0 ** -40) + slack < limit:
+        return None
+    return r
+
+
 def _remainder(values: list[Any], q: float, n: int) -> float | None:
     """None if ``q`` is the exact mean of ``values`` rounded once, else ``sum - q * n``
     rounded (``n`` below `_SMALL_COUNT`; ``q`` normal and far from overflowing)."""
@@ -244,8 +311,9 @@ def _mean_near_a_boundary(values: list[Any], hi: float, n: int) -> float | None:
 
 
 def _only(values: list[Any], cls: type) -> bool:
-    types = set(map(type, values))
-    return len(types) == 1 and cls in types
+    """Whether every value's type is exactly ``cls`` (and there is one): counting the types
+    that are ``cls`` compares by identity in C, without `set`'s hashing."""
+    return bool(values) and countOf(map(type, values), cls) == len(values)
 
 
 def sum_values(values: list[Any], fname: str) -> Any:

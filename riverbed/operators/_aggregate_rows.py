@@ -63,7 +63,7 @@ from ._aggregate_functions import (
 from ._aggregate_functions import (
     Any as AnyOf,
 )
-from ._aggregate_math import average_values, extreme, sum_values
+from ._aggregate_math import average_values, extreme, float_total, float_total_mean, sum_values
 
 __all__ = ["Column", "RowBuilder", "compile_rows", "compiled", "reads_scope"]
 
@@ -117,10 +117,19 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
     (``accs`` its accumulators if it has incremental columns, ``scope`` a `Scope` if
     `reads_scope`, ``pane`` the pane event on a timeInterval window)."""
     env: dict[str, Any] = {"sum_of": _sum_of, "average_of": average_values, "min_of": _min_of,
-                           "max_of": _max_of}
+                           "max_of": _max_of, "float_total": float_total,
+                           "float_total_mean": float_total_mean}
     head: list[str] = []
     items: list[str] = []
     reads: dict[Any, str] = {}  # an expression -> the name of its values list
+    totals: set[str] = set()  # values lists whose float total is already taken (``t0``...)
+    # Sum and Average of one expression share its float total (`float_total`): one type check
+    # and one fsum for both, where `sum_of` and `average_of` each took their own.
+    summed: dict[Any, int] = {}
+    for _attr, kind, obj, _index in columns:
+        if kind == "function" and type(obj) in (Sum, Average):
+            key = obj.value if isinstance(obj.value, str) else id(obj.value)
+            summed[key] = summed.get(key, 0) + 1
     bound: set[str] = set()  # accumulators already taken from ``accs``
     uses_last = False
 
@@ -167,6 +176,20 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
             expr = "len(tuples)"
         elif cls in _PANE_ATTRIBUTES:
             expr = f"pane.{_PANE_ATTRIBUTES[cls]}"
+        elif cls in (Sum, Average) and summed[obj.value if isinstance(obj.value, str)
+                                              else id(obj.value)] > 1:
+            values = values_of(obj)
+            name = reads[obj.value if isinstance(obj.value, str) else id(obj.value)]
+            total = f"t{name[1:]}"
+            if total in totals:
+                taken = f"{total} is not None"
+            else:
+                totals.add(total)
+                taken = f"({total} := float_total({values})) is not None"
+            if cls is Sum:
+                expr = f"({total} + 0.0 if {taken} else sum_of({name}))"
+            else:
+                expr = f"(float_total_mean({name}, {total}) if {taken} else average_of({name}))"
         elif cls in (Sum, Average, Min, Max):
             values = values_of(obj)
             expr = {Sum: "sum_of", Average: "average_of", Min: "min_of", Max: "max_of"}[cls] + f"({values})"

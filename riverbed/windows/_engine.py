@@ -227,7 +227,7 @@ class WindowEngine(Generic[T]):
                                 self._delta_evict, self._check_tie, self._tied)
             compiled = compile_inserters(self, config, state, key_of=self._partitioner.key_of,
                                          listeners=self._events, live=live, hooks=hooks,
-                                         lazy=self._lazy)
+                                         lazy=self._lazy, key_attr=self._partitioner.attribute)
         if compiled is None:
             self._insert, self._insert_tuples = self._insert_generic, self._insert_each
         else:

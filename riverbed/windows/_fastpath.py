@@ -25,8 +25,14 @@ that take 70 to 300 ns a tuple. The generated source is registered with
 Batches: with no listener there is no event to raise, so a batch runs the
 step without events in one loop (a tumbling time or punct window without
 INSERTION listeners extends its list in one call); with listeners it runs the
-step with its events, inline too. No timer fires inside a batch (the clock
-only moves in `advance_time`), so a batch arrives at one instant. The index of
+step with its events, inline too. A tumbling count window whose listeners hear
+nothing but the tumble (an Aggregate's EVICTION) raises nothing per tuple, so
+its batch loop checks staleness only after a tumble or a generic insert, the
+calls that can reach a listener, not before each tuple. A key that is an
+attribute read by the default getter is read as ``parts[t[key_attr]]``: the
+same read as ``operator.itemgetter``, without the calls. No timer fires inside
+a batch (the clock only moves in `advance_time`), so a batch arrives at one
+instant. The index of
 a failing tuple (``batch_failed_at``) comes from the list iterator's length
 hint when something raises, which costs nothing per tuple.
 
@@ -59,7 +65,7 @@ import linecache
 import re
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import length_hint
 from typing import Any
 
@@ -101,6 +107,7 @@ class Shape:
     tracks_order: bool = False  # sliding delta: C++ order tracking, the engine's eviction
     periodic: bool = False  # sliding count or time: a time(T) trigger (a timer's), none on insert
     lazy: bool = False  # sliding time: no eviction timer, evictions wait for the next tick (C++)
+    keyed: bool = False  # partitioned by an attribute read as ``t[key_attr]`` (the default getter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,10 @@ class _Step:
     # raises inline count (a tumble raises its EVICTION through the engine).
     tuple_events_when: str = "listeners or inserted"
     bulk_single: str | None = None  # the eventless batch of an unpartitioned window, in one call
+    # The step calls listeners only through ``flush`` (its last statement) and the generic path,
+    # unless INSERTION is heard: with other listeners only, a batch checks staleness after those
+    # calls, not before every tuple, and raises nothing per tuple (a tumbling count window).
+    flush_last: bool = False
 
 
 # --------------------------------------------------------------------- the steps
@@ -259,7 +270,7 @@ def _sliding_delta(s: Shape) -> str:
 
 
 _STEPS = {
-    "tumbling_count": _Step(_tumbling_count, tuple_events_when="inserted"),
+    "tumbling_count": _Step(_tumbling_count, tuple_events_when="inserted", flush_last=True),
     "tumbling_append": _Step(_tumbling_append, events_when="inserted", tuple_events_when="inserted",
                              bulk_single="single.tuples.extend(batch)"),
     "tumbling_delta": _Step(_tumbling_delta, reads_value=True, tuple_events_when="inserted"),
@@ -335,9 +346,18 @@ def _all(etype: str, expr: str) -> str:
     """
 
 
-def _locate(partitioned: bool) -> str:
+def _locate(partitioned: bool, keyed: bool = False) -> str:
     if not partitioned:
         return "part = single"
+    if keyed:  # ``key_of`` is ``itemgetter(key_attr)``: the same read, and a dict's, without calls
+        return """
+    try:
+        part = parts[t[key_attr]]
+    except Exception:  # a new partition, or a bad key: the generic path raises the typed error
+        part = None
+    if part is None:
+        @miss
+    """
     return """
     try:
         part = parts.get(key_of(t))
@@ -382,6 +402,26 @@ def _expand(source: str, *, events: bool, miss: str, now: str, compare: str) -> 
     return out
 
 
+def _flush_last_loop(step: _Step, insertion: Callable[..., list[str]]) -> list[str]:
+    """The batch loop of a `_Step.flush_last` step while listeners hear anything but INSERTION:
+    the step without per-tuple events, staleness checked after each call that may reach a
+    listener. A changed path, or an INSERTION listener a listener registered, then gets the
+    rest of the batch (``t`` becomes ``handed``: this tuple is done)."""
+    if not step.flush_last:
+        return []
+    stale = ["if not live[0] or inserted:  # a listener changed the path or listens: hand over",
+             "    t = handed", "    break"]
+    lines = insertion(False, "\n".join(["generic(t)", *stale, "continue"]), "state.now")
+    assert lines[-1].strip() == "flush(part)", lines  # the check below goes right after it
+    indent = lines[-1][: len(lines[-1]) - len(lines[-1].lstrip())]
+    lines += [indent + line for line in stale]
+    return ["            if listeners and not inserted:",
+            "                for t in rest:",
+            *_indent(lines, 5),
+            "                else:",
+            "                    return"]
+
+
 def _indent(lines: list[str], depth: int) -> list[str]:
     return ["    " * depth + line for line in lines]
 
@@ -394,8 +434,8 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
     read = _lines(_READ) if step.reads_value else []
 
     def insertion(events: bool, miss: str, now: str) -> list[str]:
-        return [*read, *_expand(_locate(shape.partitioned), events=events, miss=miss, now=now,
-                                compare=compare),
+        return [*read, *_expand(_locate(shape.partitioned, shape.keyed), events=events, miss=miss,
+                                now=now, compare=compare),
                 *_expand(body, events=events, miss=miss, now=now, compare=compare)]
 
     one_miss, loop_miss = "return generic(t)", "generic(t)\ncontinue"
@@ -431,7 +471,8 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
         "        n = len(batch)",
         "        rest = iter(batch)",
         "        try:",
-        f"            if {step.events_when}:",
+        *_flush_last_loop(step, insertion),
+        f"            {'elif' if step.flush_last else 'if'} {step.events_when}:",
         "                for t in rest:",
         "                    if not live[0]:  # a listener changed the insert path: hand over",
         "                        break",
@@ -444,9 +485,10 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
         "        except BaseException:",
         "            window.batch_failed_at = n - length_hint(rest) - 1",
         "            raise",
-        "        done = n - length_hint(rest) - 1",
+        "        retry = [*rest] if t is handed else [t, *rest]",
+        "        done = n - len(retry)",
         "        try:",
-        "            window.insert_tuples([t, *rest])",
+        "            window.insert_tuples(retry)",
         "        except BaseException:",
         "            window.batch_failed_at += done",
         "            raise",
@@ -462,8 +504,10 @@ _NAMES = (
     "triggered_to", "spare_insertion", "spare_eviction", "Event", "INSERTION", "EVICTION",
     "TRIGGER", "INITIAL_FULL", "size", "every", "ev_ns", "attr_of", "missing", "check", "exact_int",
     "exact_float", "out", "bound", "MISSING", "SAFE_INT_MIN", "SAFE_INT_MAX", "length_hint",
-    "check_tie", "tied",
+    "check_tie", "tied", "key_attr", "handed",
 )
+
+_HANDED = object()  # a batch loop's ``t`` when the tuple is done and the rest is handed over
 
 _FACTORIES: dict[Shape, Callable[[dict[str, Any]], Inserters]] = {}
 
@@ -525,16 +569,20 @@ def _compare(out: Callable[[Any, Any, Any], bool]) -> str:
 
 def compile_inserters(window: Any, config: WindowConfig, state: WindowState, *,
                       key_of: Callable[[Any], Any] | None, listeners: ListenerRegistry,
-                      live: list[bool], hooks: EngineHooks, lazy: bool = False) -> Inserters | None:
+                      live: list[bool], hooks: EngineHooks, lazy: bool = False,
+                      key_attr: str | None = None) -> Inserters | None:
     """The compiled ``(insert, insert_tuples)`` of a window in this state, or None.
 
     ``live`` is the window's flag for this compilation: the window clears it
     when it compiles again, and the functions then hand over to its current
-    ones (``window.insert``, ``window.insert_tuples``).
+    ones (``window.insert``, ``window.insert_tuples``). ``key_attr``: the partition key's
+    attribute when ``key_of`` is ``operator.itemgetter`` of it.
     """
     shape = shape_for(config, lazy)
     if shape is None:
         return None
+    if key_attr is not None and shape.partitioned:
+        shape = replace(shape, keyed=True)
     handlers = listeners.handlers
     reader = config.ev_reader
     env: dict[str, Any] = {
@@ -555,14 +603,14 @@ def compile_inserters(window: Any, config: WindowConfig, state: WindowState, *,
         "exact_float": reader.exact_float if reader else False,
         "out": config.ev_out, "bound": config.ev_bound,
         "MISSING": MISSING, "SAFE_INT_MIN": SAFE_INT_MIN, "SAFE_INT_MAX": SAFE_INT_MAX,
-        "length_hint": length_hint,
+        "length_hint": length_hint, "key_attr": key_attr, "handed": _HANDED,
     }
     return _factory(shape)(env)
 
 
 SHAPES = tuple(
-    Shape(step, partitioned, compare, java, order, periodic, lazy)
+    Shape(step, partitioned, compare, java, order, periodic, lazy, keyed)
     for step in _STEPS for partitioned in (False, True) for compare in ("java", "cpp", "call")
     for java in (False, True) for order in (False, True) for periodic in (False, True)
-    for lazy in (False, True))
+    for lazy in (False, True) for keyed in (False, True))
 """Every shape the generator accepts (more than `shape_for` picks), for a test that compiles all."""
