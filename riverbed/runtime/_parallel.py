@@ -162,6 +162,7 @@ class ParallelHost:
         self.spec = spec
         self.name = spec.name
         self.width = spec.width
+        self.processes = spec.worker_processes()
         members = set(spec.members)
         self.runners = {n: job.runners[n] for n in spec.members}
         self.capacity = self.runners[spec.members[0]].odef.queue_batches
@@ -429,46 +430,62 @@ class ParallelHost:
         finally:
             self.close()
 
+    def _groups(self) -> list[list[_Channel]]:
+        """The channels each worker process hosts: channel i in process i % processes, so a
+        region of width 4 on 2 processes runs channels 0 and 2 in one, 1 and 3 in the other."""
+        n = self.processes
+        return [self.channels[p::n] for p in range(n)]
+
     async def _start_channels(self) -> None:
         ctx = multiprocessing.get_context("fork")  # the graph (functions, operators) is inherited
         now = self.job.clock.now()
         region = self.region
         restore = self._restore
         wall_clock = type(self.job.clock) is RealClock
-        for ch in self.channels:
+        for group in self._groups():
             asking = self._asking() if self.sources else None
-            parent, child = socket.socketpair()
-            _PARENT_FDS.add(parent.fileno())
-            ch.sock, ch.fd = parent, parent.fileno()
-            proc = ctx.Process(target=serve, name=f"riverbed-{self.job.name}-{self.name}-{ch.index}",
-                               args=(child, sorted(_PARENT_FDS), self.job.graph, self.spec.members),
-                               kwargs={"name": f"{self.job.name}/{self.name}[{ch.index}]", "now": now,
+            children: list[socket.socket] = []
+            for ch in group:
+                parent, child = socket.socketpair()
+                _PARENT_FDS.add(parent.fileno())
+                ch.sock, ch.fd = parent, parent.fileno()
+                children.append(child)
+            indices = [ch.index for ch in group]
+            proc = ctx.Process(target=serve, name=f"riverbed-{self.job.name}-{self.name}-"
+                                                  f"{'.'.join(map(str, indices))}",
+                               args=(children, sorted(_PARENT_FDS), self.job.graph, self.spec.members),
+                               kwargs={"name": f"{self.job.name}/{self.name}", "now": now,
                                        "region": None if region is None else region.name,
                                        "region_members": frozenset() if region is None
                                        else region.member_names,
-                                       "restore": None if restore is None else restore[ch.index],
-                                       "channel": ch.index, "width": self.width,
+                                       "restore": None if restore is None
+                                       else [restore[i] for i in indices],
+                                       "channels": indices, "width": self.width,
                                        "key": self._splitter.key, "wall_clock": wall_clock,
                                        "batch": self.job.batch_size,
                                        "stopping": self.job.stopping, "suspend": self._suspending,
                                        "checkpoint": asking},
                                daemon=True)
             proc.start()
-            child.close()
-            ch.process = proc
-            ch.metrics.pid = proc.pid
-            ch.metrics.alive = True
-            ch.outstanding = 1  # the worker's first answer: what activation raised, its deadline
-            ch.producing = bool(self.sources)
-            self.job.log_region("channel_started", level="info", region=self.name, channel=ch.index,
-                                kind=ch.metrics.kind,
-                                pid=proc.pid, operators=list(self.spec.members),
-                                restored=restore is not None, restarts=self.restarts)
-            ch.asked = asking or 0
-            ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
-            asking = self._asking() if self.sources else None
-            if asking is not None and ch.asked < asking:  # asked while it was connecting
-                self._ask(ch, asking)
+            for child in children:
+                child.close()
+            for ch in group:
+                ch.process = proc
+                ch.metrics.pid = proc.pid
+                ch.metrics.alive = True
+                ch.outstanding = 1  # the worker's first answer: what activation raised, its deadline
+                ch.producing = bool(self.sources)
+                ch.asked = asking or 0
+                self.job.log_region("channel_started", level="info", region=self.name,
+                                    channel=ch.index, kind=ch.metrics.kind,
+                                    pid=proc.pid, operators=list(self.spec.members),
+                                    restored=restore is not None, restarts=self.restarts)
+            for ch in group:
+                assert ch.sock is not None
+                ch.reader, ch.writer = await asyncio.open_unix_connection(sock=ch.sock)
+                asking = self._asking() if self.sources else None
+                if asking is not None and ch.asked < asking:  # asked while it was connecting
+                    self._ask(ch, asking)
         if self.job.stopping:
             self.request_stop()  # asked while they were starting
         self._kick()
@@ -650,8 +667,7 @@ class ParallelHost:
         worker took a moment to exit."""
         for ch in self.channels:
             self._close_socket(ch)
-        procs = [ch.process for ch in self.channels
-                 if ch.process is not None and ch.process.is_alive()]
+        procs = [p for p in self._processes() if p.is_alive()]
         if not procs:
             return
         loop = asyncio.get_running_loop()
@@ -692,24 +708,34 @@ class ParallelHost:
             self._keepalive_task = None
         for ch in self.channels:
             self._close_socket(ch)
-        for ch in self.channels:
-            proc = ch.process
-            if proc is None:
-                continue
+        for proc in self._processes():
+            group = [ch for ch in self.channels if ch.process is proc]
+            finished = all(ch.finished for ch in group)
             if proc.is_alive():
                 # It saw EOF and exits on its own: a finished one is given time to (a loaded
                 # machine can take seconds), one that did not finish only a moment.
-                proc.join(5.0 if ch.finished else 0.2)
+                proc.join(5.0 if finished else 0.2)
             if proc.is_alive():
                 proc.kill()
             proc.join(2.0)
-            ch.metrics.alive = proc.is_alive()
-            self.job.log_region("channel_ended", level="info" if ch.finished else "warning",
-                                region=self.name, channel=ch.index, pid=ch.metrics.pid,
-                                exitcode=proc.exitcode, finished=ch.finished)
-            if not ch.metrics.alive:
+            alive = proc.is_alive()
+            for ch in group:
+                ch.metrics.alive = alive
+                self.job.log_region("channel_ended", level="info" if ch.finished else "warning",
+                                    region=self.name, channel=ch.index, pid=ch.metrics.pid,
+                                    exitcode=proc.exitcode, finished=ch.finished)
+                if not alive:
+                    ch.process = None
+            if not alive:
                 proc.close()
-                ch.process = None
+
+    def _processes(self) -> list[BaseProcess]:
+        """The region's worker processes (a process hosts one channel or several)."""
+        procs: dict[int, BaseProcess] = {}
+        for ch in self.channels:
+            if ch.process is not None:
+                procs.setdefault(id(ch.process), ch.process)
+        return list(procs.values())
 
     # ------------------------------------------------------------------ errors
 
