@@ -1,4 +1,5 @@
-"""A worker process of a parallel region: one channel's operators, hosted by a `SyncGraph`.
+"""A worker process of a parallel region: one or several channels' operators, each channel
+hosted by a `SyncGraph` of its own.
 
 Why `SyncGraph` and not an event loop of its own: it drives the very `OperatorCore` the
 runtime drives (windows, punctuation, watermarks, error ports, schema checks), one item at a
@@ -8,6 +9,10 @@ so channels agree on time with each other and with the rest of the job, and a jo
 `VirtualClock` runs as deterministically with worker processes as without. The worker is
 forked from the job's process (the graph, with its functions and operator objects, needs no
 pickling) and never touches the event loop it inherited.
+
+A process hosting several channels (a region wider than its ``processes``) serves each exactly
+as below, on the channel's own socket, one message or one replica batch at a time in turn; what
+one channel does never touches another's operators.
 
 The worker reads one message, handles it completely, and answers once: what its operators sent
 out of the region (``exits``), its next deadline, whether it finished, the states its operators
