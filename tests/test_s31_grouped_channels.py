@@ -219,3 +219,59 @@ def test_a_process_of_two_channels_killed_mid_run_heals_the_region_exactly(tmp_p
     got = path.read_bytes()
     assert sorted(got.splitlines()) == sorted(expected.splitlines())
     assert by_key_lines(got) == by_key_lines(expected)
+
+
+class Endless(Source):
+    """Tuples of 13 keys until the job stops."""
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        i = 0
+        while not ctx.stopping:
+            self.submit({"k": f"key{i % 13}", "v": i})
+            i += 1
+            if i % 100 == 0:
+                await ctx.flush()
+
+
+class Seen(Operator):
+    """Sets ``enough`` (an event of the job's loop) once ``at`` tuples came."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.n = at, 0
+        self.enough: asyncio.Event | None = None
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.n += 1
+        if self.n >= self.at and self.enough is not None:
+            self.enough.set()
+
+
+def test_a_process_of_two_channels_killed_stops_the_job_naming_both_channels() -> None:
+    g = Graph("endless")
+    src = g.source("src", Endless(), schema=KEYED)
+    with g.parallel(4, partition_by="k").processes(2):
+        out = g.operator("where", Where(), [src])
+    seen = Seen(400)
+    g.sink("sink", seen, [out])
+    job = Job(g)
+    pids: list[int | None] = []
+
+    async def main() -> None:
+        seen.enough = asyncio.Event()
+        run = asyncio.ensure_future(job.run())
+        await asyncio.wait({run, asyncio.ensure_future(seen.enough.wait())},
+                           return_when=asyncio.FIRST_COMPLETED)
+        assert not run.done()
+        pids.extend(m.pid for m in job.parallel[0].metrics())
+        assert pids[1] is not None and pids[1] == pids[3]
+        os.kill(pids[1], 9)
+        await run
+
+    with pytest.raises(JobError) as info:
+        asyncio.run(main())
+    (err,) = info.value.errors
+    text = str(err)
+    assert ("channel 1 (pid " in text and "with channel(s) 3 in that process" in text) or \
+        ("channel 3 (pid " in text and "with channel(s) 1 in that process" in text), text
+    assert f"(pid {pids[1]}, " in text and "killed by signal 9" in text

@@ -118,7 +118,9 @@ class ChannelMetrics:
     capacity: int = 0
     backpressure_waits: int = 0
     finished: bool = False
-    cpu_seconds: float = 0.0  # the worker process's CPU time (user + system), as it last said
+    # The worker process's CPU time (user + system), as it last said: channels sharing a
+    # process (a region wider than its ``processes``) each show the process's.
+    cpu_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -218,6 +220,7 @@ class ParallelHost:
         self._task: asyncio.Task[None] | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
         self._merging = 0  # answers being merged and delivered
+        self._dead: set[int] = set()  # the processes (ids) whose death a channel reported
         self.done = False
 
     def _new_merges(self) -> None:
@@ -407,6 +410,7 @@ class ParallelHost:
         self._new_merges()
         self._splitter.reset()
         self._merging = 0
+        self._dead.clear()
         try:
             await self._run()
         except Exception as exc:
@@ -575,6 +579,9 @@ class ParallelHost:
                     (n,) = _LONG.unpack(await reader.readexactly(8))
                 msg = loads(await reader.readexactly(n))
             except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                if ch.process is not None and id(ch.process) in self._dead:
+                    # Its process died, and the channel that saw it first says so: one error.
+                    await asyncio.get_running_loop().create_future()
                 raise self._died(ch) from exc
             kind = msg[0]
             if kind == FAILED:
@@ -751,12 +758,16 @@ class ParallelHost:
         proc = ch.process
         code = None
         if proc is not None:
+            self._dead.add(id(proc))
             proc.join(1.0)
             code = proc.exitcode
         how = ("still running" if code is None else f"killed by signal {-code}" if code < 0
                else f"exit code {code}")
+        shared = [c.index for c in self.channels
+                  if proc is not None and c.process is proc and c is not ch]
+        also = f", with channel(s) {', '.join(map(str, shared))} in that process" if shared else ""
         return ChannelError(f"{self.where}: channel {ch.index} (pid "
-                            f"{ch.metrics.pid}, operators {', '.join(self.members)}) ended without "
+                            f"{ch.metrics.pid}{also}, operators {', '.join(self.members)}) ended without "
                             f"finishing ({how}); "
                             + ("its consistent region resets from its last checkpoint"
                                if self.region is not None and self.region.heals else
