@@ -4,7 +4,7 @@ Usage::
 
     .venv/bin/python bench/parallel.py [--n N] [--repeat K] [--widths 1,2,4] [--only W2]
                                        [--shapes split,replicated] [--input partitions]
-                                       [--sink collect]
+                                       [--sink collect] [--processes P]
 
 Each workload (see `workloads`: per sensor, event-time panes of 10 s, tumbling for W2,
 sliding every 5 s for W3) runs as ``source -> Aggregate -> sink`` at each width, in two shapes,
@@ -23,6 +23,10 @@ and once with no region (everything in the job's process):
   a partitioned topic or file set does, and pays nothing for the others' rows); its tuples
   go straight into the channel's Aggregate (no split, no pickling); the job's process only
   merges the results.
+
+A region of width 4 on a machine of 2 cores runs in 2 worker processes, two channels each
+(``--processes`` sets the most a region runs in; ``--processes 4`` gives each channel a process
+of its own, as before channels were grouped).
 
 Variants alternate, each ``--repeat`` times (default 3); the table gives the median tuples/s,
 and the ratios width 2 / width 1, width 4 / width 2, and each width / no region. Every run's
@@ -188,7 +192,8 @@ class CollectSink(Operator):
 
 
 def graph(workload: str, readings: Columns, digest: Digest, variant: Variant,
-          dicts: bool = False, collect: list[Any] | None = None) -> Graph:
+          dicts: bool = False, collect: list[Any] | None = None,
+          processes: int | None = None) -> Graph:
     shape, width = variant
     g = Graph(f"parallel-{workload}")
     agg = Aggregate({"start": IntervalStart(), "count": Count(), "avg": Average("value")},
@@ -202,10 +207,10 @@ def graph(workload: str, readings: Columns, digest: Digest, variant: Variant,
         out = g.operator("agg", agg, [src.window(CLAUSES[workload], partition_by="sensor")])
     elif shape == "split":
         src = source(ReadColumns(readings, dicts))
-        with g.parallel(width, partition_by="sensor"):
+        with g.parallel(width, partition_by="sensor").processes(processes):
             out = g.operator("agg", agg, [src.window(CLAUSES[workload], partition_by="sensor")])
     else:
-        with g.parallel(width, partition_by="sensor"):
+        with g.parallel(width, partition_by="sensor").processes(processes):
             src = source(ShareOfReadings(readings, dicts))
             out = g.operator("agg", agg, [src.window(CLAUSES[workload], partition_by="sensor")])
     g.sink("sink", DigestSink(digest) if collect is None else CollectSink(collect), [out])
@@ -218,12 +223,12 @@ def _children_cpu() -> float:
 
 
 def run_once(workload: str, readings: Columns, variant: Variant, dicts: bool,
-             collect: bool = False) -> dict[str, Any]:
+             collect: bool = False, processes: int | None = None) -> dict[str, Any]:
     import asyncio
 
     digest = Digest(workload)
     records: list[Any] | None = [] if collect else None
-    job = Job(graph(workload, readings, digest, variant, dicts, records))
+    job = Job(graph(workload, readings, digest, variant, dicts, records, processes))
     gc.collect()
     children = _children_cpu()
     cpu = time.process_time()
@@ -370,11 +375,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sink", choices=("digest", "collect"), default="digest",
                         help="digest: the sink hashes each result as it comes (default); "
                              "collect: it keeps them, hashed after the clock stops")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="the most worker processes a region runs in (default: the CPU "
+                             "count; a channel per process: a width's own number)")
     args = parser.parse_args(argv)
     widths = [int(w) for w in args.widths.split(",")]
     readings = make_readings(args.n)
     print(f"parallel regions: {args.n:,} readings, 1000 sensors, {os.cpu_count()} CPUs, "
-          f"Python {sys.version.split()[0]}, median of {args.repeat} alternating runs")
+          f"Python {sys.version.split()[0]}, median of {args.repeat} alternating runs, "
+          f"worker processes a region: at most {args.processes or os.cpu_count()}")
     columns = Columns(readings)
     if args.input == "partitions":
         columns.partition(widths)
@@ -387,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in range(args.repeat):
             for v in variants:
                 runs[v].append(run_once(workload, columns, v, args.input == "dicts",
-                                        args.sink == "collect"))
+                                        args.sink == "collect", args.processes))
         reference = runs[("none", None)][0]["summary"]
         print(f"\n{workload}: Aggregate over '{CLAUSES[workload]}' ({reference['records']:,} records)")
         print(f"  {'variant':<22} {'tuples/s':>10} {'vs 1 proc':>9} {'main us/t':>9} "
@@ -406,7 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # What the CPU seconds allow on idle cores: the busiest process, or all the work
             # shared by the cores, whichever is slower (a model: it ignores waiting).
             cores = os.cpu_count() or 1
-            busiest = max(main_cpu, worker_cpu / (width or 1), (main_cpu + worker_cpu) / cores)
+            procs = min(width or 1, args.processes or cores)  # worker processes of the region
+            busiest = max(main_cpu, worker_cpu / procs, (main_cpu + worker_cpu) / cores)
             bound[v] = args.n / busiest
             print(f"  {label:<22} {rate[v]:>10,.0f} {rate[v] / rate[('none', None)]:>8.2f}x "
                   f"{main_cpu / args.n * 1e6:>9.2f} {worker_cpu / args.n * 1e6:>12.2f} "

@@ -61,13 +61,23 @@ class ParallelRegion:
     """One parallel region of a frozen graph: ``width`` channels of ``members`` (graph order).
 
     ``partition_by`` is an attribute name or a function of a tuple (keyed), or None
-    (round-robin)."""
+    (round-robin). ``processes``: how many worker processes host the channels at most (None:
+    the CPU count of the machine that runs the job)."""
 
     name: str
     width: int
     partition_by: PartitionKey | None = None
     members: tuple[str, ...] = ()
     process: bool = False  # a process group (`Graph.process`): width 1, no key
+    processes: int | None = None
+
+    def worker_processes(self) -> int:
+        """How many worker processes run the region: one per channel, but no more than
+        ``processes`` (default: the CPU count). Why not always one per channel: on a machine
+        with fewer cores than channels, the extra processes only add forks, exits, context
+        switches and caches to refill; a process then hosts several channels, each unchanged
+        (its own operators, replicas, keys, socket and metrics)."""
+        return max(1, min(self.width, self.processes or os.cpu_count() or 1))
 
     @property
     def keyed(self) -> bool:
@@ -129,10 +139,30 @@ class ParallelBlock:
     def width(self) -> int:
         return self.spec.width
 
+    def processes(self, processes: int | None) -> ParallelBlock:
+        """Host the region's channels in at most ``processes`` worker processes (None: the CPU
+        count, the default): ``with g.parallel(4, partition_by="k").processes(2):``."""
+        self.spec = replace(self.spec, processes=_processes(self.spec.name, processes))
+        return self
 
-def parallel_spec(name: str, width: Any, partition_by: Any, params: Mapping[str, Any]) -> ParallelRegion:
+
+def _processes(name: str, processes: Any) -> int | None:
+    if isinstance(processes, str) and processes.strip().isdigit():
+        processes = int(processes)  # `-p processes=2` read as text
+    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int)
+                                  or not 1 <= processes <= MAX_WIDTH):
+        raise GraphError(None, "parallel", f"parallel region {name!r}: processes={processes!r}: "
+                                           f"expected an int from 1 to {MAX_WIDTH} (the most "
+                                           "worker processes hosting its channels), or None "
+                                           "(the CPU count)")
+    return processes
+
+
+def parallel_spec(name: str, width: Any, partition_by: Any, params: Mapping[str, Any],
+                  processes: Any = None) -> ParallelRegion:
     """A region from `Graph.parallel`'s arguments, checked at once. ``width`` None: the graph's
-    ``width`` parameter if it has one, else the CPU count."""
+    ``width`` parameter if it has one, else the CPU count. ``processes`` None: the graph's
+    ``processes`` parameter if it has one, else (at run time) the CPU count."""
     if not _NAME.match(name):
         raise GraphError(None, "parallel", f"parallel region name {name!r}: use letters, digits, "
                                            "_ . -")
@@ -148,7 +178,9 @@ def parallel_spec(name: str, width: Any, partition_by: Any, params: Mapping[str,
         raise GraphError(None, "parallel", f"parallel region {name!r}: partition_by="
                                            f"{partition_by!r}: expected an attribute name, a "
                                            "function of a tuple, or None (round-robin)")
-    return ParallelRegion(name, width, partition_by)
+    if processes is None:
+        processes = params.get("processes")
+    return ParallelRegion(name, width, partition_by, processes=_processes(name, processes))
 
 
 def process_spec(name: str) -> ParallelRegion:

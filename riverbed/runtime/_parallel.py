@@ -1,4 +1,12 @@
-"""A parallel region in the job's process: its channels (worker processes), the split, the merge.
+"""A parallel region in the job's process: its channels (in worker processes), the split, the merge.
+
+Processes: a region of width W runs in min(W, ``processes``) worker processes (the region's
+``processes``, default the CPU count), channel i in process i % processes. Why not a process
+per channel: on 2 cores, width 4 in 4 processes cost 12-16 % more worker CPU a tuple than width
+2 (forks, exits, context switches, caches refilled), against 6 % more instructions; grouped,
+2-4 % (docs/decisions.md). Each channel keeps its own socket, operators, replicas, keys,
+metrics and bounded queue, so everything below is per channel as with a process each; a
+process that dies takes all its channels, and the region resets as for one.
 
 The region's operators keep their `OperatorRunner`s in the job, but those never run: upstream
 operators deliver into the members' inboxes as usual (so backpressure reaches them as usual),
@@ -110,7 +118,9 @@ class ChannelMetrics:
     capacity: int = 0
     backpressure_waits: int = 0
     finished: bool = False
-    cpu_seconds: float = 0.0  # the worker process's CPU time (user + system), as it last said
+    # The worker process's CPU time (user + system), as it last said: channels sharing a
+    # process (a region wider than its ``processes``) each show the process's.
+    cpu_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -155,13 +165,14 @@ class _Channel:
 
 
 class ParallelHost:
-    """Runs one parallel region of a job in ``width`` worker processes."""
+    """Runs one parallel region of a job: ``width`` channels in ``processes`` worker processes."""
 
     def __init__(self, job: Job, spec: ParallelRegion) -> None:
         self.job = job
         self.spec = spec
         self.name = spec.name
         self.width = spec.width
+        self.processes = spec.worker_processes()
         members = set(spec.members)
         self.runners = {n: job.runners[n] for n in spec.members}
         self.capacity = self.runners[spec.members[0]].odef.queue_batches
@@ -209,6 +220,7 @@ class ParallelHost:
         self._task: asyncio.Task[None] | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
         self._merging = 0  # answers being merged and delivered
+        self._dead: set[int] = set()  # the processes (ids) whose death a channel reported
         self.done = False
 
     def _new_merges(self) -> None:
@@ -398,6 +410,7 @@ class ParallelHost:
         self._new_merges()
         self._splitter.reset()
         self._merging = 0
+        self._dead.clear()
         try:
             await self._run()
         except Exception as exc:
@@ -429,46 +442,62 @@ class ParallelHost:
         finally:
             self.close()
 
+    def _groups(self) -> list[list[_Channel]]:
+        """The channels each worker process hosts: channel i in process i % processes, so a
+        region of width 4 on 2 processes runs channels 0 and 2 in one, 1 and 3 in the other."""
+        n = self.processes
+        return [self.channels[p::n] for p in range(n)]
+
     async def _start_channels(self) -> None:
         ctx = multiprocessing.get_context("fork")  # the graph (functions, operators) is inherited
         now = self.job.clock.now()
         region = self.region
         restore = self._restore
         wall_clock = type(self.job.clock) is RealClock
-        for ch in self.channels:
+        for group in self._groups():
             asking = self._asking() if self.sources else None
-            parent, child = socket.socketpair()
-            _PARENT_FDS.add(parent.fileno())
-            ch.sock, ch.fd = parent, parent.fileno()
-            proc = ctx.Process(target=serve, name=f"riverbed-{self.job.name}-{self.name}-{ch.index}",
-                               args=(child, sorted(_PARENT_FDS), self.job.graph, self.spec.members),
-                               kwargs={"name": f"{self.job.name}/{self.name}[{ch.index}]", "now": now,
+            children: list[socket.socket] = []
+            for ch in group:
+                parent, child = socket.socketpair()
+                _PARENT_FDS.add(parent.fileno())
+                ch.sock, ch.fd = parent, parent.fileno()
+                children.append(child)
+            indices = [ch.index for ch in group]
+            proc = ctx.Process(target=serve, name=f"riverbed-{self.job.name}-{self.name}-"
+                                                  f"{'.'.join(map(str, indices))}",
+                               args=(children, sorted(_PARENT_FDS), self.job.graph, self.spec.members),
+                               kwargs={"name": f"{self.job.name}/{self.name}", "now": now,
                                        "region": None if region is None else region.name,
                                        "region_members": frozenset() if region is None
                                        else region.member_names,
-                                       "restore": None if restore is None else restore[ch.index],
-                                       "channel": ch.index, "width": self.width,
+                                       "restore": None if restore is None
+                                       else [restore[i] for i in indices],
+                                       "channels": indices, "width": self.width,
                                        "key": self._splitter.key, "wall_clock": wall_clock,
                                        "batch": self.job.batch_size,
                                        "stopping": self.job.stopping, "suspend": self._suspending,
                                        "checkpoint": asking},
                                daemon=True)
             proc.start()
-            child.close()
-            ch.process = proc
-            ch.metrics.pid = proc.pid
-            ch.metrics.alive = True
-            ch.outstanding = 1  # the worker's first answer: what activation raised, its deadline
-            ch.producing = bool(self.sources)
-            self.job.log_region("channel_started", level="info", region=self.name, channel=ch.index,
-                                kind=ch.metrics.kind,
-                                pid=proc.pid, operators=list(self.spec.members),
-                                restored=restore is not None, restarts=self.restarts)
-            ch.asked = asking or 0
-            ch.reader, ch.writer = await asyncio.open_unix_connection(sock=parent)
-            asking = self._asking() if self.sources else None
-            if asking is not None and ch.asked < asking:  # asked while it was connecting
-                self._ask(ch, asking)
+            for child in children:
+                child.close()
+            for ch in group:
+                ch.process = proc
+                ch.metrics.pid = proc.pid
+                ch.metrics.alive = True
+                ch.outstanding = 1  # the worker's first answer: what activation raised, its deadline
+                ch.producing = bool(self.sources)
+                ch.asked = asking or 0
+                self.job.log_region("channel_started", level="info", region=self.name,
+                                    channel=ch.index, kind=ch.metrics.kind,
+                                    pid=proc.pid, operators=list(self.spec.members),
+                                    restored=restore is not None, restarts=self.restarts)
+            for ch in group:
+                assert ch.sock is not None
+                ch.reader, ch.writer = await asyncio.open_unix_connection(sock=ch.sock)
+                asking = self._asking() if self.sources else None
+                if asking is not None and ch.asked < asking:  # asked while it was connecting
+                    self._ask(ch, asking)
         if self.job.stopping:
             self.request_stop()  # asked while they were starting
         self._kick()
@@ -550,6 +579,9 @@ class ParallelHost:
                     (n,) = _LONG.unpack(await reader.readexactly(8))
                 msg = loads(await reader.readexactly(n))
             except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                if ch.process is not None and id(ch.process) in self._dead:
+                    # Its process died, and the channel that saw it first says so: one error.
+                    await asyncio.get_running_loop().create_future()
                 raise self._died(ch) from exc
             kind = msg[0]
             if kind == FAILED:
@@ -650,8 +682,7 @@ class ParallelHost:
         worker took a moment to exit."""
         for ch in self.channels:
             self._close_socket(ch)
-        procs = [ch.process for ch in self.channels
-                 if ch.process is not None and ch.process.is_alive()]
+        procs = [p for p in self._processes() if p.is_alive()]
         if not procs:
             return
         loop = asyncio.get_running_loop()
@@ -692,24 +723,34 @@ class ParallelHost:
             self._keepalive_task = None
         for ch in self.channels:
             self._close_socket(ch)
-        for ch in self.channels:
-            proc = ch.process
-            if proc is None:
-                continue
+        for proc in self._processes():
+            group = [ch for ch in self.channels if ch.process is proc]
+            finished = all(ch.finished for ch in group)
             if proc.is_alive():
                 # It saw EOF and exits on its own: a finished one is given time to (a loaded
                 # machine can take seconds), one that did not finish only a moment.
-                proc.join(5.0 if ch.finished else 0.2)
+                proc.join(5.0 if finished else 0.2)
             if proc.is_alive():
                 proc.kill()
             proc.join(2.0)
-            ch.metrics.alive = proc.is_alive()
-            self.job.log_region("channel_ended", level="info" if ch.finished else "warning",
-                                region=self.name, channel=ch.index, pid=ch.metrics.pid,
-                                exitcode=proc.exitcode, finished=ch.finished)
-            if not ch.metrics.alive:
+            alive = proc.is_alive()
+            for ch in group:
+                ch.metrics.alive = alive
+                self.job.log_region("channel_ended", level="info" if ch.finished else "warning",
+                                    region=self.name, channel=ch.index, pid=ch.metrics.pid,
+                                    exitcode=proc.exitcode, finished=ch.finished)
+                if not alive:
+                    ch.process = None
+            if not alive:
                 proc.close()
-                ch.process = None
+
+    def _processes(self) -> list[BaseProcess]:
+        """The region's worker processes (a process hosts one channel or several)."""
+        procs: dict[int, BaseProcess] = {}
+        for ch in self.channels:
+            if ch.process is not None:
+                procs.setdefault(id(ch.process), ch.process)
+        return list(procs.values())
 
     # ------------------------------------------------------------------ errors
 
@@ -717,12 +758,16 @@ class ParallelHost:
         proc = ch.process
         code = None
         if proc is not None:
+            self._dead.add(id(proc))
             proc.join(1.0)
             code = proc.exitcode
         how = ("still running" if code is None else f"killed by signal {-code}" if code < 0
                else f"exit code {code}")
+        shared = [c.index for c in self.channels
+                  if proc is not None and c.process is proc and c is not ch]
+        also = f", with channel(s) {', '.join(map(str, shared))} in that process" if shared else ""
         return ChannelError(f"{self.where}: channel {ch.index} (pid "
-                            f"{ch.metrics.pid}, operators {', '.join(self.members)}) ended without "
+                            f"{ch.metrics.pid}{also}, operators {', '.join(self.members)}) ended without "
                             f"finishing ({how}); "
                             + ("its consistent region resets from its last checkpoint"
                                if self.region is not None and self.region.heals else

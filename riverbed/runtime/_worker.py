@@ -1,4 +1,5 @@
-"""A worker process of a parallel region: one channel's operators, hosted by a `SyncGraph`.
+"""A worker process of a parallel region: one or several channels' operators, each channel
+hosted by a `SyncGraph` of its own.
 
 Why `SyncGraph` and not an event loop of its own: it drives the very `OperatorCore` the
 runtime drives (windows, punctuation, watermarks, error ports, schema checks), one item at a
@@ -8,6 +9,10 @@ so channels agree on time with each other and with the rest of the job, and a jo
 `VirtualClock` runs as deterministically with worker processes as without. The worker is
 forked from the job's process (the graph, with its functions and operator objects, needs no
 pickling) and never touches the event loop it inherited.
+
+A process hosting several channels (a region wider than its ``processes``) serves each exactly
+as below, on the channel's own socket, one message or one replica batch at a time in turn; what
+one channel does never touches another's operators.
 
 The worker reads one message, handles it completely, and answers once: what its operators sent
 out of the region (``exits``), its next deadline, whether it finished, the states its operators
@@ -32,8 +37,8 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Callable, Hashable
-from multiprocessing.connection import Connection
+from collections.abc import Callable, Hashable, Sequence
+from multiprocessing.connection import Connection, wait
 from socket import socket
 from typing import Any
 
@@ -175,18 +180,106 @@ def _failure(exc: BaseException) -> tuple[Any, ...]:
     return (FAILED, None, None, None, type(exc).__name__, f"{exc} ({text.strip()})")
 
 
-def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str, ...], *,
+class _Served:
+    """One channel this worker process hosts: its socket to the job, its operators, its
+    replicas. Channels never share state: a process hosting several runs each exactly as a
+    process of its own would, one message or one batch at a time."""
+
+    __slots__ = ("channel", "conn", "name", "replicas", "send", "sync", "wall_clock")
+
+    def __init__(self, conn: Connection, sync: _ChannelGraph, replicas: Replicas, *, channel: int,
+                 name: str, wall_clock: bool) -> None:
+        self.conn = conn
+        self.send = conn.send_bytes
+        self.sync = sync
+        self.replicas = replicas
+        self.channel = channel
+        self.name = name
+        self.wall_clock = wall_clock
+
+    def answer(self, kind: int, fed: Any) -> None:
+        sync = self.sync
+        finished = sync.finished
+        reports, finals = sync.take()
+        self.send(dumps((kind, fed, _exits(sync), _deadline(sync), finished,
+                         _metrics(sync) if finished else None, reports, finals,
+                         time.process_time())))
+
+    def step(self) -> None:
+        """One batch of each live replica, and what left the region (``EMIT``)."""
+        if self.wall_clock:
+            self.sync.advance(time.time_ns())
+        replicas = self.replicas
+        replicas.step()
+        self.answer(EMIT, replicas.live)
+
+    def receive(self) -> bool:
+        """Handle the job's next message (it blocks until one comes); False: the job hung up."""
+        try:
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError):
+            return False
+        msg = loads(data)
+        kind = msg[0]
+        sync = self.sync
+        if kind == FEED:
+            sync.advance(msg[1])
+            feed = sync.feed
+            for operator, port, item in msg[2]:
+                if type(item) is tuple:  # a marked batch's part (`_parallel_split`)
+                    feed(operator, port, join_marked(*item))
+                elif type(item) is int:
+                    feed(operator, port, Watermark(item))
+                elif type(item) is CheckpointBarrier:
+                    if port < 0:  # the job's region asks the operator itself
+                        sync.call(operator, _handle_barrier(item))
+                    else:
+                        feed(operator, port, item)
+                    sync.barrier(item)
+                else:
+                    feed(operator, port, item)
+            self.answer(OUT, 1)
+        elif kind == TICK:
+            sync.advance(msg[1])
+            self.answer(OUT, 0)
+        elif kind == COMMIT:
+            sync.advance(msg[1])
+            sync.committed(msg[2])
+            self.answer(OUT, 0)
+        elif kind == CHECKPOINT:
+            sync.advance(msg[1])
+            sync.start_checkpoint(CheckpointBarrier(msg[2], msg[3]))
+            self.answer(OUT, 0)
+        elif kind == METRICS:
+            self.send(dumps((METRICS_OUT, _metrics(sync))))
+        elif kind == STOP:
+            sync.stopping = True  # the replicas end at their next batch
+            self.replicas.suspend = msg[1]  # without final: after the stop's barrier
+        else:
+            raise RuntimeError(f"worker {self.name}: unknown message kind {kind!r}")
+        return True
+
+
+def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members: tuple[str, ...], *,
           name: str, now: int, region: str | None = None,
           region_members: frozenset[str] = frozenset(),
-          restore: dict[str, Any] | None = None, channel: int = 0, width: int = 1,
+          restore: Sequence[dict[str, Any] | None] | None = None,
+          channels: Sequence[int] = (0,), width: int = 1,
           key: Callable[[Any], Hashable] | None = None, wall_clock: bool = False,
           batch: int = 1000, stopping: bool = False, suspend: bool = False,
           checkpoint: int | None = None) -> None:
-    """The body of a worker process (forked): host ``members`` until the job hangs up
-    (``region``: the consistent region they are in; ``restore``: each one's state; ``channel``
-    of ``width``: which one this is, for replicated sources, keyed by ``key``; ``stopping``,
-    ``suspend``: the job was asked to stop already, as a ``STOP`` says; ``checkpoint``: a
-    checkpoint of the region under way, which the replicas take before their first batch)."""
+    """The body of a worker process (forked): host ``channels`` of ``members`` (one socket to
+    the job each, in ``socks``) until the job hangs up (``name``: the region's, a channel's is
+    ``name[channel]``; ``region``: the consistent region they are in; ``restore``: each
+    channel's operators' states; ``width``: the region's, for replicated sources, keyed by
+    ``key``; ``stopping``, ``suspend``: the job was asked to stop already, as a ``STOP`` says;
+    ``checkpoint``: a checkpoint of the region under way, which the replicas take before their
+    first batch).
+
+    Several channels in one process (a region wider than the machine has cores): each keeps its
+    own operators, replicas, keys and socket; the process takes the job's messages first, then
+    a batch of each channel's live replicas in turn, and blocks on all sockets when none
+    produces. It ends once the job hung up on every channel."""
     # What the job's process had is the worker's too (fork), page by page until written to: a
     # collection walking it would write to every tracked object, copying its pages.
     gc.freeze()
@@ -196,89 +289,79 @@ def serve(sock: socket, close: list[int], graph: FrozenGraph, members: tuple[str
     for fd in close:  # the job's ends of every channel's socket: EOF must reach each worker
         with contextlib.suppress(OSError):
             os.close(fd)
-    # Every core of this process runs in this channel: what context.channel / .width read,
-    # already in setup().
-    place(OperatorCore, channel, width)
-    conn = Connection(sock.detach())
-    send = conn.send_bytes
+    conns = [Connection(sock.detach()) for sock in socks]
+    served: list[_Served] = []
+    failing = [conns[0]]  # the socket of the channel at work: a failure is told there
     try:
-        sync = _channel_graph(graph, members, name=name, now=now, region=region,
-                              region_members=region_members, restore=restore)
-        sync.stopping = stopping  # the job was asked to stop already: replicas end at once
-        replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch)
-        replicas.suspend = suspend
-        if checkpoint is not None and region is not None:
-            sync.start_checkpoint(CheckpointBarrier(checkpoint, region))
-        reports, finals = sync.take()
-        send(dumps((OUT, 0, _exits(sync), _deadline(sync), sync.finished, None, reports, finals,
-                    time.process_time())))
-        while True:
-            if replicas.live and not conn.poll():
-                if wall_clock:
-                    sync.advance(time.time_ns())
-                replicas.step()
-                finished = sync.finished
-                reports, finals = sync.take()
-                send(dumps((EMIT, replicas.live, _exits(sync), _deadline(sync), finished,
-                            _metrics(sync) if finished else None, reports, finals,
-                            time.process_time())))
-                continue
-            try:
-                data = conn.recv_bytes()
-            except (EOFError, OSError):
-                return
-            msg = loads(data)
-            kind = msg[0]
-            if kind == FEED:
-                sync.advance(msg[1])
-                feed = sync.feed
-                for operator, port, item in msg[2]:
-                    if type(item) is tuple:  # a marked batch's part (`_parallel_split`)
-                        feed(operator, port, join_marked(*item))
-                    elif type(item) is int:
-                        feed(operator, port, Watermark(item))
-                    elif type(item) is CheckpointBarrier:
-                        if port < 0:  # the job's region asks the operator itself
-                            sync.call(operator, _handle_barrier(item))
-                        else:
-                            feed(operator, port, item)
-                        sync.barrier(item)
-                    else:
-                        feed(operator, port, item)
-                fed = 1
-            elif kind == TICK:
-                sync.advance(msg[1])
-                fed = 0
-            elif kind == COMMIT:
-                sync.advance(msg[1])
-                sync.committed(msg[2])
-                fed = 0
-            elif kind == CHECKPOINT:
-                sync.advance(msg[1])
-                sync.start_checkpoint(CheckpointBarrier(msg[2], msg[3]))
-                fed = 0
-            elif kind == METRICS:
-                send(dumps((METRICS_OUT, _metrics(sync))))
-                continue
-            elif kind == STOP:
-                sync.stopping = True  # the replicas end at their next batch
-                replicas.suspend = msg[1]  # without final: after the stop's barrier
-                continue
-            else:
-                raise RuntimeError(f"worker {name}: unknown message kind {kind!r}")
-            finished = sync.finished
-            reports, finals = sync.take()
-            send(dumps((OUT, fed, _exits(sync), _deadline(sync), finished,
-                        _metrics(sync) if finished else None, reports, finals,
-                        time.process_time())))
+        for i, (conn, channel) in enumerate(zip(conns, channels, strict=True)):
+            failing[0] = conn
+            # What context.channel / .width read, already in setup(): the class's while this
+            # channel's cores are made, then each core's own (other channels share the class).
+            place(OperatorCore, channel, width)
+            sync = _channel_graph(graph, members, name=f"{name}[{channel}]", now=now, region=region,
+                                  region_members=region_members,
+                                  restore=None if restore is None else restore[i])
+            for core in sync.cores:
+                place(core, channel, width)
+            sync.stopping = stopping  # the job was asked to stop already: replicas end at once
+            replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch)
+            replicas.suspend = suspend
+            if checkpoint is not None and region is not None:
+                sync.start_checkpoint(CheckpointBarrier(checkpoint, region))
+            one = _Served(conn, sync, replicas, channel=channel, name=f"{name}[{channel}]",
+                          wall_clock=wall_clock)
+            one.answer(OUT, 0)
+            served.append(one)
+        if len(served) == 1:
+            _serve_one(served[0])
+        else:
+            _serve_several(served, failing)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the job went away
     except Exception as exc:  # an operator failed: tell the job, which stops
-
         with contextlib.suppress(OSError, EOFError):
-            send(dumps(_failure(exc)))
-            # Read on until the job hangs up: exiting now would make the job's writes fail and
-            # its socket close before it read why.
-            while True:
-                conn.recv_bytes()
+            failing[0].send_bytes(dumps(_failure(exc)))
+            # Read on until the job hangs up on every channel: exiting now would make the job's
+            # writes fail and the sockets close before it read why.
+            open_conns = list(conns)
+            while open_conns:
+                for c in wait(open_conns):
+                    assert isinstance(c, Connection)
+                    try:
+                        c.recv_bytes()
+                    except (EOFError, OSError):
+                        open_conns.remove(c)
         os._exit(1)
+
+
+def _serve_one(one: _Served) -> None:
+    """A process of one channel: its messages first, else a batch of its live replicas."""
+    conn, replicas = one.conn, one.replicas
+    while True:
+        if replicas.live and not conn.poll():
+            one.step()
+        elif not one.receive():
+            return
+
+
+def _serve_several(served: list[_Served], failing: list[Connection]) -> None:
+    """Several channels: each channel's messages first, else a batch of its live replicas, in
+    turn; with no replica live, wait until a socket has a message. ``failing[0]``: the socket
+    of the channel at work."""
+    live = list(served)
+    by_conn = {id(s.conn): s for s in served}
+    while live:
+        if any(s.replicas.live for s in live):
+            for one in list(live):
+                failing[0] = one.conn
+                if one.conn.poll():
+                    if not one.receive():
+                        live.remove(one)
+                elif one.replicas.live:
+                    one.step()
+            continue
+        for conn in wait([s.conn for s in live]):
+            one = by_conn[id(conn)]
+            failing[0] = one.conn
+            if not one.receive():
+                live.remove(one)
