@@ -275,3 +275,15 @@ def test_a_process_of_two_channels_killed_stops_the_job_naming_both_channels() -
     assert ("channel 1 (pid " in text and "with channel(s) 3 in that process" in text) or \
         ("channel 3 (pid " in text and "with channel(s) 1 in that process" in text), text
     assert f"(pid {pids[1]}, " in text and "killed by signal 9" in text
+
+
+def test_graph_parallel_takes_processes_as_a_keyword() -> None:
+    """`Graph.parallel(..., processes=n)` is the same as `.processes(n)` on the block, and a bad
+    value is refused where the region is declared."""
+    from riverbed.graph import Graph, GraphError
+
+    g = Graph("kw")
+    block = g.parallel(4, partition_by="k", processes=2)
+    assert block.spec.processes == 2 and block.spec.worker_processes() == 2
+    with pytest.raises(GraphError, match="processes=0"):
+        g.parallel(4, processes=0)

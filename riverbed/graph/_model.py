@@ -310,7 +310,7 @@ class Graph:
         self._parallel_open: ParallelBlock | None = None
 
     def parallel(self, width: int | None = None, partition_by: PartitionBy | None = None, *,
-                 name: str | None = None) -> ParallelBlock:
+                 name: str | None = None, processes: int | None = None) -> ParallelBlock:
         """SPL ``@parallel``: ``with g.parallel(width, partition_by="sensor"):`` makes the
         operators added in the block (one operator or a chain) a parallel region of ``width``
         channels, each in a worker process of its own when the asyncio runtime runs the graph.
@@ -319,9 +319,13 @@ class Graph:
         ``partition_by`` (an attribute or a function of a tuple) sends each key to one channel,
         by a stable hash, so its tuples stay in order and partitioned windows behave as with
         width 1; None deals tuples to the channels in turn (round-robin).
+
+        ``processes``: at most this many worker processes host the channels (None: the graph's
+        ``processes`` parameter, else the CPU count); on 2 cores, width 4 runs as two processes
+        of two channels each, every channel unchanged.
         """
         spec = parallel_spec(name or f"parallel{len(self._parallel)}", width, partition_by,
-                             self.params)
+                             self.params, processes)
         block = ParallelBlock(spec, _graph=self)
         self._parallel.append(block)
         return block
