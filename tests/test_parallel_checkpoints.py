@@ -66,6 +66,21 @@ class Readings(Source):
         self.offset = state
 
 
+class PacedReadings(Readings):
+    """`Readings` paced from when it starts (or restarts at a restored offset), not from time 0:
+    on the real clock (epoch time) the absolute ticks have long passed, so `Readings` would
+    emit everything at once and a test waiting to act mid-run would find the job ended."""
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        base = ctx.now() - (self.offset // self.per_tick) * self.tick
+        while self.offset < self.n:
+            i = self.offset
+            await ctx.sleep_until(base + (i // self.per_tick + 1) * self.tick)
+            self.submit({"sensor": i % 7, "value": i % 13, "seq": i})
+            self.offset += 1
+
+
 class WindowSum(Operator):
     """Per sensor, the sum of each 5 readings; raises once on each reading in ``fail_on`` (once
     over all processes: a marker file in ``marks`` says it did, as a worker's memory is lost
@@ -337,7 +352,7 @@ def test_a_worker_killed_is_restarted_from_the_last_checkpoint_with_a_transactio
 
     def graph(path: Path) -> Graph:
         g = Graph("pkill")
-        src = g.source("readings", Readings(n, per_tick=50, tick=S // 100), schema=SCHEMA)
+        src = g.source("readings", PacedReadings(n, per_tick=50, tick=S // 100), schema=SCHEMA)
         with g.parallel(2, partition_by="sensor"):
             s = g.operator("sums", WindowSum(),
                            [src.window("tumbling, count(5), partitioned", partition_by="sensor")])

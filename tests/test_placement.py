@@ -23,6 +23,7 @@ from riverbed.testing import run_until_crash
 from tests.test_parallel_checkpoints import (
     SCHEMA,
     Output,
+    PacedReadings,
     Readings,
     RunningTotal,
     WindowSum,
@@ -272,7 +273,7 @@ def test_a_group_worker_killed_is_restarted_from_the_last_checkpoint(tmp_path: P
 
     def graph(path: Path, placed: bool) -> Graph:
         g = Graph("gkill")
-        src = g.source("readings", Readings(n, per_tick=50, tick=S // 100), schema=SCHEMA)
+        src = g.source("readings", PacedReadings(n, per_tick=50, tick=S // 100), schema=SCHEMA)
         block = g.process("windows")
         s = g.operator("sums", WindowSum(),
                        [src.window("tumbling, count(5), partitioned", partition_by="sensor")])
