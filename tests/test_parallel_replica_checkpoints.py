@@ -111,9 +111,10 @@ class Feed(Source):
 
 
 def build(width: int | None, n: int, sink: Operator, *, region: bool = True,
-          period: float = 0.05) -> Graph:
+          period: float = 0.05, processes: int | None = None) -> Graph:
     """Feed -> per-sensor sums of 5 -> running totals (both with state per channel) -> sink;
-    the feed inside the parallel region (``width`` None: no region, one source)."""
+    the feed inside the parallel region (``width`` None: no region, one source) of at most
+    ``processes`` worker processes."""
     g = Graph("replicas")
 
     def body() -> Any:
@@ -125,7 +126,7 @@ def build(width: int | None, n: int, sink: Operator, *, region: bool = True,
     if width is None:
         src, totals = body()
     else:
-        with g.parallel(width, partition_by="sensor"):
+        with g.parallel(width, partition_by="sensor", processes=processes):
             src, totals = body()
     g.sink("out", sink, [totals])
     if region:

@@ -12,9 +12,7 @@ the kill waits on a gate a replica reaches (a fork-shared event).
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +23,17 @@ from riverbed.core import OperatorError
 from riverbed.graph import Graph, GraphError, Operator, Schema, Source
 from riverbed.operators import FileSink
 from riverbed.runtime import Job, JobError, VirtualClock
-from riverbed.runtime._parallel import parent_fds
 from riverbed.runtime._parallel_wire import channel_of
-from tests.test_parallel_checkpoints import RunningTotal, WindowSum, by_key_lines
-from tests.test_parallel_replica_checkpoints import _GATE, SCHEMA, Feed, Gate, _until_gate
+from tests.test_parallel_checkpoints import by_key_lines
+from tests.test_parallel_replica_checkpoints import (  # _no_leftovers: autouse, here too
+    _GATE,
+    Gate,
+    _no_leftovers,  # noqa: F401
+    _until_gate,
+    build,
+)
 
-OUT_SCHEMA = Schema(sensor="int64", sum="int64", last="int64", total="int64")
 KEYED = Schema(k="rstring", v="int64")
-
-
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    _GATE.clear()
-    assert multiprocessing.active_children() == []
-    assert parent_fds() == frozenset()
 
 
 class Keys(Source):
@@ -145,37 +139,14 @@ def test_an_operator_failing_in_a_shared_process_stops_the_job_naming_its_channe
     assert "parallel region 'parallel0', channel 3" in str(err)
 
 
-def _replicated(width: int | None, processes: int | None, n: int, sink: Operator, *,
-                region: bool = True) -> Graph:
-    """Feed (replicated, each replica its channel's sensors) -> sums of 5 -> running totals."""
-    g = Graph("replicas")
-
-    def body() -> Any:
-        src = g.source("feed", Feed(n), schema=SCHEMA)
-        sums = g.operator("sums", WindowSum(),
-                          [src.window("tumbling, count(5), partitioned", partition_by="sensor")])
-        return src, g.operator("totals", RunningTotal(), [sums], [OUT_SCHEMA])
-
-    if width is None:
-        src, totals = body()
-    else:
-        with g.parallel(width, partition_by="sensor").processes(processes):
-            src, totals = body()
-    g.sink("out", sink, [totals])
-    if region:
-        g.consistent_region(src, name="r", period=0.02)
-    return g
-
-
 def test_replicas_sharing_a_process_each_read_their_own_channel(tmp_path: Path) -> None:
     """Width 3 in one process: each replica sees its own context.channel (a replica emitting
     another channel's key fails the job), and the output is the one source's."""
     n = 21_000
     ref = tmp_path / "reference.csv"
-    asyncio.run(Job(_replicated(None, None, n, FileSink(str(ref), format="csv"),
-                                region=False)).run())
+    asyncio.run(Job(build(None, n, FileSink(str(ref), format="csv"), region=False)).run())
     path = tmp_path / "out.csv"
-    job = Job(_replicated(3, 1, n, FileSink(str(path), format="csv"), region=False))
+    job = Job(build(3, n, FileSink(str(path), format="csv"), region=False, processes=1))
     asyncio.run(job.run())
     assert len({m.pid for m in job.parallel[0].metrics()}) == 1
     assert by_key_lines(path.read_bytes()) == by_key_lines(ref.read_bytes())
@@ -188,8 +159,7 @@ def test_a_process_of_two_channels_killed_mid_run_heals_the_region_exactly(tmp_p
     exactly an uninterrupted width-1 run's lines."""
     n = 140_000
     ref = tmp_path / "reference.csv"
-    asyncio.run(Job(_replicated(None, None, n, FileSink(str(ref), format="csv"),
-                                region=False)).run())
+    asyncio.run(Job(build(None, n, FileSink(str(ref), format="csv"), region=False)).run())
     expected = ref.read_bytes()
     assert expected.count(b"\n") == n // 5
 
@@ -197,7 +167,8 @@ def test_a_process_of_two_channels_killed_mid_run_heals_the_region_exactly(tmp_p
     gate = Gate(4_000, after_commit=True)
     _GATE.append(gate)
     with RocksDBStore(tmp_path / "ckpt", keep_last=1000) as store:
-        job = Job(_replicated(4, 2, n, FileSink(str(path), format="csv", transactional=True)),
+        job = Job(build(4, n, FileSink(str(path), format="csv", transactional=True),
+                        period=0.02, processes=2),
                   checkpoints=store)
         before: list[int | None] = []
 
