@@ -146,16 +146,22 @@ class ParallelBlock:
         return self
 
 
+def _count(name: str, setting: str, value: Any, meaning: str) -> int:
+    """A region's ``width`` or ``processes``, checked: an int from 1 to `MAX_WIDTH`, or its
+    digits (``-p width=4`` is read as text); ``meaning`` ends the error's message."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WIDTH:
+        raise GraphError(None, "parallel", f"parallel region {name!r}: {setting}={value!r}: "
+                                           f"expected an int from 1 to {MAX_WIDTH} {meaning}")
+    return value
+
+
 def _processes(name: str, processes: Any) -> int | None:
-    if isinstance(processes, str) and processes.strip().isdigit():
-        processes = int(processes)  # `-p processes=2` read as text
-    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int)
-                                  or not 1 <= processes <= MAX_WIDTH):
-        raise GraphError(None, "parallel", f"parallel region {name!r}: processes={processes!r}: "
-                                           f"expected an int from 1 to {MAX_WIDTH} (the most "
-                                           "worker processes hosting its channels), or None "
-                                           "(the CPU count)")
-    return processes
+    if processes is None:
+        return None
+    return _count(name, "processes", processes, "(the most worker processes hosting its "
+                                                "channels), or None (the CPU count)")
 
 
 def parallel_spec(name: str, width: Any, partition_by: Any, params: Mapping[str, Any],
@@ -168,11 +174,7 @@ def parallel_spec(name: str, width: Any, partition_by: Any, params: Mapping[str,
                                            "_ . -")
     if width is None:
         width = params.get("width", os.cpu_count() or 1)
-    if isinstance(width, str) and width.strip().isdigit():
-        width = int(width)  # `-p width=4` read as text
-    if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= MAX_WIDTH:
-        raise GraphError(None, "parallel", f"parallel region {name!r}: width={width!r}: expected an "
-                                           f"int from 1 to {MAX_WIDTH} (the number of channels)")
+    width = _count(name, "width", width, "(the number of channels)")
     if partition_by is not None and not (isinstance(partition_by, str) and partition_by) \
             and not callable(partition_by):
         raise GraphError(None, "parallel", f"parallel region {name!r}: partition_by="
