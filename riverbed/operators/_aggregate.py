@@ -59,7 +59,7 @@ from ..windows import (
 )
 from ._aggregate_functions import Accumulator, AggregateFunction, Average, Last, Scope, Sum
 from ._aggregate_math import SumAccumulator, freeze
-from ._aggregate_rows import Column, RowBuilder, compile_rows, reads_scope
+from ._aggregate_rows import Column, RowBuilder, compile_rows, expression_key, reads_scope
 from ._aggregate_runs import FloatRuns, RunRows, compile_run_rows
 from ._params import OperatorParameterError, spl_aliases
 from ._utility_support import result_submit, results_submit
@@ -431,7 +431,7 @@ class Aggregate(Operator):
             if incremental and kind == _FUNCTION and obj.accumulator() is not None:
                 key: Hashable = None
                 if type(obj) in (Sum, Average) and not self._reference:
-                    key = obj.value if isinstance(obj.value, str) else id(obj.value)
+                    key = expression_key(obj)
                     if key in shared:
                         plan.append((attr, _INCREMENTAL, obj, shared[key]))
                         continue

@@ -65,7 +65,7 @@ from ._aggregate_functions import (
 )
 from ._aggregate_math import average_values, extreme, float_total, float_total_mean, sum_values
 
-__all__ = ["Column", "RowBuilder", "compile_rows", "compiled", "reads_scope"]
+__all__ = ["Column", "RowBuilder", "compile_rows", "compiled", "expression_key", "reads_scope"]
 
 Column = tuple[str, str, Any, int]
 """(attribute, kind, object, accumulator index): kind is "function", "incremental",
@@ -108,6 +108,12 @@ def _max_of(values: list[Any]) -> Any:
     return extreme(values, operator.gt, "Max")
 
 
+def expression_key(fn: Any) -> Any:
+    """What identifies an aggregate function's expression: its attribute name, else the
+    function reading it (the same object read once for every column using it)."""
+    return fn.value if isinstance(fn.value, str) else id(fn.value)
+
+
 def _sum_of(values: list[Any]) -> Any:
     return sum_values(values, "Sum")
 
@@ -128,7 +134,7 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
     summed: dict[Any, int] = {}
     for _attr, kind, obj, _index in columns:
         if kind == "function" and type(obj) in (Sum, Average):
-            key = obj.value if isinstance(obj.value, str) else id(obj.value)
+            key = expression_key(obj)
             summed[key] = summed.get(key, 0) + 1
     bound: set[str] = set()  # accumulators already taken from ``accs``
     uses_last = False
@@ -136,7 +142,7 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
     def values_of(fn: Any) -> str:
         """The values list of ``fn``'s expression: read where first needed (the dict display
         evaluates left to right, so a failing read fails at the same column as the loop's)."""
-        key = fn.value if isinstance(fn.value, str) else id(fn.value)
+        key = expression_key(fn)
         name = reads.get(key)
         if name is not None:
             return name
@@ -176,10 +182,9 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
             expr = "len(tuples)"
         elif cls in _PANE_ATTRIBUTES:
             expr = f"pane.{_PANE_ATTRIBUTES[cls]}"
-        elif cls in (Sum, Average) and summed[obj.value if isinstance(obj.value, str)
-                                              else id(obj.value)] > 1:
+        elif cls in (Sum, Average) and summed[expression_key(obj)] > 1:
             values = values_of(obj)
-            name = reads[obj.value if isinstance(obj.value, str) else id(obj.value)]
+            name = reads[expression_key(obj)]
             total = f"t{name[1:]}"
             if total in totals:
                 taken = f"{total} is not None"
@@ -187,7 +192,7 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
                 totals.add(total)
                 taken = f"({total} := float_total({values})) is not None"
             if cls is Sum:
-                expr = f"({total} + 0.0 if {taken} else sum_of({name}))"
+                expr = f"({total} if {taken} else sum_of({name}))"
             else:
                 expr = f"(float_total_mean({name}, {total}) if {taken} else average_of({name}))"
         elif cls in (Sum, Average, Min, Max):
