@@ -349,19 +349,12 @@ def _all(etype: str, expr: str) -> str:
 def _locate(partitioned: bool, keyed: bool = False) -> str:
     if not partitioned:
         return "part = single"
-    if keyed:  # ``key_of`` is ``itemgetter(key_attr)``: the same read, and a dict's, without calls
-        return """
+    # keyed: ``key_of`` is ``itemgetter(key_attr)``, so the same read (and a dict's) without calls
+    lookup = "parts[t[key_attr]]" if keyed else "parts.get(key_of(t))"
+    return f"""
     try:
-        part = parts[t[key_attr]]
-    except Exception:  # a new partition, or a bad key: the generic path raises the typed error
-        part = None
-    if part is None:
-        @miss
-    """
-    return """
-    try:
-        part = parts.get(key_of(t))
-    except Exception:  # a bad key: the generic path raises the typed error
+        part = {lookup}
+    except Exception:  # a bad key (keyed: or a new partition): the generic path raises the typed error
         part = None
     if part is None:  # a new partition (or a bad key)
         @miss
