@@ -312,10 +312,7 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
                           wall_clock=wall_clock)
             one.answer(OUT, 0)
             served.append(one)
-        if len(served) == 1:
-            _serve_one(served[0])
-        else:
-            _serve_several(served, failing)
+        _serve(served, failing)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the job went away
     except Exception as exc:  # an operator failed: tell the job, which stops
@@ -334,20 +331,10 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
         os._exit(1)
 
 
-def _serve_one(one: _Served) -> None:
-    """A process of one channel: its messages first, else a batch of its live replicas."""
-    conn, replicas = one.conn, one.replicas
-    while True:
-        if replicas.live and not conn.poll():
-            one.step()
-        elif not one.receive():
-            return
-
-
-def _serve_several(served: list[_Served], failing: list[Connection]) -> None:
-    """Several channels: each channel's messages first, else a batch of its live replicas, in
-    turn; with no replica live, wait until a socket has a message. ``failing[0]``: the socket
-    of the channel at work."""
+def _serve(served: list[_Served], failing: list[Connection]) -> None:
+    """The process's channels (one or several): each channel's messages first, else a batch of
+    its live replicas, in turn; with no replica live, wait until a socket has a message.
+    ``failing[0]``: the socket of the channel at work."""
     live = list(served)
     by_conn = {id(s.conn): s for s in served}
     while live:
