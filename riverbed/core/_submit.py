@@ -27,6 +27,9 @@ __all__ = ["batch_submit", "emit_items", "make_submit", "result_submit", "result
 
 _DICTS = {dict}
 _INTS = {int}
+# Sets a new `Watermark`'s slot: object.__new__ then this make one without the frozen
+# dataclass's generated __init__ (which sets the slot through object.__setattr__).
+_SET_VALUE = Watermark.__dict__["value"].__set__
 
 
 def make_submit(core: OperatorCore) -> Callable[..., None]:
@@ -212,39 +215,40 @@ def _emit_timed(core: OperatorCore, items: list[Any]) -> bool:
     batch: list[Any] = [] if whole else out.buf
     controls: list[int] = []
     lag, gap = core._lag_ticks, core._gap_ticks
-    watermark, n, start = core._watermark, len(items), 0
+    watermark, last, n, start = core._watermark, core._last_sent, len(items), 0
+    new, W, set_value = object.__new__, Watermark, _SET_VALUE  # Watermark(v) at half the cost
     while True:
-        last = core._last_sent
         if last is None and watermark is None:
             i = 0
         else:  # E29: after the watermark, and a minimum gap after the last one sent
-            if last is None:
-                assert watermark is not None
+            need = watermark + 1 if last is None else last + gap  # type: ignore[operator]
+            if watermark is not None and need <= watermark:
                 need = watermark + 1
-            else:
-                need = last + gap
-                if watermark is not None and need <= watermark:
-                    need = watermark + 1
             i = bisect_left(top, need + lag, start)
             if i >= n:
                 break
         batch += items[start:i + 1]
         start = i + 1
-        watermark = core._watermark = core.metrics.watermark = top[i] - lag
+        watermark = top[i] - lag
         if whole:  # `_send_watermark` in place
             if last is None or watermark > last:
                 controls.append(len(batch))
-                batch.append(Watermark(watermark))
-                core._last_sent = watermark
+                mark = new(W)
+                set_value(mark, watermark)
+                batch.append(mark)
+                last = watermark
         else:
             core._send_watermark(watermark)
+            last = core._last_sent
         if start >= n:
             break
+    core._last_sent = last
     if start < n:
         batch += items[start:] if start else items
     if whole:  # checked already: queued as it is
         out.pending.append(MarkedBatch(batch, n, 0, controls) if controls else batch)
     candidate = top[-1] - lag
     if watermark is None or candidate > watermark:
-        core._watermark = core.metrics.watermark = candidate
+        watermark = candidate
+    core._watermark = core.metrics.watermark = watermark
     return True
