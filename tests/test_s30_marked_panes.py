@@ -63,13 +63,17 @@ def _graph(op: Operator, clause: str, *, partitioned: bool, sources: int = 1,
 def _flat(exits: list[tuple[str, int, Any]]) -> dict[int, list[Any]]:
     """Each port's stream, item by item (a batch's tuples one by one). An error tuple's text
     names the failed tuple's place in the batch the window was given ("tuple 3 of the batch:
-    ..."), which depends on how the host batched the tuples: that prefix is left out."""
+    ..."), which depends on how the host batched the tuples: that prefix is left out. Of
+    watermarks with nothing between them only the last counts: it says all they said, and
+    an output port keeps only the last of them when they are handed over together."""
     out: dict[int, list[Any]] = {}
     for _, port, item in exits:
         seq = out.setdefault(port, [])
         if type(item) is list:
             seq.extend(("tuple", _unplaced(t)) for t in item)
         elif isinstance(item, Watermark):
+            if seq and seq[-1][0] == "watermark":
+                seq.pop()
             seq.append(("watermark", item.value))
         else:
             seq.append(("punct", item))
@@ -209,9 +213,10 @@ def test_a_port_with_two_connections_moves_with_their_lowest_watermark(
         assert _state(whole) == _state(alone)
 
 
-def test_quiet_watermarks_are_forwarded_in_place_between_the_panes_results() -> None:
-    """W2's shape: a watermark every 100 ms, a pane every second; each watermark leaves in its
-    place, after the results of the pane it completes, and the window ends at the last one."""
+def test_of_a_run_of_quiet_watermarks_the_last_leaves_in_place_before_the_panes_results() -> None:
+    """W2's shape: a watermark every 100 ms, a pane every second. The quiet watermarks between
+    two panes' results leave as one, the last of them, in its place before the results of the
+    pane the next watermark completes; the window ends at the last watermark."""
     clause = "timeInterval, intervalDuration(1), partitioned"
     items: list[Any] = []
     for ms in range(0, 3000, 10):
@@ -220,14 +225,17 @@ def test_quiet_watermarks_are_forwarded_in_place_between_the_panes_results() -> 
             items.append(Watermark(ms))
     graph = _graph(PaneLog(), clause, partitioned=True)
     whole, alone = SyncGraph(graph, ["op"]), SyncGraph(graph, ["op"])
-    out = _feed(whole, items, True, True)
-    assert out == _feed(alone, items, False, True)
-    seq = out[0]
-    watermarks = [x[1] for x in seq if x[0] == "watermark"]
-    assert watermarks == [x.value for x in items if type(x) is Watermark]
+    host = SyncGraph(graph, ["op"])
+    host.feed("src0", 0, MarkedBatch(items, 300))
+    seq: list[Any] = []  # as handed over: not through `_flat`, which keeps only a run's last
+    for _, _, item in host.take_exits():
+        seq += [("tuple", t) for t in item] if type(item) is list else [("watermark", item.value)]
+    assert [x[1] for x in seq if x[0] == "watermark"] == [990, 1990, 2990]
     first_pane = next(i for i, x in enumerate(seq) if x[0] == "tuple")
-    assert seq[first_pane - 1] == ("watermark", 990)
-    assert seq[first_pane + 9] == ("watermark", 1090)  # 3 keys: INITIAL_FULL, TRIGGER, CLOSE
+    assert seq[first_pane - 1] == ("watermark", 990)  # 1090 completes [0, 1000)
+    # 3 keys: INITIAL_FULL, TRIGGER, CLOSE each; 1090 after them, replaced by the quiet 1990
+    assert seq[first_pane + 9] == ("watermark", 1990)
+    assert _feed(whole, items, True, True) == _feed(alone, items, False, True)
     window = whole.core("op").windows[0]
     assert isinstance(window, TimeIntervalWindow) and window.watermark_value == 2990
 
@@ -286,3 +294,25 @@ def test_a_late_tuple_at_the_end_of_a_run_triggers_its_pane_at_the_next_runs_fir
     events = [(x[1]["event"], x[1]["ids"], x[1]["timing"]) for x in out[0] if x[0] == "tuple"]
     assert events == [("TRIGGER", [1, 2], "LATE")]
     assert out[0][-1] == ("watermark", 1300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(**_clauses, steps=st.lists(st.tuples(st.booleans(), st.integers(0, 120), st.integers(-300, 150),
+                                            st.integers(0, 3)), max_size=120),
+       split=st.integers(0, 120))
+def test_a_sources_run_passed_over_in_quiet_runs_raises_what_each_item_alone_raises(
+        d: int, p: int, a: int, o: int, partitioned: bool, steps: list[tuple[bool, int, int, int]],
+        split: int) -> None:
+    """A source's run: event times in order, rising watermarks, no window marks. Its runs of
+    quiet watermarks are passed over in one step (`_quiet_run`); a watermark ahead of the
+    tuples after it (they may be late, or below its drop point) stops the step there."""
+    clock, last, items = 5000, 0, []
+    for n, (is_tuple, advance, offset, key) in enumerate(steps):
+        clock += advance
+        if is_tuple:
+            items.append({"k": key, "v": n, "ts": clock})
+        else:
+            last = max(last + 1, clock + offset)
+            items.append(Watermark(last))
+    _compare(PaneLog, _clause(d, p, a, o, partitioned), partitioned,
+             [items[:split], items[split:], [Watermark(10**7)]])

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from operator import length_hint
+from operator import le, length_hint, lt
 from typing import Any
 
 from ..graph import (
@@ -64,6 +65,8 @@ from ._output import MarkedBatch, OutputPort
 from ._windows import Window, build_window
 
 __all__ = ["CoreHost", "FinalHold", "OperatorCore", "TimerHandle"]
+
+_INTS = {int}
 
 
 
@@ -676,8 +679,9 @@ class OperatorCore:
 
         A watermark that changes no pane of the operator's windows (below their `quiet_limit`,
         and below `next_pane_end` of the earliest tuple put in since the last cut) is quiet:
-        the operator's watermark moves and is forwarded in place, and the windows hear it with
-        the next cut (`advance_quietly`); the tuples around it go into the window in one insert,
+        the operator's watermark moves, and the windows hear it and it is forwarded with the
+        next cut (`advance_quietly`; of a run of quiet watermarks only the last is forwarded:
+        nothing is submitted between them); the tuples around it go into the window in one insert,
         their event times read once (`read_times`). A tuple after a quiet watermark whose time
         is below that watermark's drop point cuts there first, so it is dropped as it would
         have been. Any other watermark, and every window mark, is handled in place after the
@@ -720,16 +724,28 @@ class OperatorCore:
         due = limit = min(w.quiet_limit() for w in windows)
         lowest: int | None = None  # the earliest event time put in since the last cut
         quiet: int | None = None  # the last quiet watermark, not yet given to the windows
+        sent: Watermark | None = None  # its `Watermark` when it came as one (else None)
+        window_mark = Punct.WINDOW
         next_end, drop_at = window.next_pane_end, window.drop_point_at
 
         def hear(value: int) -> None:
-            """The windows hear a quiet watermark (at a cut)."""
+            """The windows hear a quiet watermark (at a cut), and it is forwarded: the quiet
+            watermarks before it were not (nothing was submitted since them, so the last says
+            all they said)."""
             for w in windows:
                 w.advance_quietly(value)
+            if send:
+                self._send_watermark(value, sent)
 
         cut = seg = 0  # the first tuple not inserted; the first of the current segment
         n, m = len(tuples), len(controls)
-        for k in range(m + 1):  # each control item, then the end of the run
+        # A source's run (one connection, event times in order, rising watermarks, no window
+        # marks): a run of quiet watermarks is passed over in one step (`_quiet_run`).
+        values = (self._rising_watermarks(batch, controls)
+                  if single and ordered and not batch.window_marks else None)
+        k = -1
+        while k < m:  # each control item, then the end of the run
+            k += 1
             p = before[k] if k < m else n
             if p > seg:  # the tuples since the last control item
                 t = times[seg] if ordered else min(times[seg:p])
@@ -747,7 +763,7 @@ class OperatorCore:
             if k == m:
                 break
             item = batch[controls[k]]
-            if item is Punct.WINDOW:
+            if item is window_mark:
                 mark = True
             else:
                 value = item.value
@@ -761,10 +777,16 @@ class OperatorCore:
                 # (advanced connection watermarks start at 0 or at a restored, checked value:
                 # ``low`` is no lower than the lowest valid watermark)
                 if type(low) is int and low < limit:
+                    if values is not None and lowest is not None:
+                        last = _quiet_run(values, k, limit, before, times)
+                        if last > k:  # the next ones are quiet too: on to the last of them
+                            k, seg = last, before[last]
+                            low = value = values[last]
+                            entries[conn] = value
+                            item = batch[controls[last]]
                     self._watermark = self.metrics.watermark = low
                     quiet = low
-                    if send:
-                        self._send_watermark(low, item if low == value else None)
+                    sent = item if low == value else None
                     continue
                 mark = False
             if p > cut:
@@ -784,6 +806,18 @@ class OperatorCore:
         if quiet is not None:
             hear(quiet)
         return True
+
+    @staticmethod
+    def _rising_watermarks(batch: MarkedBatch, controls: list[int]) -> list[int] | None:
+        """The values of a run's control items, when all are watermarks of int values each
+        above the one before (else None)."""
+        try:
+            values = [batch[i].value for i in controls]
+        except AttributeError:  # a window mark among them
+            return None
+        if set(map(type, values)) != _INTS or not all(map(lt, values, values[1:])):
+            return None
+        return values
 
     def _gather_marked(self, conn: int, port: int, batch: MarkedBatch) -> None:
         """A marked batch for a sink that sees no marks (`_gathers_marked`): its tuples in one
@@ -959,3 +993,18 @@ class OperatorCore:
         reason = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
         self.outputs[error_port].buf.append(
             {"operator": self.name, "port": port, "tuple": tup, "error": reason})
+
+
+def _quiet_run(values: list[int], k: int, limit: int, before: list[int], times: list[int]) -> int:
+    """The last of the watermarks ``values[k:]`` (rising) that stay quiet after quiet watermark
+    ``k``: below ``limit``, with no tuple after any of them earlier than it (then none can be
+    below its drop point, and no cut is needed). Event times in order, and one put in since the
+    last cut: ``limit`` stays what it is. ``before[i]``: the tuples before watermark ``i``."""
+    j = bisect_left(values, limit, k + 1)  # the first not quiet, or the end
+    if j <= k + 1:
+        return k
+    # each watermark against the first tuple after it (those after the run's last tuple: none)
+    e = bisect_left(before, len(times), k, j)
+    if not all(map(le, values[k:e], map(times.__getitem__, before[k:e]))):
+        return k
+    return j - 1
