@@ -39,7 +39,9 @@ it. Reported as p50/p99 over every result.
 
 ``W4`` (summing 1000 readings on every trigger) costs ~40 us per reading in
 any engine, so it runs on the first ``--w4-n`` readings (default 200,000).
-Each variant runs ``--repeat`` times (default 2) and keeps its best time.
+Each variant runs ``--repeat`` times (default 2) and keeps its best time. Each workload is
+measured in a fresh process of its own, Bytewax's too (``--shared-process``: all in this one,
+where what ran before changes the figures: see `measure_apart`).
 At the default N = 2,000,000 a full run takes about 4 minutes on 2 idle cores;
 ``--quick`` (N = 200,000) under a minute.
 """
@@ -171,6 +173,46 @@ def paths_of(name: str) -> tuple[str, ...]:
     return ("toolkit",) if name == "chain" else PATHS
 
 
+def measure(name: str, readings: Sequence[Reading], w4_n: int, paths: Sequence[str],
+            repeat: int) -> dict[str, Any]:
+    """One workload's row: the loop and each riverbed path, every run's digest checked."""
+    data = readings[:w4_n] if name == "W4" else readings
+    n_data = len(data)
+    loop_s, loop_cpu, loop_digests = run_loop(name, data, repeat)
+    reference = loop_digests[0]
+    row: dict[str, Any] = {"name": name, "n": n_data, "loop": n_data / loop_s,
+                           "loop_cpu": n_data / loop_cpu, "bw": None, "bw_cpu": None,
+                           "busy": loop_cpu / loop_s, "records": reference["records"],
+                           "bad": [], "digests": {"loop": loop_digests}}
+    bad = first_mismatch(loop_digests, reference)
+    if bad is not None:
+        row["bad"].append(f"loop run {bad}")
+    for path in paths:
+        if path not in paths_of(name):
+            continue
+        rb_s, rb_cpu, rb_digests = run_riverbed(name, data, repeat, path)
+        row[path], row[path + "_cpu"] = n_data / rb_s, n_data / rb_cpu
+        row["busy"] = min(row["busy"], rb_cpu / rb_s)
+        row["digests"][path] = rb_digests
+        bad = first_mismatch(rb_digests, reference)
+        if bad is not None:
+            row["bad"].append(f"{path} run {bad}")
+    return row
+
+
+def measure_apart(name: str, args: argparse.Namespace, n: int, w4_n: int,
+                  paths: Sequence[str]) -> dict[str, Any]:
+    """`measure` in a process of its own (``--measure``), as pyperf runs each benchmark: a
+    workload run after others in one process inherits their heap (its arenas, what the
+    collector tracks), which moved the chain's loop by up to 20 % and riverbed's by 7 %, in
+    opposite directions, depending on what ran before."""
+    cmd = [sys.executable, str(HERE / "runtime.py"), "--measure", name, "--n", str(n),
+           "--w4-n", str(w4_n), "--seed", str(args.seed), "--repeat", str(args.repeat),
+           "--paths", ",".join(paths)] + (["--no-schema"] if args.no_schema else [])
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=3600, check=True)
+    return json.loads(proc.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, help=f"readings per workload (default {DEFAULT_N:,})")
@@ -188,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-schema", action="store_true",
                     help="riverbed's source declares no schema (no per-tuple check), like the others")
     ap.add_argument("--latency-seconds", type=float, help="paced run length per workload (default 5)")
+    ap.add_argument("--shared-process", action="store_true",
+                    help="measure every workload in this one process (default: a process each)")
+    ap.add_argument("--measure", metavar="W", help=argparse.SUPPRESS)  # one workload, as JSON
     ap.add_argument("--profile", metavar="W", help="only profile riverbed on workload W (cProfile)")
     ap.add_argument("--path", default="toolkit", choices=PATHS, help="the riverbed path --profile runs")
     ap.add_argument("--top", type=int, default=25, help="lines of profile to print")
@@ -199,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     lat_seconds = args.latency_seconds or (2.0 if args.quick else 5.0)
     only = [w.strip() for w in args.only.split(",") if w.strip()]
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
-    for w in only + ([args.profile] if args.profile else []):
+    for w in only + [w for w in (args.profile, args.measure) if w]:
         if w not in WORKLOADS:
             ap.error(f"unknown workload {w!r}: expected some of {', '.join(WORKLOADS)}")
     for p in paths:
@@ -209,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     readings = make_readings(n, args.seed)
     gc.collect()
     gc.freeze()  # the input list is not garbage: keep the collector from rescanning it
+    if args.measure:
+        print(json.dumps(measure(args.measure, readings, w4_n, paths, args.repeat)))
+        return 0
     if args.profile:
         path = "toolkit" if args.profile == "chain" else args.path
         profile(args.profile, readings[:w4_n] if args.profile == "W4" else readings, args.top, path)
@@ -226,45 +274,33 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     ok = True
     for name in only:
-        data = readings[:w4_n] if name == "W4" else readings
-        n_data = len(data)
-        loop_s, loop_cpu, loop_digests = run_loop(name, data, args.repeat)
-        reference = loop_digests[0]
-        row: dict[str, Any] = {"name": name, "n": n_data, "loop": n_data / loop_s,
-                               "loop_cpu": n_data / loop_cpu, "bw": None, "bw_cpu": None,
-                               "busy": loop_cpu / loop_s, "records": reference["records"],
-                               "bad": [], "digests": {"loop": loop_digests}}
-        bad = first_mismatch(loop_digests, reference)
-        if bad is not None:
-            row["bad"].append(f"loop run {bad}")
-        line = f"  {name}: loop {n_data / loop_s:,.0f}/s"
-        for path in paths:
-            if path not in paths_of(name):
-                continue
-            rb_s, rb_cpu, rb_digests = run_riverbed(name, data, args.repeat, path)
-            row[path], row[path + "_cpu"] = n_data / rb_s, n_data / rb_cpu
-            row["busy"] = min(row["busy"], rb_cpu / rb_s)
-            row["digests"][path] = rb_digests
-            bad = first_mismatch(rb_digests, reference)
-            if bad is not None:
-                row["bad"].append(f"{path} run {bad}")
-            line += f", {path} {n_data / rb_s:,.0f}/s{'' if bad is None else ' RESULTS DIFFER'}"
+        row = (measure(name, readings, w4_n, paths, args.repeat) if args.shared_process
+               else measure_apart(name, args, n, w4_n, paths))
         ok &= not row["bad"]
         rows.append(row)
-        print(f"{line}, {reference['records']:,} records", flush=True)
+        line = f"  {name}: loop {row['loop']:,.0f}/s" + "".join(
+            f", {path} {row[path]:,.0f}/s" for path in paths if row.get(path) is not None)
+        print(f"{line}, {row['records']:,} records{' RESULTS DIFFER' if row['bad'] else ''}",
+              flush=True)
 
     bytewax_version = None
     if bytewax_note is None:
         print("running Bytewax in a subprocess ...", flush=True)
         try:
-            bw = run_bytewax(n, w4_n, args.seed, only, args.repeat)
+            if args.shared_process:
+                bw_runs = run_bytewax(n, w4_n, args.seed, only, args.repeat)
+            else:  # a process a workload, as for riverbed and the loop
+                parts = [run_bytewax(n, w4_n, args.seed, [name], args.repeat) for name in only]
+                bw_runs = {"version": parts[0]["version"],
+                           "workloads": {k: v for part in parts
+                                         for k, v in part["workloads"].items()}}
         except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
             bytewax_note = f"the Bytewax run failed: {exc}"
             print(f"BYTEWAX FAILED: {bytewax_note}")
         else:
-            bytewax_version = bw["version"]
+            bytewax_version = bw_runs["version"]
             for row in rows:
-                res = bw["workloads"][row["name"]]
+                res = bw_runs["workloads"][row["name"]]
                 row["bw"] = res["n"] / res["seconds"]
                 row["bw_cpu"] = res["n"] / res["cpu_seconds"]
                 row["busy"] = min(row["busy"], res["cpu_seconds"] / res["seconds"])
