@@ -417,25 +417,20 @@ def test_a_marked_batch_knows_where_its_marks_and_watermarks_are(script: list[An
                                                                   schema: bool) -> None:
     """Whatever was submitted, marked, or dropped as invalid, every `MarkedBatch` an output
     port hands over lists the indices of exactly its marks and watermarks (receivers slice at
-    them instead of testing every item), and the tuples keep their order. A watermark marked
-    right after another (nothing submitted, no seal between) replaces it."""
+    them instead of testing every item), and the tuples keep their order."""
     from riverbed.core import MarkedBatch, OutputPort, OutputPortMetrics
 
     dropped: list[Any] = []
     port = OutputPort(Schema(n="int64") if schema else None, OutputPortMetrics(),
                       lambda tup, why: dropped.append(tup))
     sent: list[Any] = []
-    previous = None
     for step in script:
         if step == "mark":
             port.mark(Punct.WINDOW)
             sent.append(Punct.WINDOW)
         elif step == "wm":
             port.mark(Watermark(len(sent)))
-            if previous == "wm":  # right after another watermark: it takes that one's place
-                sent[-1] = Watermark(len(sent))
-            else:
-                sent.append(Watermark(len(sent)))
+            sent.append(Watermark(len(sent)))
         elif step == "seal":
             if port.buf:
                 port.seal()
@@ -444,7 +439,6 @@ def test_a_marked_batch_knows_where_its_marks_and_watermarks_are(script: list[An
             port.buf.append(tup)
             if not (schema and step == "bad"):
                 sent.append(tup)
-        previous = step
     got: list[Any] = []
     for entry in port.take():
         if type(entry) is MarkedBatch:

@@ -63,17 +63,13 @@ def _graph(op: Operator, clause: str, *, partitioned: bool, sources: int = 1,
 def _flat(exits: list[tuple[str, int, Any]]) -> dict[int, list[Any]]:
     """Each port's stream, item by item (a batch's tuples one by one). An error tuple's text
     names the failed tuple's place in the batch the window was given ("tuple 3 of the batch:
-    ..."), which depends on how the host batched the tuples: that prefix is left out. Of
-    watermarks with nothing between them only the last counts: it says all they said, and
-    an output port keeps only the last of them when they are handed over together."""
+    ..."), which depends on how the host batched the tuples: that prefix is left out."""
     out: dict[int, list[Any]] = {}
     for _, port, item in exits:
         seq = out.setdefault(port, [])
         if type(item) is list:
             seq.extend(("tuple", _unplaced(t)) for t in item)
         elif isinstance(item, Watermark):
-            if seq and seq[-1][0] == "watermark":
-                seq.pop()
             seq.append(("watermark", item.value))
         else:
             seq.append(("punct", item))
@@ -213,10 +209,9 @@ def test_a_port_with_two_connections_moves_with_their_lowest_watermark(
         assert _state(whole) == _state(alone)
 
 
-def test_of_a_run_of_quiet_watermarks_the_last_leaves_in_place_before_the_panes_results() -> None:
-    """W2's shape: a watermark every 100 ms, a pane every second. The quiet watermarks between
-    two panes' results leave as one, the last of them, in its place before the results of the
-    pane the next watermark completes; the window ends at the last watermark."""
+def test_quiet_watermarks_are_forwarded_in_place_between_the_panes_results() -> None:
+    """W2's shape: a watermark every 100 ms, a pane every second; each watermark leaves in its
+    place, after the results of the pane it completes, and the window ends at the last one."""
     clause = "timeInterval, intervalDuration(1), partitioned"
     items: list[Any] = []
     for ms in range(0, 3000, 10):
@@ -225,17 +220,14 @@ def test_of_a_run_of_quiet_watermarks_the_last_leaves_in_place_before_the_panes_
             items.append(Watermark(ms))
     graph = _graph(PaneLog(), clause, partitioned=True)
     whole, alone = SyncGraph(graph, ["op"]), SyncGraph(graph, ["op"])
-    host = SyncGraph(graph, ["op"])
-    host.feed("src0", 0, MarkedBatch(items, 300))
-    seq: list[Any] = []  # as handed over: not through `_flat`, which keeps only a run's last
-    for _, _, item in host.take_exits():
-        seq += [("tuple", t) for t in item] if type(item) is list else [("watermark", item.value)]
-    assert [x[1] for x in seq if x[0] == "watermark"] == [990, 1990, 2990]
+    out = _feed(whole, items, True, True)
+    assert out == _feed(alone, items, False, True)
+    seq = out[0]
+    watermarks = [x[1] for x in seq if x[0] == "watermark"]
+    assert watermarks == [x.value for x in items if type(x) is Watermark]
     first_pane = next(i for i, x in enumerate(seq) if x[0] == "tuple")
-    assert seq[first_pane - 1] == ("watermark", 990)  # 1090 completes [0, 1000)
-    # 3 keys: INITIAL_FULL, TRIGGER, CLOSE each; 1090 after them, replaced by the quiet 1990
-    assert seq[first_pane + 9] == ("watermark", 1990)
-    assert _feed(whole, items, True, True) == _feed(alone, items, False, True)
+    assert seq[first_pane - 1] == ("watermark", 990)
+    assert seq[first_pane + 9] == ("watermark", 1090)  # 3 keys: INITIAL_FULL, TRIGGER, CLOSE
     window = whole.core("op").windows[0]
     assert isinstance(window, TimeIntervalWindow) and window.watermark_value == 2990
 

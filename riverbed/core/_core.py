@@ -679,9 +679,8 @@ class OperatorCore:
 
         A watermark that changes no pane of the operator's windows (below their `quiet_limit`,
         and below `next_pane_end` of the earliest tuple put in since the last cut) is quiet:
-        the operator's watermark moves, and the windows hear it and it is forwarded with the
-        next cut (`advance_quietly`; of a run of quiet watermarks only the last is forwarded:
-        nothing is submitted between them); the tuples around it go into the window in one insert,
+        the operator's watermark moves and is forwarded in place, and the windows hear it with
+        the next cut (`advance_quietly`); the tuples around it go into the window in one insert,
         their event times read once (`read_times`). A tuple after a quiet watermark whose time
         is below that watermark's drop point cuts there first, so it is dropped as it would
         have been. Any other watermark, and every window mark, is handled in place after the
@@ -724,18 +723,13 @@ class OperatorCore:
         due = limit = min(w.quiet_limit() for w in windows)
         lowest: int | None = None  # the earliest event time put in since the last cut
         quiet: int | None = None  # the last quiet watermark, not yet given to the windows
-        sent: Watermark | None = None  # its `Watermark` when it came as one (else None)
         window_mark = Punct.WINDOW
         next_end, drop_at = window.next_pane_end, window.drop_point_at
 
         def hear(value: int) -> None:
-            """The windows hear a quiet watermark (at a cut), and it is forwarded: the quiet
-            watermarks before it were not (nothing was submitted since them, so the last says
-            all they said)."""
+            """The windows hear a quiet watermark (at a cut)."""
             for w in windows:
                 w.advance_quietly(value)
-            if send:
-                self._send_watermark(value, sent)
 
         cut = seg = 0  # the first tuple not inserted; the first of the current segment
         n, m = len(tuples), len(controls)
@@ -777,16 +771,20 @@ class OperatorCore:
                 # (advanced connection watermarks start at 0 or at a restored, checked value:
                 # ``low`` is no lower than the lowest valid watermark)
                 if type(low) is int and low < limit:
+                    first = k
                     if values is not None and lowest is not None:
                         last = _quiet_run(values, k, limit, before, times)
                         if last > k:  # the next ones are quiet too: on to the last of them
                             k, seg = last, before[last]
                             low = value = values[last]
                             entries[conn] = value
-                            item = batch[controls[last]]
                     self._watermark = self.metrics.watermark = low
                     quiet = low
-                    sent = item if low == value else None
+                    if send:
+                        if k == first:
+                            self._send_watermark(low, item if low == value else None)
+                        else:  # each in its place: nothing is submitted between them (E31)
+                            self._send_watermarks([batch[i] for i in controls[first:k + 1]])
                     continue
                 mark = False
             if p > cut:
@@ -810,11 +808,8 @@ class OperatorCore:
     @staticmethod
     def _rising_watermarks(batch: MarkedBatch, controls: list[int]) -> list[int] | None:
         """The values of a run's control items, when all are watermarks of int values each
-        above the one before (else None)."""
-        try:
-            values = [batch[i].value for i in controls]
-        except AttributeError:  # a window mark among them
-            return None
+        above the one before (else None; a window mark's value is a str)."""
+        values = [batch[i].value for i in controls]
         if set(map(type, values)) != _INTS or not all(map(lt, values, values[1:])):
             return None
         return values
@@ -948,6 +943,17 @@ class OperatorCore:
         last = self._last_sent
         if last is None or candidate >= last + self._gap_ticks:
             self._send_watermark(candidate)
+
+    def _send_watermarks(self, marks: list[Watermark]) -> None:
+        """`_send_watermark` for each of ``marks`` (rising values) in turn, in one step."""
+        last = self._last_sent
+        if last is not None and marks[0].value <= last:
+            marks = [m for m in marks if m.value > last]
+            if not marks:
+                return
+        self._last_sent = marks[-1].value
+        for p in self._data_ports:
+            self.outputs[p].mark_watermarks(marks)
 
     def _send_watermark(self, value: int, mark: Watermark | None = None) -> None:
         """Forward watermark ``value`` on every data port; ``mark``: the `Watermark` of that

@@ -173,23 +173,18 @@ class OutputPort:
         self.pending.append(item)
 
     def mark(self, item: Any) -> None:
-        """A window mark or watermark, in line with the tuples around it (`MarkedBatch`).
+        """A window mark or watermark, in line with the tuples around it (`MarkedBatch`)."""
+        self.at.append(len(self.buf))
+        self.buf.append(item)
+        if item is not Punct.WINDOW:
+            self.watermarks += 1
 
-        A watermark right after another one (nothing submitted between them) takes its place:
-        the later one says everything the earlier said, so downstream hears one watermark, not
-        a run of them (an Aggregate forwards one per quiet watermark of a source's batch, ~40 a
-        batch of 1000 readings, each costing every hop after it a handler call)."""
-        buf = self.buf
-        if item is Punct.WINDOW:
-            self.at.append(len(buf))
-            buf.append(item)
-            return
-        if buf and type(buf[-1]) is Watermark:
-            buf[-1] = item
-            return
-        self.at.append(len(buf))
-        buf.append(item)
-        self.watermarks += 1
+    def mark_watermarks(self, items: list[Any]) -> None:
+        """`mark` for each of ``items`` (watermarks, one after the other), in one step."""
+        start = len(self.buf)
+        self.at.extend(range(start, start + len(items)))
+        self.buf.extend(items)
+        self.watermarks += len(items)
 
     @property
     def has_output(self) -> bool:
