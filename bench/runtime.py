@@ -40,8 +40,9 @@ it. Reported as p50/p99 over every result.
 ``W4`` (summing 1000 readings on every trigger) costs ~40 us per reading in
 any engine, so it runs on the first ``--w4-n`` readings (default 200,000).
 Each variant runs ``--repeat`` times (default 2) and keeps its best time. Each workload is
-measured in a fresh process of its own, Bytewax's too (``--shared-process``: all in this one,
-where what ran before changes the figures: see `measure_apart`).
+measured in ``--processes`` fresh processes (default 3), Bytewax's too, and the median of their
+rates kept (``--shared-process``: all in this one, where what ran before changes the figures:
+see `measure_apart`).
 At the default N = 2,000,000 a full run takes about 4 minutes on 2 idle cores;
 ``--quick`` (N = 200,000) under a minute.
 """
@@ -55,6 +56,7 @@ import json
 import os
 import platform
 import pstats
+import statistics
 import subprocess
 import sys
 import time
@@ -202,15 +204,39 @@ def measure(name: str, readings: Sequence[Reading], w4_n: int, paths: Sequence[s
 
 def measure_apart(name: str, args: argparse.Namespace, n: int, w4_n: int,
                   paths: Sequence[str]) -> dict[str, Any]:
-    """`measure` in a process of its own (``--measure``), as pyperf runs each benchmark: a
-    workload run after others in one process inherits their heap (its arenas, what the
-    collector tracks), which moved the chain's loop by up to 20 % and riverbed's by 7 %, in
-    opposite directions, depending on what ran before."""
+    """`measure` in ``--processes`` fresh processes of its own (``--measure``), as pyperf runs
+    each benchmark, each rate the median over them. A workload run after others in one process
+    inherits their heap (its arenas, what the collector tracks), which moved the chain's loop by
+    up to 20 % and riverbed's by 7 %, in opposite directions. And fresh processes differ among
+    themselves: the W1 loop ran at 4.25-5.78M readings/s in three of them (not the string hash
+    seed: fixed seeds spread as much)."""
     cmd = [sys.executable, str(HERE / "runtime.py"), "--measure", name, "--n", str(n),
            "--w4-n", str(w4_n), "--seed", str(args.seed), "--repeat", str(args.repeat),
            "--paths", ",".join(paths)] + (["--no-schema"] if args.no_schema else [])
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=3600, check=True)
-    return json.loads(proc.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+    rows = []
+    for _ in range(args.processes):
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=3600, check=True)
+        rows.append(json.loads(proc.stdout.splitlines()[-1]))
+    row: dict[str, Any] = rows[0]
+    for key in ("loop", "loop_cpu", *paths, *(p + "_cpu" for p in paths)):
+        if row.get(key) is not None:
+            row[key] = statistics.median(r[key] for r in rows)
+    row["busy"] = min(r["busy"] for r in rows)
+    row["bad"] = [f"process {i}: {b}" for i, r in enumerate(rows) for b in r["bad"]]
+    row["digests"] = {k: [d for r in rows for d in r["digests"][k]] for k in row["digests"]}
+    return row
+
+
+def bytewax_apart(name: str, args: argparse.Namespace, n: int, w4_n: int
+                  ) -> tuple[str, dict[str, Any]]:
+    """Bytewax's `run_bytewax` for one workload in ``--processes`` processes: its version, and
+    the median seconds with every run's digest."""
+    outs = [run_bytewax(n, w4_n, args.seed, [name], args.repeat) for _ in range(args.processes)]
+    parts = [o["workloads"][name] for o in outs]
+    return outs[0]["version"], {
+        "n": parts[0]["n"], "seconds": statistics.median(p["seconds"] for p in parts),
+        "cpu_seconds": statistics.median(p["cpu_seconds"] for p in parts),
+        "runs": [d for p in parts for d in p["runs"]]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-seconds", type=float, help="paced run length per workload (default 5)")
     ap.add_argument("--shared-process", action="store_true",
                     help="measure every workload in this one process (default: a process each)")
+    ap.add_argument("--processes", type=int, default=3,
+                    help="fresh processes a workload is measured in, medians kept (default 3)")
     ap.add_argument("--measure", metavar="W", help=argparse.SUPPRESS)  # one workload, as JSON
     ap.add_argument("--profile", metavar="W", help="only profile riverbed on workload W (cProfile)")
     ap.add_argument("--path", default="toolkit", choices=PATHS, help="the riverbed path --profile runs")
@@ -289,11 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.shared_process:
                 bw_runs = run_bytewax(n, w4_n, args.seed, only, args.repeat)
-            else:  # a process a workload, as for riverbed and the loop
-                parts = [run_bytewax(n, w4_n, args.seed, [name], args.repeat) for name in only]
-                bw_runs = {"version": parts[0]["version"],
-                           "workloads": {k: v for part in parts
-                                         for k, v in part["workloads"].items()}}
+            else:  # processes of their own, as for riverbed and the loop
+                apart = {name: bytewax_apart(name, args, n, w4_n) for name in only}
+                bw_runs = {"version": next(iter(apart.values()))[0],
+                           "workloads": {name: res for name, (_, res) in apart.items()}}
         except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
             bytewax_note = f"the Bytewax run failed: {exc}"
             print(f"BYTEWAX FAILED: {bytewax_note}")
