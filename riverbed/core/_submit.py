@@ -158,7 +158,21 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
     ``Punct.FINAL in items`` compares each dict to the mark, 20 ns): a batch of plain tuples
     without event time is one ``extend``, and a batch of dicts with integer event times finds
     its watermarks in C loops (`_emit_timed`); otherwise without event time a tuple is only
-    appended, and with it each goes through the event-time submit, which says what is wrong."""
+    appended, and with it each goes through the event-time submit, which says what is wrong.
+
+    A declared schema is checked first when the batch can go out whole (nothing waiting on the
+    port, one data port): passing it, every item is a valid tuple, so none is a mark and the
+    pass over the types is not needed; the batch is queued as it is, not checked again."""
+    out = core.outputs[0]
+    check = out.first_invalid
+    if (check is not None and items and not out.buf and not out.at
+            and core._data_ports == [0] and check(items) < 0):
+        if not core._generates_watermarks:
+            out.pending.append(items.copy())
+            return False
+        if _emit_timed(core, items, checked=True):
+            return False
+        return _submit_each(core, items, False)  # event times that are not ints: say which
     ended = False
     types = set(map(type, items))
     if Punct in types:
@@ -166,20 +180,26 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
         if end >= 0:  # a final item ends the source: what follows it is not emitted
             items, ended = items[:end], True
     elif not core._generates_watermarks:
-        core.outputs[0].buf.extend(items)  # the schema, if any, is checked when it is sealed
+        out.buf.extend(items)  # the schema, if any, is checked when it is sealed
         return False
     elif types == _DICTS and _emit_timed(core, items):
         return False
-    out = core.outputs[0]
-    mark, append, window = out.mark, out.buf.append, Punct.WINDOW
     if not core._generates_watermarks:
+        mark, append, window = out.mark, out.buf.append, Punct.WINDOW
         for item in items:
             if item is window:
                 mark(window)
             else:
                 append(item)
         return ended
-    submit = core.submit  # E29 a tuple at a time; it says what is wrong with a bad one
+    return _submit_each(core, items, ended)
+
+
+def _submit_each(core: OperatorCore, items: list[Any], ended: bool) -> bool:
+    """An event-time source's items a tuple at a time (E29), marks in their places: the
+    submit says what is wrong with a bad tuple. Returns ``ended``."""
+    mark, window = core.outputs[0].mark, Punct.WINDOW
+    submit = core.submit
     for item in items:
         if item is window:
             mark(window)
@@ -191,12 +211,13 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
     return ended
 
 
-def _emit_timed(core: OperatorCore, items: list[Any]) -> bool:
+def _emit_timed(core: OperatorCore, items: list[Any], checked: bool = False) -> bool:
     """`emit_items` for a batch of dicts whose event times are all integers (False, having
     done nothing, otherwise): the same tuples and watermarks in the same places, found with
     C loops. Each tuple moves the watermark to the running maximum of the event times (minus
     the lag); one is sent after the first tuple that takes it a minimum gap past the last one
-    sent, so the next send is a binary search in the running maximum."""
+    sent, so the next send is a binary search in the running maximum. ``checked``: the
+    schema's check passed for the whole batch already."""
     try:
         times = list(map(itemgetter(core._et_attribute), items))
     except (KeyError, TypeError, IndexError):
@@ -211,7 +232,7 @@ def _emit_timed(core: OperatorCore, items: list[Any]) -> bool:
     # and its only data port takes every tuple: checked in one call, it needs no per-mark
     # appends and no check of each run between watermarks when it is sealed.
     whole = (not out.buf and not out.at and core._data_ports == [0]
-             and (out.first_invalid is None or out.first_invalid(items) < 0))
+             and (checked or out.first_invalid is None or out.first_invalid(items) < 0))
     batch: list[Any] = [] if whole else out.buf
     controls: list[int] = []
     lag, gap = core._lag_ticks, core._gap_ticks
