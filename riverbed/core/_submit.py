@@ -27,7 +27,7 @@ __all__ = ["batch_submit", "emit_items", "make_submit", "result_submit", "result
 
 _DICTS = {dict}
 _INTS = {int}
-# Sets a new `Watermark`'s slot: object.__new__ then this make one without the frozen
+# Sets a new `Watermark`'s slot: object.__new__ and this make one without the frozen
 # dataclass's generated __init__ (which sets the slot through object.__setattr__).
 _SET_VALUE = Watermark.__dict__["value"].__set__
 
