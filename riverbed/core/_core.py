@@ -66,9 +66,6 @@ from ._windows import Window, build_window
 
 __all__ = ["CoreHost", "FinalHold", "OperatorCore", "TimerHandle"]
 
-_INTS = {int}
-
-
 
 class OperatorCore:
     """One operator of a graph, driven by a host (and the operator's `OperatorContext`)."""
@@ -810,7 +807,7 @@ class OperatorCore:
         """The values of a run's control items, when all are watermarks of int values each
         above the one before (else None; a window mark's value is a str)."""
         values = [batch[i].value for i in controls]
-        if set(map(type, values)) != _INTS or not all(map(lt, values, values[1:])):
+        if set(map(type, values)) != _submit._INTS or not all(map(lt, values, values[1:])):
             return None
         return values
 

@@ -165,12 +165,12 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
     pass over the types is not needed; the batch is queued as it is, not checked again."""
     out = core.outputs[0]
     check = out.first_invalid
-    if (check is not None and items and not out.buf and not out.at
-            and core._data_ports == [0] and check(items) < 0):
+    alone = not out.buf and not out.at and core._data_ports == [0]  # it can go out whole
+    if alone and check is not None and items and check(items) < 0:
         if not core._generates_watermarks:
             out.pending.append(items.copy())
             return False
-        if _emit_timed(core, items, checked=True):
+        if _emit_timed(core, items, whole=True):
             return False
         return _submit_each(core, items, False)  # event times that are not ints: say which
     ended = False
@@ -182,7 +182,7 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
     elif not core._generates_watermarks:
         out.buf.extend(items)  # the schema, if any, is checked when it is sealed
         return False
-    elif types == _DICTS and _emit_timed(core, items):
+    elif types == _DICTS and _emit_timed(core, items, whole=alone and check is None):
         return False
     if not core._generates_watermarks:
         mark, append, window = out.mark, out.buf.append, Punct.WINDOW
@@ -211,13 +211,17 @@ def _submit_each(core: OperatorCore, items: list[Any], ended: bool) -> bool:
     return ended
 
 
-def _emit_timed(core: OperatorCore, items: list[Any], checked: bool = False) -> bool:
+def _emit_timed(core: OperatorCore, items: list[Any], whole: bool) -> bool:
     """`emit_items` for a batch of dicts whose event times are all integers (False, having
     done nothing, otherwise): the same tuples and watermarks in the same places, found with
     C loops. Each tuple moves the watermark to the running maximum of the event times (minus
     the lag); one is sent after the first tuple that takes it a minimum gap past the last one
-    sent, so the next send is a binary search in the running maximum. ``checked``: the
-    schema's check passed for the whole batch already."""
+    sent, so the next send is a binary search in the running maximum.
+
+    ``whole``: the batch goes out whole, its watermarks placed here (`emit_items` found the
+    port empty, its only data port taking every tuple, and the batch checked or no schema to
+    check): it needs no per-mark appends and no check of each run between watermarks when it
+    is sealed."""
     try:
         times = list(map(itemgetter(core._et_attribute), items))
     except (KeyError, TypeError, IndexError):
@@ -228,11 +232,6 @@ def _emit_timed(core: OperatorCore, items: list[Any], checked: bool = False) -> 
     # one pass of timsort and a compare; accumulate(max) costs ten times that)
     top = times if sorted(times) == times else list(accumulate(times, max))
     out = core.outputs[0]
-    # The batch goes out whole, its watermarks placed here, when the port holds nothing yet
-    # and its only data port takes every tuple: checked in one call, it needs no per-mark
-    # appends and no check of each run between watermarks when it is sealed.
-    whole = (not out.buf and not out.at and core._data_ports == [0]
-             and (checked or out.first_invalid is None or out.first_invalid(items) < 0))
     batch: list[Any] = [] if whole else out.buf
     controls: list[int] = []
     lag, gap = core._lag_ticks, core._gap_ticks
