@@ -222,8 +222,12 @@ def measure_apart(name: str, args: argparse.Namespace, n: int, w4_n: int,
         if row.get(key) is not None:
             row[key] = statistics.median(r[key] for r in rows)
     row["busy"] = min(r["busy"] for r in rows)
-    row["bad"] = [f"process {i}: {b}" for i, r in enumerate(rows) for b in r["bad"]]
     row["digests"] = {k: [d for r in rows for d in r["digests"][k]] for k in row["digests"]}
+    # every run of every process against the first process's loop (each process checked its
+    # own runs against its own loop only)
+    reference = row["digests"]["loop"][0]
+    row["bad"] = [f"{k} run {i} (of every process's)" for k, digests in row["digests"].items()
+                  if (i := first_mismatch(digests, reference)) is not None]
     return row
 
 
@@ -279,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         if p not in PATHS:
             ap.error(f"unknown path {p!r}: expected some of {', '.join(PATHS)}")
 
-    readings = make_readings(n, args.seed)
+    # The readings this process runs on itself: none when each workload runs in processes of
+    # its own and no latency run follows (those processes make their own).
+    apart_only = not (args.shared_process or args.measure or args.profile) and args.no_latency
+    readings = [] if apart_only else make_readings(n, args.seed)
     gc.collect()
     gc.freeze()  # the input list is not garbage: keep the collector from rescanning it
     if args.measure:
