@@ -22,6 +22,7 @@ from ..core import (
     SchemaViolation,
 )
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
+from ._gc import JOB_GC_THRESHOLD
 from ._job import MIN_CHECKPOINT_PERIOD, Job, run_graph
 from ._parallel_wire import channel_of
 from ._replica import ReplicaKeyError
@@ -53,6 +54,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "JOB_GC_THRESHOLD",
     "MIN_CHECKPOINT_PERIOD",
     "Clock",
     "InputPortMetrics",

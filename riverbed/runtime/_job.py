@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import JobError, JobMetrics, OperatorCore, OperatorError, RestoreRefused
 from ..graph import FrozenGraph, Graph, event_time_region
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
+from ._gc import JOB_GC_THRESHOLD, check_threshold, collection_threshold
 from ._region import CheckpointSink, Region
 from ._runner import OperatorRunner
 
@@ -45,19 +46,25 @@ class Job:
     ``checkpoints`` (with ``checkpoint_period``) checkpoints the whole job as one
     region; a graph that declares consistent regions gives each its store in
     ``region_checkpoints`` (``checkpoints`` serves a graph with a single region).
+    ``gc_threshold``: while the job runs, the interpreter's young garbage collections come at
+    most every that many container allocations (CPython's default, 700, made a stateless chain
+    ~10 % slower: every young collection walks the batches in flight; docs/decisions.md);
+    None leaves the interpreter's setting alone.
     """
 
     def __init__(self, graph: Graph | FrozenGraph, *, clock: Clock | None = None,
                  batch_size: int = DEFAULT_BATCH, name: str | None = None,
                  checkpoints: CheckpointSink | None = None, checkpoint_period: float | None = None,
                  region_checkpoints: Mapping[str, CheckpointSink] | None = None,
-                 restore: bool = True, logger: Any = None) -> None:
+                 restore: bool = True, logger: Any = None,
+                 gc_threshold: int | None = JOB_GC_THRESHOLD) -> None:
         self.graph = graph.freeze() if isinstance(graph, Graph) else graph
         self.clock: Clock = clock if clock is not None else RealClock()
         self.name = name or self.graph.name
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: expected an int >= 1")
         self.batch_size = batch_size
+        self.gc_threshold = check_threshold(gc_threshold)
         self.stopping = False
         event_region = event_time_region(self.graph)
         self.runners = {op.name: OperatorRunner(self, op, event_region) for op in self.graph.operators}
@@ -158,6 +165,10 @@ class Job:
 
     async def run(self) -> JobMetrics:
         """Run to completion; raise `JobError` naming every operator that failed."""
+        with collection_threshold(self.gc_threshold):
+            return await self._run()
+
+    async def _run(self) -> JobMetrics:
         everyone = list(self.runners.values())
         runners = [r for r in everyone if r.name not in self._hosted]  # the rest run in workers
         try:
@@ -372,10 +383,12 @@ def _flatten(group: BaseExceptionGroup[Exception]) -> list[BaseException]:
 def run_graph(graph: Graph | FrozenGraph, *, clock: Clock | None = None,
               batch_size: int = DEFAULT_BATCH, checkpoints: CheckpointSink | None = None,
               checkpoint_period: float | None = None,
-              region_checkpoints: Mapping[str, CheckpointSink] | None = None) -> JobMetrics:
+              region_checkpoints: Mapping[str, CheckpointSink] | None = None,
+              gc_threshold: int | None = JOB_GC_THRESHOLD) -> JobMetrics:
     """Run a graph to completion from synchronous code (a `VirtualClock` runs on virtual time)."""
     job = Job(graph, clock=clock, batch_size=batch_size, checkpoints=checkpoints,
-              checkpoint_period=checkpoint_period, region_checkpoints=region_checkpoints)
+              checkpoint_period=checkpoint_period, region_checkpoints=region_checkpoints,
+              gc_threshold=gc_threshold)
     if isinstance(job.clock, VirtualClock):
         return run_virtual(job.run(), job.clock)
     return asyncio.run(job.run())
