@@ -368,15 +368,18 @@ class OutputClause:
                     copies.append(f"{name} = t[{attr!r}]")
                     fields.append(f"{attr!r}: {name}")
             body.append(f"out = {{{', '.join(fields)}}}")
+        # The names the body uses become default arguments: locals are read by index, globals
+        # by a dict lookup each.
+        names = ", ".join(f"{name}={name}" for name in env)
         if run:
             fallback, ind = ["append(slow(t))", "continue"], "            "
-            head = ("def build(tuples, submit):\n    built = []\n    append = built.append\n"
+            head = (f"def build(tuples, submit, {names}):\n    built = []\n    append = built.append\n"
                     "    try:\n        for t in tuples:\n")
             body.append("append(out)")
             tail = "    finally:\n        submit(built)\n"
         else:
             fallback, ind = ["return slow(t)"], "    "
-            head = "def build(t):\n"
+            head = f"def build(t, {names}):\n"
             body.append("return out")
             tail = ""
         lines = ["if type(t) is not dict:", *("    " + f for f in fallback)]
