@@ -203,7 +203,12 @@ class OperatorCore:
         if punct is not Punct.WINDOW:
             raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "
                              "punctuation is sent by the runtime when the inputs end")
-        out = self.outputs[port]  # `OutputPort.mark` inlined: a mark after each join arrival
+        try:  # `OutputPort.mark` inlined: a mark after each join arrival
+            out = self.outputs[port] if port >= 0 else None  # not an index from the end
+        except (IndexError, TypeError):
+            out = None
+        if out is None:
+            raise _submit.no_port(self, port)
         buf = out.buf
         out.at.append(len(buf))
         buf.append(punct)

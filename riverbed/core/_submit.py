@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..graph import Punct, Watermark
 from ._errors import SchemaViolation
-from ._output import MarkedBatch
+from ._output import MarkedBatch, OutputPort
 
 if TYPE_CHECKING:
     from ._core import OperatorCore
@@ -32,6 +32,20 @@ _INTS = {int}
 _SET_VALUE = Watermark.__dict__["value"].__set__
 
 
+def no_port(core: OperatorCore, port: Any) -> IndexError:
+    """The error for a submit to ``port``, which ``core`` does not have."""
+    n = len(core.outputs)
+    has = f"output ports 0 to {n - 1}" if n > 1 else "output port 0 only" if n else "no output port"
+    return IndexError(f"operator {core.name!r}: output port {port!r} does not exist (it has {has})")
+
+
+def output_port(core: OperatorCore, port: int) -> OutputPort:
+    """``core.outputs[port]``, refusing a negative index as well as one past the end."""
+    if not (type(port) is int and 0 <= port < len(core.outputs)):
+        raise no_port(core, port)
+    return core.outputs[port]
+
+
 def make_submit(core: OperatorCore) -> Callable[..., None]:
     """``submit(tup, port=0)`` for ``core``."""
     appends = [o.buf.append for o in core.outputs]  # the buffers live as long as the core
@@ -42,20 +56,26 @@ def make_submit(core: OperatorCore) -> Callable[..., None]:
 
         def submit_one(tup: Any, port: int = 0) -> None:
             if port:
-                appends[port](tup)  # raises IndexError: there is no such port
+                raise no_port(core, port)
             append(tup)
 
         return submit_one
 
     def submit(tup: Any, port: int = 0) -> None:
-        appends[port](tup)
+        try:
+            add = appends[port] if port >= 0 else None  # not an index from the end
+        except (IndexError, TypeError):
+            add = None
+        if add is None:
+            raise no_port(core, port)
+        add(tup)
 
     return submit
 
 
 def batch_submit(core: OperatorCore, port: int) -> Callable[[Iterable[Any]], None]:
     """`OperatorCore.batch_submit`."""
-    out = core.outputs[port]  # raises IndexError: there is no such port
+    out = output_port(core, port)
     if port == 0 and core._generates_watermarks:  # each tuple may move the watermark
         submit = core.submit
 
@@ -70,7 +90,7 @@ def batch_submit(core: OperatorCore, port: int) -> Callable[[Iterable[Any]], Non
 def result_submit(core: OperatorCore, port: int) -> Callable[[Any], None]:
     """`OperatorCore.result_submit`: the tuple, then a window mark after it, in one call (an
     Aggregate's row and mark after each trigger, a Join arrival's one pair and its mark)."""
-    out = core.outputs[port]  # raises IndexError: there is no such port
+    out = output_port(core, port)
     mark = Punct.WINDOW
     if port == 0 and core._generates_watermarks:  # the tuple may move the watermark
         submit, submit_punct = core.submit, core.submit_punct
@@ -94,7 +114,7 @@ def result_submit(core: OperatorCore, port: int) -> Callable[[Any], None]:
 def results_submit(core: OperatorCore, port: int) -> Callable[[list[Any]], None]:
     """`OperatorCore.results_submit`: each tuple of a list followed by a window mark, as
     `result_submit` on each would, in C passes (a run of an Aggregate's triggers at once)."""
-    out = core.outputs[port]  # raises IndexError: there is no such port
+    out = output_port(core, port)
     mark = Punct.WINDOW
     if port == 0 and core._generates_watermarks:  # each tuple may move the watermark
         submit_result = result_submit(core, port)
@@ -124,6 +144,7 @@ def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]])
 
     def slow(tup: Any, port: int) -> None:
         if port:
+            output_port(core, port)  # raises: there is no such port
             appends[port](tup)
             return
         candidate = core._event_time_of(tup)  # refuses a bad event time before taking it
