@@ -4,9 +4,9 @@ CPython starts a young collection every 700 net allocations of container objects
 allocates a tuple (a dict) or more per input tuple, so with the default it collects every few
 hundred tuples, and each collection walks every list still young: the batches in flight, a
 thousand tuples each, read once more from memory, then again in the next generation's
-collection when they survive. A stateless chain (Filter, Functor, Functor) spent a tenth of its
-time there. Between two collections most batches are delivered and freed, so a larger
-threshold means they are mostly never walked at all.
+collection when they survive. A stateless chain (Filter, Functor, Functor) spent 50 ms of
+264 in collections, the hand-written loop doing the same 0.5 ms. Between two collections most
+batches are delivered and freed, so with a larger threshold most are never walked at all.
 
 The setting is the interpreter's, so a job raises it only while it runs and puts back what it
 found when the last running job of the process ends. Worker processes forked by a job inherit
