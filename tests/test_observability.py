@@ -229,13 +229,13 @@ def test_status_view_renders_a_real_job_with_rates() -> None:
     job, clock = tiny_job()
     view = StatusView(job, stream=io.StringIO())
     assert view.render(0.0) == [
-        "t/gen: in=- (-/s) out=0 (-/s) queue=0/16 watermark=- late=0 errors=0",
-        "t/out: in=0 (-/s) out=- (-/s) queue=0/16 watermark=- late=0 errors=0",
+        "t/gen: in=- (-/s) out=0 (-/s) queue=0/8 watermark=- late=0 errors=0",
+        "t/out: in=0 (-/s) out=- (-/s) queue=0/8 watermark=- late=0 errors=0",
     ]
     run_virtual(job.run(), clock)
     assert view.render(2.0) == [
-        "t/gen: in=- (-/s) out=10 (5.0/s) queue=0/16 watermark=- late=0 errors=0",
-        "t/out: in=10 (5.0/s) out=- (-/s) queue=0/16 watermark=- late=0 errors=0",
+        "t/gen: in=- (-/s) out=10 (5.0/s) queue=0/8 watermark=- late=0 errors=0",
+        "t/out: in=10 (5.0/s) out=- (-/s) queue=0/8 watermark=- late=0 errors=0",
     ]
 
 
@@ -341,7 +341,7 @@ def test_prometheus_endpoint_serves_the_job_metrics_with_labels() -> None:
         'riverbed_late_tuples_total{job="t",operator="out",port="0"} 0.0',
         'riverbed_errors_total{job="t",operator="out",port="0"} 0.0',
         'riverbed_queue_size{job="t",operator="out"} 0.0',
-        'riverbed_queue_capacity{job="t",operator="out"} 16.0',
+        'riverbed_queue_capacity{job="t",operator="out"} 8.0',
     ):
         assert sample in samples
     assert "# TYPE riverbed_tuples_processed_total counter" in text

@@ -7,6 +7,7 @@ runs that. Nothing here is tied to a particular executor.
 
 from ._errors import GraphError, GraphValidationError, SchemaError
 from ._model import (
+    INBOX_BATCHES,
     Connection,
     DeclaredGraph,
     DeclaredOperator,
@@ -28,6 +29,7 @@ from ._schema import Schema, split_composite
 from ._validate import event_time_region
 
 __all__ = [
+    "INBOX_BATCHES",
     "CheckpointBarrier",
     "Connection",
     "ConsistentRegion",

@@ -20,8 +20,9 @@ SPL's rules at the merge (`_parallel_merge`): tuples pass as they come (a key's 
 one channel, in order); a window mark leaves once every channel has sent its next one; the
 watermark leaving is the minimum over the channels; final leaves once every channel has sent it.
 
-Bounded queues: at most ``queue_batches`` (the first member's) FEED messages with tuples are
-unanswered per channel; a feeder waits for room, its inbox fills, and the upstream waits.
+Bounded queues: at most ``queue_batches`` (the first member's; `REGION_FEEDS` if None) FEED
+messages with tuples are unanswered per channel; a feeder waits for room, its inbox fills, and
+the upstream waits.
 
 Time: messages carry the job's clock; the channels' deadlines come back with each answer and a
 timer of the job's clock sends a TICK when one is due. On a `VirtualClock`, time must not jump
@@ -96,6 +97,10 @@ __all__ = ["ChannelError", "ChannelMetrics", "ParallelHost", "parent_fds"]
 
 _HEADER = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
+# FEED messages in flight to a channel unless its first member's ``queue_batches`` says otherwise:
+# a batch's credit comes back only after a round trip through the worker, so the window must be
+# deeper than an inbox in one process (8 cost the split shape 15 % of its throughput).
+REGION_FEEDS = 16
 _PARENT_FDS: set[int] = set()  # the job's ends of every open channel, closed in each new worker
 
 
@@ -175,7 +180,7 @@ class ParallelHost:
         self.processes = spec.worker_processes()
         members = set(spec.members)
         self.runners = {n: job.runners[n] for n in spec.members}
-        self.capacity = self.runners[spec.members[0]].odef.queue_batches
+        self.capacity = self.runners[spec.members[0]].odef.queue_batches or REGION_FEEDS
         kind = "process" if spec.process else "channel"
         self._metrics = [ChannelMetrics(spec.name, i, kind, capacity=self.capacity)
                          for i in range(spec.width)]
