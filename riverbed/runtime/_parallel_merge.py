@@ -15,7 +15,7 @@ result, and most of them wait for another channel's, so a run is mostly copied i
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..graph import CheckpointBarrier, Punct, Watermark
 
@@ -166,11 +166,12 @@ class Merge:
         """Channel ``index``'s watermark is ``value``: the new minimum to send, or None."""
         wm = self.wm
         current = wm[index]
-        if current is None or value > current:
-            wm[index] = value
+        if current is not None and value <= current:
+            return None  # no rise: the minimum cannot move
+        wm[index] = value
         if None in wm:
             return None
-        low = min(v for v in wm if v is not None)
+        low = min(cast("list[int]", wm))  # every channel has one: all ints
         if self.wm_sent is None or low > self.wm_sent:
             self.wm_sent = low
             return low
