@@ -42,7 +42,6 @@ from operator import le, length_hint, lt
 from typing import Any
 
 from ..graph import (
-    INBOX_BATCHES,
     CheckpointBarrier,
     EventTime,
     FrozenGraph,
@@ -77,7 +76,7 @@ class OperatorCore:
         self.odef = odef
         self.graph = graph
         self.op: Operator = odef.operator
-        self.metrics = OperatorMetrics(odef.name, queue_capacity=odef.queue_batches or INBOX_BATCHES)
+        self.metrics = OperatorMetrics(odef.name, queue_capacity=odef.inbox_batches)
         self.metrics.inputs = [InputPortMetrics() for _ in odef.inputs]
         self.metrics.outputs = [OutputPortMetrics() for _ in odef.outputs]
         self.outputs = [OutputPort(s, m, self._invalid_output_of(port))

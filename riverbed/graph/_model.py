@@ -125,6 +125,11 @@ class OperatorDef:
     error_port: int | None = None  # output port receiving failed tuples, if the user asked
     queue_batches: int | None = None  # None: the host's own (`INBOX_BATCHES` in one process)
 
+    @property
+    def inbox_batches(self) -> int:
+        """The batches its inbox holds in one process: ``queue_batches``, else `INBOX_BATCHES`."""
+        return self.queue_batches or INBOX_BATCHES
+
 
 @dataclass(frozen=True, slots=True)
 class FrozenGraph:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core import OperatorCore, OperatorError, OutputPort, SchemaViolation
-from ..graph import INBOX_BATCHES, EventTime, OperatorDef, Source
+from ..graph import EventTime, OperatorDef, Source
 from ._channel import Inbox
 from ._clock import Clock, TimerHandle
 
@@ -63,7 +63,7 @@ class OperatorRunner:
         self.core = OperatorCore(odef, job.graph, region, job.host_for(self))
         self.op = self.core.op
         self.metrics = self.core.metrics
-        self.inbox = Inbox(odef.queue_batches or INBOX_BATCHES)
+        self.inbox = Inbox(odef.inbox_batches)
         self._deliveries = [Delivery() for _ in self.core.outputs]
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
