@@ -16,11 +16,15 @@ import pytest
 from riverbed.graph import INBOX_BATCHES, Graph, GraphError, Operator, Schema, Source
 from riverbed.runtime import Job, run_graph
 from riverbed.runtime._parallel import REGION_FEEDS, parent_fds
+from riverbed.testing import ListSink
 
 ROW = Schema(k="int64", v="int64")
 
 
 class Rows(Source):
+    """``n`` rows from ``generate``: the runtime takes them a batch at a time and fills inboxes
+    (`ListSource` submits from ``run`` and flushes once)."""
+
     def __init__(self, n: int) -> None:
         self.n = n
 
@@ -33,14 +37,6 @@ class Pass(Operator):
         self.submit(tup, 0)
 
 
-class Collect(Operator):
-    def __init__(self) -> None:
-        self.rows: list[Any] = []
-
-    def on_tuple(self, tup: Any, port: int) -> None:
-        self.rows.append(tup)
-
-
 @pytest.fixture(autouse=True)
 def _no_leftovers() -> Iterator[None]:
     yield
@@ -48,10 +44,10 @@ def _no_leftovers() -> Iterator[None]:
     assert parent_fds() == frozenset()
 
 
-def _graph(queue_batches: int | None, n: int = 20_000) -> tuple[Graph, Collect]:
+def _graph(queue_batches: int | None, n: int = 20_000) -> tuple[Graph, ListSink]:
     g = Graph("inbox")
     src = g.source("rows", Rows(n), schema=ROW)
-    sink = Collect()
+    sink = ListSink()
     g.sink("sink", sink, [g.operator("pass", Pass(), [src], queue_batches=queue_batches)])
     return g, sink
 
@@ -61,7 +57,7 @@ def test_an_inbox_holds_what_the_graph_declares_or_the_default(declared: int | N
                                                                 holds: int) -> None:
     g, sink = _graph(declared)
     metrics = run_graph(g, batch_size=10)  # 2000 batches: the source fills the inbox
-    assert len(sink.rows) == 20_000
+    assert len(sink.tuples) == 20_000
     m = metrics.operators["pass"]
     assert m.queue_capacity == holds
     assert m.queue_high_water == holds  # filled up to it, never beyond
@@ -80,13 +76,13 @@ def test_a_parallel_region_keeps_its_own_default_in_flight_to_each_channel(
     assert REGION_FEEDS == 16
     g = Graph("region")
     src = g.source("rows", Rows(5000), schema=ROW)
-    sink = Collect()
+    sink = ListSink()
     with g.parallel(2, partition_by="k"):
         out = g.operator("pass", Pass(), [src], queue_batches=declared)
     g.sink("sink", sink, [out])
     job = Job(g, batch_size=10)
     asyncio.run(job.run())
-    assert len(sink.rows) == 5000
+    assert len(sink.tuples) == 5000
     channels = job.channel_metrics()
     assert [c.capacity for c in channels] == [flight, flight]
     assert all(c.tuples_in > 0 for c in channels)

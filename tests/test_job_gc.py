@@ -13,8 +13,10 @@ import pytest
 from riverbed.graph import Graph, Operator, Schema, Source
 from riverbed.runtime import JOB_GC_THRESHOLD, Job, run_graph
 from riverbed.runtime._parallel import parent_fds
+from riverbed.testing import ListSink, ListSource
 
 ROW = Schema(k="int64", v="int64")
+ROWS = [{"k": i % 3, "v": i} for i in range(5)]
 
 
 @pytest.fixture(autouse=True)
@@ -23,14 +25,6 @@ def _default_thresholds() -> Iterator[None]:
     gc.set_threshold(700, 10, 10)  # CPython's defaults, whatever the test runner set
     yield
     gc.set_threshold(*before)
-
-
-class Rows(Source):
-    def __init__(self, n: int = 5) -> None:
-        self.n = n
-
-    def generate(self) -> Any:
-        return ({"k": i % 3, "v": i} for i in range(self.n))
 
 
 class Seen(Operator):
@@ -47,18 +41,10 @@ class Seen(Operator):
         self.submit({**tup, "th": list(gc.get_threshold())}, 0)
 
 
-class Collect(Operator):
-    def __init__(self) -> None:
-        self.rows: list[Any] = []
-
-    def on_tuple(self, tup: Any, port: int) -> None:
-        self.rows.append(tup)
-
-
-def _graph(seen: Seen | None = None, width: int | None = None) -> tuple[Graph, Collect]:
+def _graph(seen: Seen | None = None, width: int | None = None) -> tuple[Graph, ListSink]:
     g = Graph("gc")
-    src = g.source("rows", Rows(), schema=ROW)
-    sink = Collect()
+    src = g.source("rows", ListSource(ROWS), schema=ROW)
+    sink = ListSink()
     if width is None:
         out = g.operator("seen", seen or Seen(), [src])
     else:
@@ -71,14 +57,14 @@ def _graph(seen: Seen | None = None, width: int | None = None) -> tuple[Graph, C
 def test_the_threshold_is_raised_while_the_job_runs_and_put_back_after() -> None:
     g, sink = _graph()
     run_graph(g)
-    assert {tuple(r["th"]) for r in sink.rows} == {(JOB_GC_THRESHOLD, 10, 10)}
+    assert {tuple(r["th"]) for r in sink.tuples} == {(JOB_GC_THRESHOLD, 10, 10)}
     assert gc.get_threshold() == (700, 10, 10)
 
 
 def test_none_leaves_the_interpreters_setting_alone() -> None:
     g, sink = _graph()
     run_graph(g, gc_threshold=None)
-    assert {tuple(r["th"]) for r in sink.rows} == {(700, 10, 10)}
+    assert {tuple(r["th"]) for r in sink.tuples} == {(700, 10, 10)}
 
 
 def test_a_higher_threshold_or_collections_switched_off_are_kept() -> None:
@@ -86,14 +72,14 @@ def test_a_higher_threshold_or_collections_switched_off_are_kept() -> None:
         gc.set_threshold(*mine)
         g, sink = _graph()
         run_graph(g, gc_threshold=1000)
-        assert {tuple(r["th"]) for r in sink.rows} == {mine}
+        assert {tuple(r["th"]) for r in sink.tuples} == {mine}
         assert gc.get_threshold() == mine
 
 
 def test_a_threshold_the_program_set_during_the_run_stays() -> None:
     g, sink = _graph(Seen(set_to=(1234, 9, 8)))
     run_graph(g, gc_threshold=5000)
-    assert tuple(sink.rows[0]["th"]) == (1234, 9, 8)
+    assert tuple(sink.tuples[0]["th"]) == (1234, 9, 8)
     assert gc.get_threshold() == (1234, 9, 8)
 
 
@@ -110,7 +96,7 @@ def test_jobs_running_together_put_it_back_when_the_last_ends() -> None:
                 await gate.wait()
                 self.submit({"k": 1, "v": 1})
 
-        long_g.sink("sink", Collect(), [long_g.source("rows", Waits(), schema=ROW)])
+        long_g.sink("sink", ListSink(), [long_g.source("rows", Waits(), schema=ROW)])
         long_job = asyncio.create_task(Job(long_g, gc_threshold=3000).run())
         await asyncio.sleep(0)  # the long job is running (waiting for its gate)
         await Job(short, gc_threshold=8000).run()
@@ -129,7 +115,7 @@ def test_a_job_that_fails_puts_it_back_too() -> None:
             raise RuntimeError("boom")
 
     g = Graph("fails")
-    g.sink("bad", Fails(), [g.source("rows", Rows(), schema=ROW)])
+    g.sink("bad", Fails(), [g.source("rows", ListSource(ROWS), schema=ROW)])
     with pytest.raises(Exception, match="boom"):
         run_graph(g)
     assert gc.get_threshold() == (700, 10, 10)
@@ -145,8 +131,8 @@ def test_a_threshold_that_is_not_a_positive_int_is_refused_by_name(bad: Any) -> 
 def test_worker_processes_of_a_parallel_region_run_with_the_jobs_threshold() -> None:
     g, sink = _graph(width=2)
     run_graph(g)
-    assert len(sink.rows) == 5
-    assert {tuple(r["th"]) for r in sink.rows} == {(JOB_GC_THRESHOLD, 10, 10)}
+    assert len(sink.tuples) == 5
+    assert {tuple(r["th"]) for r in sink.tuples} == {(JOB_GC_THRESHOLD, 10, 10)}
     assert gc.get_threshold() == (700, 10, 10)
     assert multiprocessing.active_children() == []
     assert parent_fds() == frozenset()

@@ -10,15 +10,11 @@ from typing import Any
 
 import pytest
 
-from riverbed.graph import EventTime, Graph, Operator, Punct, Schema, Source
+from riverbed.graph import EventTime, Graph, Operator, Punct, Schema
 from riverbed.runtime import JobError, run_graph
+from riverbed.testing import ListSink, ListSource
 
 ROW = Schema(v="int64", ts="int64")
-
-
-class Rows(Source):
-    def generate(self) -> Any:
-        return iter([{"v": 1, "ts": 10}, {"v": 2, "ts": 20}])
 
 
 class SubmitsTo(Operator):
@@ -32,22 +28,14 @@ class SubmitsTo(Operator):
             self.submit(tup, self.port)
 
 
-class Collect(Operator):
-    def __init__(self) -> None:
-        self.rows: list[Any] = []
-
-    def on_tuple(self, tup: Any, port: int) -> None:
-        self.rows.append(tup)
-
-
-def _run(port: Any, outputs: int, *, punct: bool = False, event_time: bool = False) -> list[Collect]:
+def _run(port: Any, outputs: int, *, punct: bool = False, event_time: bool = False) -> list[ListSink]:
     g = Graph("ports")
-    src = g.source("rows", Rows(), schema=ROW)
+    src = g.source("rows", ListSource([{"v": 1, "ts": 10}, {"v": 2, "ts": 20}]), schema=ROW)
     streams = g.operator("op", SubmitsTo(port, punct), [src], outputs=[ROW] * outputs,
                          event_time=EventTime.of("ts", resolution="ms") if event_time else None)
     sinks = []
     for i, s in enumerate(streams if outputs > 1 else [streams]):
-        sinks.append(Collect())
+        sinks.append(ListSink())
         g.sink(f"sink{i}", sinks[-1], [s])
     run_graph(g)
     return sinks
@@ -76,6 +64,6 @@ def test_a_window_mark_to_a_port_that_does_not_exist_fails_the_job_by_name(port:
 
 def test_the_ports_that_exist_still_take_their_tuples() -> None:
     sinks = _run(1, 2)
-    assert [s.rows for s in sinks] == [[], [{"v": 1, "ts": 10}, {"v": 2, "ts": 20}]]
+    assert [s.tuples for s in sinks] == [[], [{"v": 1, "ts": 10}, {"v": 2, "ts": 20}]]
     sinks = _run(1, 2, event_time=True)
-    assert [len(s.rows) for s in sinks] == [0, 2]
+    assert [len(s.tuples) for s in sinks] == [0, 2]
