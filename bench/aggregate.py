@@ -197,17 +197,17 @@ def run_loop(plan: list[tuple[int, Sequence[Quote]]]) -> Digest:
         for quote in batch:
             sym = quote["sym"]
             price = quote["price"]
-            st = symbols.get(sym)
-            if st is None:
-                st = symbols[sym] = _Symbol()
-            st.arrivals.append(due)
-            st.prices.append(price)
-            st.total += price
-            st.added += 1
-            maxq = st.maxq
+            entry = symbols.get(sym)
+            if entry is None:
+                entry = symbols[sym] = _Symbol()
+            entry.arrivals.append(due)
+            entry.prices.append(price)
+            entry.total += price
+            entry.added += 1
+            maxq = entry.maxq
             while maxq and maxq[-1][1] < price:
                 maxq.pop()
-            maxq.append((st.added, price))
+            maxq.append((entry.added, price))
     return digest
 
 

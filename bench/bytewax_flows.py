@@ -73,7 +73,7 @@ BATCH = 1000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class _DigestPartition(StatelessSinkPartition[Any]):
+class _DigestPartition(StatelessSinkPartition[Any]):  # type: ignore[misc]  # Any here: bytewax is not installed
     def __init__(self, digest: Digest) -> None:
         self.digest = digest
 
@@ -90,7 +90,7 @@ class _PlainDigestPartition(_DigestPartition):
             add(rec)
 
 
-class DigestSink(DynamicSink[Any]):
+class DigestSink(DynamicSink[Any]):  # type: ignore[misc]
     """Keyed (key, record) items (or, ``keyed=False``, records) into a `Digest` (one worker: one
     partition)."""
 

@@ -158,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     if slowest is not None:
         print("the slowest reset, by phase: " + ", ".join(
             f"{k} {slowest[k]} ms" for k in ("stop_ms", "load_ms", "restore_ms") if k in slowest))
-        for k in ("stop_ms", "load_ms", "restore_ms"):
-            phase = [float(e[k]) for e in recovered if k in e]  # type: ignore[arg-type]
+        for key in ("stop_ms", "load_ms", "restore_ms"):
+            phase = [float(e[key]) for e in recovered if key in e]  # type: ignore[arg-type]
             if phase:
-                print(f"  {k[:-3]}: p50 {statistics.median(phase):.0f} ms, "
+                print(f"  {key[:-3]}: p50 {statistics.median(phase):.0f} ms, "
                       f"p99 {_percentile(phase, 99):.0f} ms")
     return 0 if code == 0 and lost == 0 and duplicated == 0 else 1
 

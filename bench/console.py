@@ -101,7 +101,7 @@ def one_run(variant: str, seconds: float, work: Path, page: str, interval: float
     try:
         console0 = server.cpu_seconds() if server is not None else 0.0
         wall0, cpu0 = time.perf_counter(), time.process_time()
-        run_virtual(job.run(), clock)  # type: ignore[arg-type]
+        run_virtual(job.run(), clock)
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         console = server.cpu_seconds() - console0 if server is not None else 0.0
         if server is not None and variant == "page" and server.pages < 1:

@@ -243,7 +243,7 @@ def run_once(workload: str, readings: Columns, variant: Variant, dicts: bool,
 
 def transport_costs(readings: Sequence[Reading], batch: int = 1000, rounds: int = 200) -> dict[str, float]:
     """ns per tuple to send a batch of readings through a socketpair and decode it."""
-    import msgpack
+    import msgpack  # type: ignore[import-untyped]
 
     from riverbed.runtime._parallel_wire import frame
 
@@ -277,7 +277,7 @@ def transport_costs(readings: Sequence[Reading], batch: int = 1000, rounds: int 
 
 
 def _arrow_dumps(rows: list[Any]) -> bytes:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     batch = pa.RecordBatch.from_pylist(rows)
     sink = pa.BufferOutputStream()
@@ -318,14 +318,16 @@ def _pipe_and_shared_memory(chunk: list[Any], rounds: int) -> dict[str, float]:
         os.close(r)
         os.close(w)
     shm = shared_memory.SharedMemory(create=True, size=1 << 20)
+    shared = shm.buf
+    assert shared is not None  # None only once closed
     a, b = socket.socketpair()
 
     def through_shared_memory() -> Any:
         data = pickle.dumps(chunk, protocol=5)
-        shm.buf[:len(data)] = data
+        shared[:len(data)] = data
         a.sendall(len(data).to_bytes(4, "big"))
         n = int.from_bytes(b.recv(4), "big")
-        return pickle.loads(shm.buf[:n])
+        return pickle.loads(shared[:n])
 
     try:
         out["pickle via shared memory"] = _best_ns(through_shared_memory, chunk, rounds)

@@ -73,7 +73,7 @@ class ParquetSiteReadings(Source):
         self.directory = directory
 
     def generate(self) -> Any:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
         for name in sorted(os.listdir(self.directory)):
             if name.endswith(".parquet") and not name.startswith("sentinel"):
