@@ -30,7 +30,7 @@ from ..conformance import (
 )
 from ..graph import FrozenGraph, Graph, GraphValidationError, Operator
 from ..windows import StreamWindowEvent
-from ._clock import VirtualClock, run_virtual
+from ._clock import VirtualClock
 from ._job import Job
 from ._trace_host import _EVENT_TIME, _FeedsSteps, _Steps
 
@@ -99,19 +99,6 @@ class ParallelTraceHost(_FeedsSteps):
         self.job = Job(_graph(case, flavor, width, self.source, _Log(self)), clock=VirtualClock(),
                        batch_size=1)
         self._until: int | None = None
-
-    def run(self, replay: Replay) -> None:
-        self.log = replay.log
-        self.source.steps = replay.run()
-        try:
-            run_virtual(self.job.run(), self.job.clock)  # type: ignore[arg-type]
-        except Exception as exc:
-            for cause in getattr(exc, "errors", [exc]):
-                inner = getattr(cause, "cause", cause)
-                if isinstance(inner, CaseError):
-                    raise inner from None
-            step = self.log.step
-            raise CaseError(f"case {self.case.name}{'' if step < 0 else f', step {step}'}: {exc}") from None
 
     async def settle(self) -> None:
         ctx = self.source.context

@@ -68,6 +68,23 @@ class _FeedsSteps:
 
     source: _Steps
     _until: int | None
+    job: Job
+    case: Case
+    log: EventLog
+
+    def run(self, replay: Replay) -> None:
+        """Run the job; its source applies ``replay``'s steps. Errors name the case (and step)."""
+        self.log = replay.log  # the port becomes ready as the job starts, before the first step
+        self.source.steps = replay.run()
+        try:
+            run_virtual(self.job.run(), self.job.clock)  # type: ignore[arg-type]
+        except Exception as exc:
+            for cause in getattr(exc, "errors", [exc]):
+                inner = getattr(cause, "cause", cause)
+                if isinstance(inner, CaseError):
+                    raise inner from None
+            step = self.log.step
+            raise CaseError(f"case {self.case.name}{'' if step < 0 else f', step {step}'}: {exc}") from None
 
     def insert(self, step: TupleStep) -> None:
         tup = step.tuple()
@@ -102,20 +119,6 @@ class RuntimeHost(_FeedsSteps):
         self.job = Job(g, clock=VirtualClock(), batch_size=1)
         self.recorder: OperatorRunner = self.job.runners["window"]
         self._until: int | None = None
-
-    def run(self, replay: Replay) -> None:
-        """Run the job; its source applies ``replay``'s steps. Errors name the case (and step)."""
-        self.log = replay.log  # the port becomes ready as the job starts, before the first step
-        self.source.steps = replay.run()
-        try:
-            run_virtual(self.job.run(), self.job.clock)  # type: ignore[arg-type]
-        except Exception as exc:
-            for cause in getattr(exc, "errors", [exc]):
-                inner = getattr(cause, "cause", cause)
-                if isinstance(inner, CaseError):
-                    raise inner from None
-            step = self.log.step
-            raise CaseError(f"case {self.case.name}{'' if step < 0 else f', step {step}'}: {exc}") from None
 
     async def settle(self) -> None:
         """Let the step take effect: the clock reach its time, the recorder handle all it got."""
