@@ -7,6 +7,9 @@ this file and nothing else. What it adds to aiomqtt 2.5:
 * **Reconnect with backoff.** aiomqtt 2 never reconnects; a named background
   task re-enters the same ``aiomqtt.Client`` (which keeps paho's session
   state) with exponential backoff, re-subscribes, and counts reconnects.
+  The backoff is wall-clock time (`wall_sleep`) on any event loop: a broker
+  comes back in real time, and a virtual clock, which jumps over every wait
+  while nothing else runs, made the retries spin at full speed.
   Errors that a retry cannot fix (bad credentials, TLS failures, a refused
   client id) end the connection with `MQTTConnectError` instead.
 * **Manual acknowledgement** (paho's ``manual_ack_set``): a QoS 1/2 message is
@@ -34,6 +37,7 @@ import contextlib
 import math
 import os
 import ssl
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -52,6 +56,30 @@ SessionPlan = tuple[Sequence[str], Sequence[tuple[str, int]]]
 
 # CONNACK reason codes (MQTT 5 numbering; paho maps 3.1.1 codes onto them) that no retry can fix.
 _FATAL_CODES = frozenset({1, 2, 4, 5, 0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C})
+
+
+async def wall_sleep(delay: float) -> None:
+    """Wait ``delay`` seconds of wall-clock time, whatever clock the event loop keeps.
+
+    `asyncio.sleep` waits on the loop's clock; on riverbed's virtual-time loop that clock
+    jumps to the next timer as soon as every task waits, so a retry loop sleeping with it
+    would retry at once, forever. A timer thread wakes the loop instead (it waits in its
+    selector meanwhile, and may run other timers due before). Cancelling the wait stops the
+    timer."""
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    timer = threading.Timer(delay, loop.call_soon_threadsafe, (wake,))
+    timer.daemon = True
+    timer.start()
+    try:
+        await woken
+    finally:
+        timer.cancel()
 
 
 class MQTTConfigError(ValueError):
@@ -313,7 +341,13 @@ class MQTTClient:
 
     async def __aenter__(self) -> MQTTClient:
         self.start()
-        await self.wait_connected()
+        try:
+            await self.wait_connected()
+        except BaseException:
+            # Cancelled (a job stopping while the broker is away) or refused: `__aexit__` will
+            # not run, so the connection task stops here instead of retrying for ever.
+            await self.__aexit__(None, None, None)
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -406,7 +440,7 @@ class MQTTClient:
                     self._queue.put_nowait(_CLOSED)
                     return
                 self._log("mqtt disconnected", {"error": str(exc), "retry_in": delay})
-                await asyncio.sleep(delay)  # backoff before the next attempt
+                await wall_sleep(delay)  # backoff before the next attempt
                 delay = min(delay * 2, hi)
 
     def _connected(self, granted: tuple[tuple[str, int, int], ...]) -> None:
@@ -544,7 +578,7 @@ class MQTTClient:
             self.last_error = str(exc)
             self._check()
             if self._up.is_set() and not task.done():
-                await asyncio.sleep(self.config.backoff[0])
+                await wall_sleep(self.config.backoff[0])
 
     async def publish_once(self, topic: str, payload: bytes, qos: int, timeout: float) -> None:
         """Publish with one attempt bounded by ``timeout`` s (waiting for a connection included);

@@ -536,6 +536,8 @@ class MQTTSink(Operator):
         self._buffers: dict[str, list[dict[str, Any]]] = {}
         self._outbox: asyncio.Queue[tuple[str, bytes, int] | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._client: MQTTClient | None = None
+        self._in_flight = 0
         self._release: Callable[[], None] | None = None
         self._error: BaseException | None = None
 
@@ -545,8 +547,9 @@ class MQTTSink(Operator):
             self._publisher(), name=f"{self.context.job}/{self.context.name}/publish")
 
     async def _publisher(self) -> None:
+        client = self._client = MQTTClient(self.config, name=f"{self.context.job}/{self.context.name}")
         try:
-            async with MQTTClient(self.config, name=f"{self.context.job}/{self.context.name}") as client:
+            async with client:
                 done = False
                 while not done:
                     item = await self._outbox.get()
@@ -555,7 +558,9 @@ class MQTTSink(Operator):
                         chunk.append(self._outbox.get_nowait())
                     sends = [x for x in chunk if x is not None]
                     done = len(sends) < len(chunk)
+                    self._in_flight = len(sends)
                     await asyncio.gather(*(client.publish(t, p, self.qos, self.retain) for t, p, _ in sends))
+                    self._in_flight = 0
                     self.messages_published += len(sends)  # QoS 1/2: acknowledged by the broker
                     self.records_published += sum(n for _, _, n in sends)
         except Exception as exc:
@@ -583,6 +588,12 @@ class MQTTSink(Operator):
             self._send(topic)
         if punct is Punct.FINAL:
             self._outbox.put_nowait(None)
+            task, client = self._task, self._client
+            if (task is not None and (client is None or not client.connected) and not self._in_flight
+                    and self._outbox.qsize() == 1):
+                # Nothing to deliver, and no broker to say goodbye to: the graph need not wait for
+                # one (a job stopped while the broker was away ended only at a second signal).
+                task.cancel()
 
     def on_shutdown(self) -> None:
         if self._error is not None:

@@ -1,0 +1,122 @@
+"""A broker that is not there: retries wait real time, and a stop ends the job at once.
+
+Found by running the MQTT example with no broker: on a virtual clock the reconnect backoff
+was virtual too, so the retries spun at full speed (two million log lines a run) and the job
+never ended; on either clock one SIGTERM or Ctrl-C did not end the job, since the source's
+connection task outlived its cancelled source and the sink waited for a broker to publish
+nothing to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from riverbed.graph import Graph
+from riverbed.mqtt import ClientConfig, MQTTClient, MQTTSink
+from riverbed.runtime import Job, VirtualClock, run_virtual
+from riverbed.testing import ListSource
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: connecting is refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_reconnect_backoff_is_wall_clock_time_on_a_virtual_clock() -> None:
+    backoff = (0.02, 0.04)
+    attempts: list[float] = []
+
+    async def main() -> float:
+        enough = asyncio.Event()
+
+        def log(event: str, fields: dict[str, Any]) -> None:
+            if event == "mqtt disconnected":
+                attempts.append(time.perf_counter())
+                if len(attempts) == 4:
+                    enough.set()
+
+        client = MQTTClient(ClientConfig("127.0.0.1", _closed_port(), backoff=backoff), log=log)
+        client.start()
+        await enough.wait()
+        await client.__aexit__(None, None, None)
+        return attempts[-1] - attempts[0]
+
+    took = run_virtual(main(), VirtualClock())
+    # Three waits between the four attempts: 0.02, 0.04, 0.04 s of real time. Spinning on
+    # virtual time, the four attempts came within a millisecond or two.
+    assert took >= 0.9 * (0.02 + 0.04 + 0.04), attempts
+
+
+def test_a_cancelled_connect_stops_the_connection_task() -> None:
+    async def main() -> list[str]:
+        refused = asyncio.Event()
+        client = MQTTClient(ClientConfig("127.0.0.1", _closed_port(), backoff=(0.01, 0.02)),
+                            name="leak-check", log=lambda event, fields: refused.set())
+        entering = asyncio.ensure_future(client.__aenter__())
+        await refused.wait()  # retrying; then the caller gives up (a job stopping)
+        entering.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await entering
+        return [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    assert asyncio.run(main()) == []
+
+
+def test_a_sink_with_nothing_to_publish_does_not_wait_for_the_broker() -> None:
+    g = Graph("unreachable-sink")
+    src = g.source("src", ListSource([]))
+    sink = MQTTSink("127.0.0.1", _closed_port(), topic="t/x", backoff=(0.01, 0.02))
+    g.sink("out", sink, [src])
+
+    async def main() -> None:
+        await asyncio.wait_for(Job(g).run(), timeout=30)
+
+    asyncio.run(main())  # before: final waited for a connection that never came
+    assert sink.messages_published == 0
+
+
+@pytest.mark.parametrize("clock", ["real", "virtual"])
+def test_the_example_stops_at_the_first_signal_with_no_broker(tmp_path: Path, clock: str) -> None:
+    args = [sys.executable, "-m", "riverbed", "run", "examples/sensors_mqtt.py", "--no-status",
+            "--log-format", "json", "-p", f"port={_closed_port()}", "-p", f"out={tmp_path / 'a.jsonl'}",
+            "-p", f"panes={tmp_path / 'p.jsonl'}"]
+    if clock == "virtual":
+        args.append("--virtual-clock")
+    proc = subprocess.Popen(args, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen, refused = [], 0
+    try:
+        for line in proc.stderr:  # retrying: wait for two refused attempts (read the log, no sleep)
+            seen.append(line)
+            refused += '"mqtt disconnected"' in line
+            if refused == 2:
+                break
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    logs = [json.loads(x) for x in ("".join(seen) + rest).splitlines() if x.startswith("{")]
+    assert proc.returncode == 0, rest[-2000:]
+    finished = [e for e in logs if e["event"] == "job finished"]
+    assert finished and finished[0]["stopped"] is True
+    # the backoff (0.05 s doubling) gave a handful of attempts, not a spin
+    assert sum(e["event"] == "mqtt disconnected" for e in logs) < 20
+    assert "Task was destroyed" not in rest
