@@ -407,7 +407,11 @@ def checkpoints_command(action: str, directory: str, checkpoint_id: int | None,
     running job; damaged checkpoints are listed as such, and so are committed
     ones that are gone, with what the store noticed on the way (its warnings).
     ``repair`` runs RocksDB's repair (the job must be stopped) and reports the
-    checkpoints before and after.
+    checkpoints before and after. A directory holding one store per declared
+    consistent region (``--checkpoint-dir`` of such a graph) is listed region by
+    region; ``show`` and ``repair`` ask for one region's directory. A directory
+    holding no store is refused before anything is opened, so nothing is written
+    into it.
     """
     from .checkpoint import CheckpointError, CheckpointInfo, RocksDBStore, StoreWarning
 
@@ -421,6 +425,23 @@ def checkpoints_command(action: str, directory: str, checkpoint_id: int | None,
     if not Path(directory).is_dir():
         out(f"riverbed checkpoints: {directory}: no such checkpoint directory")
         return EXIT_INVALID
+    kind, regions = RocksDBStore.layout(directory)
+    if kind == "none":
+        out(f"riverbed checkpoints {action}: {directory} holds no checkpoint store (no RocksDB files, "
+            "and no directory of a consistent region holding one)")
+        return EXIT_INVALID
+    if kind == "regions":
+        places = [str(Path(directory) / name) for name in regions]
+        if action != "list":
+            out(f"riverbed checkpoints {action}: {directory} holds one store per consistent region "
+                f"({', '.join(regions)}); give a region's directory, e.g. "
+                f"riverbed checkpoints {action} {places[0]}")
+            return EXIT_INVALID
+        worst = EXIT_OK
+        for name, place in zip(regions, places, strict=True):
+            out(f"region {name} ({place}):")
+            worst = max(worst, checkpoints_command(action, place, checkpoint_id, out))
+        return worst
     if action == "repair":
         try:
             report = RocksDBStore.repair(directory)

@@ -49,7 +49,7 @@ import contextlib
 import os
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from rocksdict import (
     AccessType,
@@ -75,6 +75,15 @@ _LEDGER_MODE: Final = 0o600
 _ENGINE_FILE = re.compile(r"^(\d+\.(sst|log)|MANIFEST-\d+)$")
 _FIRST_MANIFEST = "MANIFEST-000001"  # what RocksDB writes first when it creates a database
 _TABLE_IN_MESSAGE = re.compile(r"in (\S+\.sst)\b")
+
+
+def _make_owner_only(path: str) -> None:
+    """Create ``path`` and each missing directory above it owner-only (`os.makedirs` gives the
+    ones above the default mode; RocksDB, left to create them, did the same for the store)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        _make_owner_only(parent)
+    os.mkdir(path, _DIR_MODE)
 
 
 def _repair_advice(path: str) -> str:
@@ -171,6 +180,20 @@ class RocksDBStore(CheckpointStore):
     def path(self) -> str:
         return self._path
 
+    @staticmethod
+    def layout(path: str | os.PathLike[str]) -> tuple[Literal["store", "regions", "none"], list[str]]:
+        """What directory ``path`` holds, seen from its file names alone (nothing is opened or
+        written): ``("store", [])``, a store or what is left of one (RocksDB's files);
+        ``("regions", names)``, one store per declared consistent region, each in a directory
+        of its own (what ``riverbed run --checkpoint-dir`` makes for a graph that declares
+        regions); ``("none", [])``, neither."""
+        names = _listdir(os.fspath(path))
+        if "CURRENT" in names or any(_ENGINE_FILE.match(n) for n in names):
+            return "store", []
+        regions = sorted(n for n in names if os.path.isdir(os.path.join(path, n))
+                         and RocksDBStore.layout(os.path.join(path, n))[0] == "store")
+        return ("regions", regions) if regions else ("none", [])
+
     @classmethod
     def repair(cls, path: str | os.PathLike[str]) -> RepairReport:
         """Rebuild a damaged store with RocksDB's repair; what it held before and after.
@@ -226,7 +249,7 @@ class RocksDBStore(CheckpointStore):
         except FileNotFoundError:
             if not self._read_only:
                 with contextlib.suppress(OSError):  # a bad path is left to RocksDB to report
-                    os.mkdir(self._path, _DIR_MODE)
+                    _make_owner_only(self._path)
             return
         except OSError:
             return  # not a directory, not readable: RocksDB reports it
