@@ -392,6 +392,20 @@ def test_a_bad_clause_is_reported_pointing_at_the_text() -> None:
         g.freeze()
 
 
+@pytest.mark.parametrize("clause", ["slidng, count(10), count(5), partitioned",
+                                    "sliding, cuont(10), count(5), partitioned",
+                                    "sliding, count(10), count(5, partitioned"])
+def test_a_bad_partitioned_clause_is_one_error_not_also_a_key_error(clause: str) -> None:
+    # Its window unknown, the port's partition_by was checked against no window at all and a
+    # second error said "partition_by needs a partitioned window" of a clause that says so.
+    g = Graph("clause")
+    s = g.source("s", ListSource([]), schema=Schema(k="rstring", v="float64"))
+    g.sink("w", Collect(), [s.window(clause, partition_by="k")])
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    assert [e.rule for e in info.value.errors] == ["window-clause"]
+
+
 def test_a_cycle_needs_a_feedback_connection() -> None:
     def build(feedback: bool) -> Graph:
         g = Graph("cycle")

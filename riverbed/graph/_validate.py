@@ -48,13 +48,15 @@ def freeze(graph: Graph) -> FrozenGraph:
             errors.append(GraphError(name, "input", "needs at least one input port"))
         for i, port in enumerate(raw["inputs"]):
             window = None
+            partition_by = port.partition_by
             if port.window is not None:
                 try:
                     window = parse_port_window(name, i, port.window)
                 except GraphError as exc:
                     errors.append(exc)
+                    partition_by = None  # its window is not known: no second error about the key
             conns = tuple(Connection(s.operator, s.port, port.feedback) for s in port.streams)
-            ports.append(InputPort(conns, window, port.partition_by, port.flavor,
+            ports.append(InputPort(conns, window, partition_by, port.flavor,
                                    dict(port.attribute_types) if port.attribute_types else None))
         defs[name] = OperatorDef(name, raw["operator"], raw["kind"], tuple(ports),
                                  tuple(raw["outputs"]), raw["event_time"], raw["error_port"],
