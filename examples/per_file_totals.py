@@ -1,6 +1,8 @@
 """Example graph: one total per input file, from punctuation at file boundaries.
 
-    riverbed run examples/per_file_totals.py -p input=data/sales -p out=out/totals.csv
+    riverbed run examples/per_file_totals.py -p input=examples/data/sales -p out=out/totals.csv
+
+(``input`` defaults to ``examples/data/sales``: three small files, one of them empty.)
 
 * ``scan``: DirectoryScan lists the ``*.csv`` files of ``input`` (by name; one
   scan, then it ends, so the job finishes when the files are done);
@@ -21,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from riverbed.graph import Graph, Operator, Punct, Schema
-from riverbed.operators._files import DirectoryScan, FileSink, FileSource
+from riverbed.operators import DirectoryScan, FileSink, FileSource
 from riverbed.windows import EventType, StreamWindowEvent
 
 SALE = Schema(item="rstring", qty="int64", amount="float64", file="rstring")
@@ -51,7 +53,7 @@ class FileTotals(Operator):
 
 def build(params: dict[str, Any]) -> Graph:
     g = Graph("per_file_totals", params)
-    files = g.source("scan", DirectoryScan(str(params.get("input", "data/sales")), pattern=r"\.csv$",
+    files = g.source("scan", DirectoryScan(str(params.get("input", "examples/data/sales")), pattern=r"\.csv$",
                                            sort_by="name", scans=1),
                      schema=Schema(path="rstring"))
     sales = g.operator("read", FileSource(format="csv", has_header=True, file_name_attribute="file"),

@@ -48,8 +48,16 @@ from typing import Any
 
 from riverbed.graph import Graph, Operator, Punct, Schema, Source
 from riverbed.mqtt import MQTTSink, MQTTSource
-from riverbed.operators import Aggregate, Average, Count, FileSink, Max
-from riverbed.operators._aggregate_functions import IntervalEnd, IntervalStart, PaneTimingOf
+from riverbed.operators import (
+    Aggregate,
+    Average,
+    Count,
+    FileSink,
+    IntervalEnd,
+    IntervalStart,
+    Max,
+    PaneTimingOf,
+)
 
 NS = 1_000_000_000
 END = "__end__"  # the end-of-stream record's sensor name

@@ -18,8 +18,8 @@ def _run(name: str, params: dict[str, object]) -> None:
 
 def test_every_example_is_covered_here() -> None:
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == [
-        "per_file_totals.py", "sensor_join.py", "sensor_sites.py", "sensors.py", "sensors_mqtt.py",
-        "stock_moving_average.py"]  # sensors_mqtt.py needs a broker: tests/test_mqtt_demo.py runs it
+        "parallel_panes.py", "per_file_totals.py", "sensor_join.py", "sensor_sites.py", "sensors.py",
+        "sensors_mqtt.py", "stock_moving_average.py"]  # sensors_mqtt.py: tests/test_mqtt_demo.py
 
 
 def test_sensors_alert_on_a_delta_window(tmp_path: Path) -> None:
@@ -65,3 +65,25 @@ def test_per_file_totals_one_line_per_file(tmp_path: Path) -> None:
     _run("per_file_totals.py", {"input": str(data), "out": str(out)})
     rows = list(csv.reader(out.read_text().splitlines()))
     assert [(Path(r[0]).name, r[1], r[2]) for r in rows] == [("a.csv", "2", "3"), ("b.csv", "1", "4")]
+
+
+def test_parallel_panes_are_the_same_panes_at_every_width(tmp_path: Path) -> None:
+    files = {}
+    for width in (1, 2, 3):
+        out = tmp_path / f"panes-{width}.csv"
+        _run("parallel_panes.py", {"width": width, "sensors": 30, "seconds": 25, "out": str(out)})
+        files[width] = sorted(out.read_text().splitlines())
+    rows = list(csv.reader(files[1]))
+    # 10 readings a second for 25 s: panes starting at 0, 10 and 20 s for each of 30 sensors
+    assert len(rows) == 90 and {r[1] for r in rows} == {"0", str(10 * 10**9), str(20 * 10**9)}
+    assert sum(int(r[2]) for r in rows) == 30 * 250
+    assert files[2] == files[1] and files[3] == files[1]
+
+
+def test_per_file_totals_runs_on_its_sample_data(tmp_path: Path) -> None:
+    out = tmp_path / "totals.csv"
+    _run("per_file_totals.py", {"input": str(EXAMPLES / "data" / "sales"), "out": str(out)})
+    rows = list(csv.reader(out.read_text().splitlines()))
+    # the third file has its header only: no line for it
+    assert [(Path(r[0]).name, r[1], r[2], r[3]) for r in rows] == [
+        ("2026-01.csv", "3", "7", "20.75"), ("2026-02.csv", "2", "11", "30.4")]
