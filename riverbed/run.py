@@ -241,7 +241,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             err(f"riverbed run: --console {console}: {exc}")
             return EXIT_INVALID
     try:
-        configure_logging(log_format, log_level)  # type: ignore[arg-type]
+        logs = configure_logging(log_format, log_level)  # type: ignore[arg-type]
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise ScriptError(f"--metrics-port {metrics_port}: expected a TCP port, 0 to 65535")
         if not (math.isfinite(status_interval) and status_interval > 0):
@@ -341,7 +341,9 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
         for number in early:  # asked for before the loop ran
             on_signal(number)
         early.clear()
-        view = StatusView(job, interval=status_interval) if status else None
+        # JSON logs stay JSON lines: off a terminal the report is a log event of its own
+        events = (lambda lines: log.info("status", lines=lines)) if logs == "json" else None
+        view = StatusView(job, interval=status_interval, events=events) if status else None
         view_task = loop.create_task(view.run(), name=f"{job.name}/status") if view else None
         log.info("job started", operators=len(graph.operators))
         try:

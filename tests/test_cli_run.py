@@ -120,3 +120,15 @@ def test_checkpoint_dir_resumes_from_the_last_good_checkpoint_and_lists_it(tmp_p
     assert second.returncode == 0, err
     again = next(e for e in _log_lines(err) if e["event"] == "job finished")
     assert again["restored_from"] == done["last_checkpoint"]
+
+
+def test_json_logs_off_a_terminal_stay_json_lines_with_the_status_view(tmp_path: Path) -> None:
+    # The status view printed plain text lines between the JSON log lines of a pipe.
+    proc = _riverbed("run", "examples/sensors.py", "--virtual-clock", "-p", "seconds=2",
+                     "-p", f"out={tmp_path / 'alerts.jsonl'}", "--log-format", "json",
+                     "--status-interval", "0.5")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    events = [json.loads(line) for line in err.splitlines()]  # every line is a JSON object
+    status = [e for e in events if e["event"] == "status"]
+    assert status and any("sensors" in line for line in status[-1]["lines"])

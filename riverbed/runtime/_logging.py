@@ -65,7 +65,7 @@ def _json_serializer() -> Callable[..., str]:
     return dumps_orjson
 
 
-def configure_logging(fmt: LogFormat, level: str = "info") -> None:
+def configure_logging(fmt: LogFormat, level: str = "info") -> Literal["json", "console"]:
     """Configure structlog process-wide: events at ``level`` and above go to stderr in ``fmt``.
 
     ``fmt`` is ``"json"`` (one JSON object per line, with ``timestamp`` in UTC
@@ -74,7 +74,8 @@ def configure_logging(fmt: LogFormat, level: str = "info") -> None:
     ``level`` is one of debug, info, warning, error, critical (any case).
 
     Loggers made by `get_logger` *before* this call keep the old
-    configuration, so configure first, then start the job.
+    configuration, so configure first, then start the job. Returns the format
+    chosen (``"auto"`` resolved).
     """
     if fmt not in ("json", "console", "auto"):
         raise ValueError(f"log format {fmt!r}: expected 'json', 'console' or 'auto'")
@@ -107,6 +108,7 @@ def configure_logging(fmt: LogFormat, level: str = "info") -> None:
         context_class=dict,
         cache_logger_on_first_use=True,
     )
+    return fmt
 
 
 def get_logger(job: str, operator: str | None = None, port: int | None = None) -> FilteringBoundLogger:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TextIO
 
@@ -165,11 +166,13 @@ class StatusView:
     Run `run` as a task beside the job and cancel it when the job ends; it
     renders once more on cancellation, so even a job shorter than one
     interval leaves its final counts behind. ``resolution`` is the tick unit
-    of the watermarks shown.
+    of the watermarks shown. ``events``: off a terminal, each report goes there
+    (its lines) instead of to ``stream``, so that logs written as JSON lines on the
+    same stream stay JSON lines (``riverbed run`` logs it as a ``status`` event).
     """
 
     def __init__(self, job: MetricsSource, interval: float = 1.0, stream: TextIO | None = None, *,
-                 resolution: str = "ns") -> None:
+                 resolution: str = "ns", events: Callable[[list[str]], None] | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"status interval {interval!r}: expected a number of seconds > 0")
         _ticks_per_second(resolution)
@@ -177,6 +180,7 @@ class StatusView:
         self.interval = interval
         self.stream = stream if stream is not None else sys.stderr
         self.resolution = resolution
+        self.events = events
         self._previous: JobMetrics | None = None
         self._previous_at = 0.0
 
@@ -236,6 +240,9 @@ class StatusView:
         return current, previous, elapsed
 
     def _print(self, lines: list[str]) -> None:
+        if self.events is not None:
+            self.events(lines)
+            return
         self.stream.write("".join(line + "\n" for line in lines))
         self.stream.flush()
 
