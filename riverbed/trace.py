@@ -35,11 +35,15 @@ def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
     files: list[tuple[Path, list[Case]]] = []
     for raw in paths:
         path = Path(raw)
+        if not path.is_file():  # a path that is wrong, as a missing script is for `riverbed run`: 2
+            err(f"riverbed trace: {raw}: no such case file")
+            status = 2
+            continue
         try:
             files.append((path, [parse_case(case) for case in load_cases(path)]))
         except CaseError as exc:
             err(f"riverbed trace: {exc}")
-            status = 1
+            status = max(status, 1)
     if host == "spark":
         from .spark_bridge import replay_on_spark
 
@@ -57,7 +61,7 @@ def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
             _output(path, [(case, run(case)) for case in cases], out_dir)
         except CaseError as exc:
             err(f"riverbed trace: {exc}")
-            status = 1
+            status = max(status, 1)
     return status
 
 

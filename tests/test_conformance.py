@@ -172,3 +172,11 @@ def test_cli_reports_a_window_the_flavor_cannot_build(host: str) -> None:
     assert result.returncode == 1
     assert "case sliding-count0-cpp: sliding, count(0): IBM's Java window fails" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cli_exits_2_for_a_case_file_that_is_not_there(tmp_path: Path) -> None:
+    # as `riverbed run` and `riverbed graph` do for a script that is not there (it was 1, a
+    # case that failed)
+    result = _trace_cli(str(tmp_path / "nosuch.json"))
+    assert result.returncode == 2
+    assert f"riverbed trace: {tmp_path / 'nosuch.json'}: no such case file" in result.stderr

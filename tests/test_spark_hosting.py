@@ -101,6 +101,17 @@ def test_windows_that_need_every_partition_run_in_one_key_group(clause: str, why
     assert why in p.notes["agg"]
 
 
+def test_every_refused_source_is_named_not_only_the_first(tmp_path: Any) -> None:
+    # the message said "(and 1 more)" and hid the second
+    g = Graph("two")
+    a = g.source("broker", MQTTSource("127.0.0.1", 1, topics=["t/#"]))
+    b = g.source("scan", DirectoryScan(str(tmp_path)))
+    g.sink("sink", ListSink(), [a, b])
+    with pytest.raises(TranslationError, match=r"operator 'broker': MQTTSource waits on a broker.*; "
+                                               r"and operator 'scan': DirectoryScan without scans="):
+        plan(g.freeze())
+
+
 def test_untranslatable_constructs_are_refused_naming_the_operator(tmp_path: Any) -> None:
     g = Graph("mqtt")
     s = g.source("broker", MQTTSource("127.0.0.1", 1, topics=["t/#"]))

@@ -173,9 +173,9 @@ class Replicas:
             return
         tup = tuples[i]
         raise OperatorError(name, None, tup, ReplicaKeyError(
-            f"replica {me} of {self.width} (context.channel={me}, context.width={self.width}) "
-            f"emitted a tuple with key {self._key(tup)!r}, which belongs to channel {chans[i]}: "
-            "in a keyed parallel region each replica must emit only its own channel's keys (a "
-            "key's tuples meet in one channel); keep the tuples whose channel_of(key, width) == "
+            f"replica {me} of {self.width} (context.channel={me}, context.width={self.width}): in "
+            "a keyed parallel region each replica must emit only its own channel's keys (a key's "
+            "tuples meet in one channel); keep the tuples whose channel_of(key, width) == "
             "context.channel (riverbed's stable key hash), or put the source before the with "
-            "block"))
+            f"block. Key {self._key(tup)!r} belongs to channel {chans[i]}, and this replica "
+            "emitted it"))

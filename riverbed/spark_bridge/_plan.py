@@ -174,7 +174,8 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
                                       "Structured Streaming query is acyclic"))
     if problems:
         name, why = problems[0]
-        raise TranslationError(name, why + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        raise TranslationError(name, why + "".join(f"; and operator {other!r}: {also}"
+                                                   for other, also in problems[1:]))
     for op in graph.operators:
         if op.kind == "source" and not isinstance(op.operator, Source):
             raise TranslationError(op.name, "not a riverbed Source")
