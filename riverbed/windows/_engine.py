@@ -92,6 +92,7 @@ class WindowEngine(Generic[T]):
         self._handlers = self._events.handlers
         self._listeners = self._events.gate  # every listener of some type other than INSERTION
         self._insertion_listeners = self._handlers[INSERTION]
+        self._insertion_failed: BaseException | None = None
         self._partitioner = partitioner
         self._timers = TimerQueue()
         # The same containers for the window's life (cancel_all clears them in place).
@@ -140,9 +141,16 @@ class WindowEngine(Generic[T]):
                 handle(event)
 
     def _emit_insertion(self, key: Hashable | None, t: T) -> None:
+        """INSERTION of ``t``. A listener's error waits until the insertion's policy is done
+        (`_insert_generic` raises it): a tumble or a trigger count skipped would leave the
+        window past its size, never to tumble again."""
         event = StreamWindowEvent(self, INSERTION, key, (t,))  # type: ignore[arg-type]
-        for handle in self._insertion_listeners:
-            handle(event)
+        try:
+            for handle in self._insertion_listeners:
+                handle(event)
+        except BaseException as exc:
+            if self._insertion_failed is None:
+                self._insertion_failed = exc
 
     # ------------------------------------------------------------ lifecycle
 
@@ -305,6 +313,10 @@ class WindowEngine(Generic[T]):
             self._insert_tumbling(part, t, ev_val)
         if evictor is not None and not rules.partition_eviction_after_insertion:
             evictor.after_insert(state, self._evict_partition, needed)
+        failed = self._insertion_failed
+        if failed is not None:  # an INSERTION listener raised (`_emit_insertion`): now the step is done
+            self._insertion_failed = None
+            raise failed
 
     def _insert_tumbling(self, part: Partition, t: T, ev_val: Any) -> None:
         config = self._config

@@ -321,6 +321,10 @@ _NOW = re.compile(r"\bNOW\b")
 
 def _one(etype: str, expr: str) -> str:
     handlers, spare = _ONE_TUPLE[etype]
+    # A listener raising at INSERTION does not stop the insertion's policy (the tumble, the
+    # trigger count): its error is raised once the step is done (`_FAILED_AFTER`).
+    caught = ("\n        except BaseException as exc:\n            failed = exc"
+              if etype == "INSERTION" else "")
     return f"""
     if {handlers}:
         event = {spare}
@@ -330,10 +334,14 @@ def _one(etype: str, expr: str) -> str:
             event.partition, event.tuples = part.key, ({expr},)
         try:
             for handle in {handlers}:
-                handle(event)
+                handle(event){caught}
         finally:
             event.tuples = ()
     """
+
+
+_FAILED_AFTER = ["if failed is not None:  # an INSERTION listener raised: the step is done",
+                 "    raise failed"]
 
 
 def _all(etype: str, expr: str) -> str:
@@ -427,9 +435,12 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
     read = _lines(_READ) if step.reads_value else []
 
     def insertion(events: bool, miss: str, now: str) -> list[str]:
-        return [*read, *_expand(_locate(shape.partitioned, shape.keyed), events=events, miss=miss,
-                                now=now, compare=compare),
-                *_expand(body, events=events, miss=miss, now=now, compare=compare)]
+        lines = [*read, *_expand(_locate(shape.partitioned, shape.keyed), events=events, miss=miss,
+                                 now=now, compare=compare),
+                 *_expand(body, events=events, miss=miss, now=now, compare=compare)]
+        if events and "failed = exc" in "\n".join(lines):
+            lines += _FAILED_AFTER  # (``failed`` is None from the call's start: a raise ends it)
+        return lines
 
     one_miss, loop_miss = "return generic(t)", "generic(t)\ncontinue"
     if step.bulk_single is not None and not shape.partitioned:
@@ -451,6 +462,7 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
         "    def insert(t):",
         "        if not live[0]:  # compiled before the window's insert path changed",
         "            return window.insert(t)",
+        "        failed = None",
         *(line.format("insert(t)") for line in tie),
         f"        if {step.tuple_events_when}:",
         *_indent(insertion(True, one_miss, "state.now"), 3),
@@ -460,6 +472,7 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
         "    def insert_tuples(batch):",
         "        if not live[0]:  # compiled before the window's insert path changed",
         "            return window.insert_tuples(batch)",
+        "        failed = None",
         *(line.format("insert_tuples(batch)") for line in tie),
         "        n = len(batch)",
         "        rest = iter(batch)",

@@ -216,6 +216,7 @@ class TimeIntervalWindow(Generic[T]):
             return False
         panes = state.panes
         on_insert = self._on_insert
+        failed: BaseException | None = None
         while start > low:
             pane = panes.get(start)
             if pane is None:
@@ -228,8 +229,13 @@ class TimeIntervalWindow(Generic[T]):
             if not pane.fresh:
                 pane.updated[key] = None
             if on_insert:
-                self._emit(on_insert, pane, EventType.INSERTION, key, (tup,))
+                try:
+                    self._emit(on_insert, pane, EventType.INSERTION, key, (tup,))
+                except BaseException as exc:  # raised once the tuple is in all its panes
+                    failed = failed or exc
             start -= period
+        if failed is not None:
+            raise failed
         return True
 
     def insert_batch(self, tuples: Sequence[T], event_times: Sequence[int] | None = None) -> int:
