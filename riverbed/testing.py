@@ -12,7 +12,6 @@ production and tests never sleep::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,10 +127,13 @@ def run_until_crash(job: Job, crash_at: int | None,
                     actions: Sequence[tuple[float, Callable[[Job], None]]] = ()) -> bool:
     """Run ``job`` on its `VirtualClock`, doing ``actions`` at their times (seconds), and abort
     it at clock time ``crash_at`` (ns; None: let it end): a crash at a chosen instant, for
-    checkpoint tests. True if the job ran to its end before the crash."""
+    checkpoint tests. True if the job ran to its end before the crash, False if the crash
+    ended it; a job that failed on its own raises its `JobError` (it used to return False,
+    which a test took for the crash it asked for)."""
 
     async def main() -> bool:
         task = asyncio.ensure_future(job.run())
+        aborted = False
         for when, act in actions:
             await job.clock.sleep_until(round(when * _NS))
             act(job)
@@ -139,10 +141,14 @@ def run_until_crash(job: Job, crash_at: int | None,
             await job.clock.sleep_until(crash_at)
             if not task.done():
                 job.abort()
-        with contextlib.suppress(JobError, asyncio.CancelledError):
+                aborted = True
+        try:
             await task
-            return True
-        return False
+        except (JobError, asyncio.CancelledError):
+            if aborted:
+                return False
+            raise
+        return True
 
     return run_virtual(main(), job.clock)  # type: ignore[arg-type]
 

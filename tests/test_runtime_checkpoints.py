@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from riverbed.checkpoint import Checkpoint, MemoryStore
 from riverbed.graph import Graph, Operator, Punct, Schema, Source
 from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
-from riverbed.testing import run_until_crash
+from riverbed.testing import ListSource, run_until_crash
 from riverbed.windows import EventType, StreamWindowEvent
 
 S = 1_000_000_000
@@ -355,3 +355,23 @@ def test_a_cancelled_flush_keeps_what_it_did_not_deliver() -> None:
     got_free, got_full = run_virtual(main(), VirtualClock())
     assert [p for _, p in got_free] == [[1, 2], Punct.WINDOW, [3]]  # [1, 2] once, not twice
     assert [p for _, p in got_full] == [["blocker"], [1, 2], Punct.WINDOW, [3]]
+
+
+class _FailsAt3(Operator):
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if tup["x"] == 3:
+            raise ValueError("three")
+
+
+def test_run_until_crash_raises_a_failure_of_the_job_itself() -> None:
+    # It returned False, which a test reads as "the crash it asked for happened".
+    def job() -> Job:
+        g = Graph("fails")
+        s = g.source("s", ListSource([{"x": i} for i in range(5)]))
+        g.sink("k", _FailsAt3(), [s])
+        return Job(g, clock=VirtualClock())
+
+    with pytest.raises(JobError, match="three"):
+        run_until_crash(job(), None)
+    with pytest.raises(JobError, match="three"):
+        run_until_crash(job(), 10**12)  # it failed before the crash was due
