@@ -634,3 +634,27 @@ def test_snapshot_is_plain_data_and_restore_refuses_a_foreign_state() -> None:
             fresh.restore(bad)
     fresh.reset_to_initial_state()
     assert fresh.snapshot() == {"format": "riverbed.aggregate/1", "full": [], "total": 0}
+
+
+@pytest.mark.parametrize("flavor", ["java", "cpp"])
+def test_an_unpartitioned_sliding_count_window_checkpoints_and_restores(flavor: str) -> None:
+    # Its snapshot asked the window for partitions(): the first checkpoint failed the job.
+    def graph(out: Output) -> Graph:
+        g = Graph("agg")
+        src = g.source("readings", Readings(300))
+        agg = g.operator("agg", Aggregate({"n": Count(), "sum": Sum("value")}),
+                         [src.window("sliding, count(6), count(3)", flavor=flavor)])
+        g.sink("out", out, [agg])
+        return g
+
+    reference = Output()
+    assert run_until_crash(Job(graph(reference), clock=VirtualClock()), None)
+    store, first = MemoryStore(), Output()
+    assert not run_until_crash(Job(graph(first), clock=VirtualClock(), checkpoints=store,
+                                   checkpoint_period=0.35), 2 * S)
+    latest = store.latest_good()
+    assert latest is not None
+    second = Output()
+    assert run_until_crash(Job(graph(second), clock=VirtualClock(latest.time_ns), checkpoints=store,
+                               checkpoint_period=0.35), None)
+    assert second.rows == reference.rows

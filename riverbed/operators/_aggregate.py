@@ -847,7 +847,8 @@ class Aggregate(Operator):
         if self._handlers.get(TRIGGER) in (self._trigger_caught_up, self._trigger_step):
             # no events count the tuples
             window = self._window
-            total = sum(len(window.contents(k)) for k in window.partitions())
+            total = (sum(len(window.contents(k)) for k in window.partitions())
+                     if window.spec.partitioned else len(window.contents()))
         return {"format": _FORMAT, "full": [encode_partition_key(k) for k in self._full],
                 "total": total}
 
