@@ -73,7 +73,11 @@ async def wall_sleep(delay: float) -> None:
         if not woken.done():
             woken.set_result(None)
 
-    timer = threading.Timer(delay, loop.call_soon_threadsafe, (wake,))
+    def fire() -> None:  # (in the timer's thread: a loop closed meanwhile has no one to wake)
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(wake)
+
+    timer = threading.Timer(delay, fire)
     timer.daemon = True
     timer.start()
     try:
