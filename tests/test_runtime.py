@@ -670,3 +670,20 @@ def test_a_final_item_ends_a_generated_source_on_every_host(event_time: str | No
     tuples = [t["n"] for *_, entry in fed if type(entry) is list for t in entry]
     assert tuples == [0, 1]
     assert type(fed[0][3]) is list and fed[1][3] is None  # the window mark between the two
+
+
+@pytest.mark.parametrize("bad", [2.5e10, "10", True, 2**63])
+def test_a_bad_manual_watermark_is_refused_naming_the_source_that_set_it(bad: Any) -> None:
+    # It was refused downstream, by the first window it reached, naming that operator.
+    from riverbed.graph import Watermark
+    from riverbed.operators import Aggregate, Count
+    from riverbed.runtime import JobError
+    from riverbed.testing import ListSource as ItemSource  # sets manual watermarks
+
+    g = Graph("wm")
+    s = g.source("src", ItemSource([{"k": 1, "t": 5}, Watermark(bad)]),
+                 schema=Schema(k="int64", t="int64"), event_time="t", manual_watermarks=True)
+    a = g.operator("agg", Aggregate({"n": Count()}), [s.window("timeInterval, intervalDuration(10)")])
+    g.sink("out", Collect(), [a])
+    with pytest.raises(JobError, match=r"operator 'src': WatermarkError: set_watermark\("):
+        run_graph(g, clock=VirtualClock())
