@@ -687,3 +687,17 @@ def test_a_bad_manual_watermark_is_refused_naming_the_source_that_set_it(bad: An
     g.sink("out", Collect(), [a])
     with pytest.raises(JobError, match=r"operator 'src': WatermarkError: set_watermark\("):
         run_graph(g, clock=VirtualClock())
+
+
+def test_a_source_yielding_a_watermark_is_told_how_to_set_one() -> None:
+    from riverbed.graph import Watermark
+    from riverbed.runtime import JobError
+
+    g = Graph("wm")
+    s = g.source("src", ListSource([{"k": 1, "t": 5}, Watermark(7)]),
+                 schema=Schema(k="int64", t="int64"), event_time="t", manual_watermarks=True)
+    g.sink("out", Collect(), [s])
+    with pytest.raises(JobError, match=r"operator 'src', output port 0: expected a dict tuple, got "
+                                       r"Watermark; a source sets a manual watermark with "
+                                       r"context.set_watermark\(value\)"):
+        run_graph(g, clock=VirtualClock())

@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from ._errors import SchemaError
+from ._punct import Watermark
 
 __all__ = ["SPL_TYPES", "Schema", "split_composite"]
 
@@ -218,7 +219,9 @@ class Schema:
 
         def why_invalid(tup: Any) -> str | None:
             if type(tup) is not dict:
-                return f"expected a dict tuple, got {type(tup).__name__}"
+                hint = ("; a source sets a manual watermark with context.set_watermark(value), it "
+                        "does not submit one" if type(tup) is Watermark else "")
+                return f"expected a dict tuple, got {type(tup).__name__}{hint}"
             for name, spl_type, ok in checks:
                 if name not in tup:
                     return f"attribute {name!r} ({spl_type}) is missing"
