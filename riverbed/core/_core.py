@@ -55,8 +55,8 @@ from ..windows import (
     StreamWindow,
     StreamWindowEvent,
     TimeIntervalWindow,
-    WatermarkError,
     WindowTupleError,
+    check_watermark,
 )
 from . import _state, _submit
 from ._errors import OperatorError, SchemaViolation
@@ -219,7 +219,7 @@ class OperatorCore:
         if not self.op.holds_watermarks:
             raise ValueError(f"operator {self.name!r}: submit_watermark is for operators that set "
                              "holds_watermarks = True; the runtime forwards the others' watermarks")
-        self._check_watermark("submit_watermark", value)
+        check_watermark(value, "submit_watermark({!r})")  # refused here, naming the operator
         self._send_watermark(value)
 
     def set_watermark(self, value: int) -> None:
@@ -227,19 +227,11 @@ class OperatorCore:
         if self.odef.event_time is None or not self.odef.event_time.manual:
             raise ValueError(f"operator {self.name!r}: set_watermark needs event_time with "
                              "manual_watermarks=True")
-        self._check_watermark("set_watermark", value)
+        check_watermark(value, "set_watermark({!r})")  # refused here, naming the operator
         if self._watermark is not None and value <= self._watermark:
             return
         self._watermark = self.metrics.watermark = value
         self._send_watermark(value)
-
-    def _check_watermark(self, call: str, value: object) -> None:
-        """A watermark is refused where it is made, naming this operator: downstream, a window
-        refused it naming the operator it reached."""
-        if (isinstance(value, bool) or not isinstance(value, int)
-                or not -EVENT_TIME_MAX - 1 <= value <= EVENT_TIME_MAX):
-            raise WatermarkError(f"{call}({value!r}): expected an int64 "
-                                 "number of event-time ticks (EVENT_TIME_MAX for the final one)")
 
     async def flush(self) -> None:
         """Sources: send what was submitted downstream (waits while downstream is full)."""

@@ -41,6 +41,7 @@ from ._policy import (
     TupleCount,
     WindowSpec,
     WindowType,
+    check_watermark,
     seconds_to_ns,
     seconds_to_ticks,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "WindowStateError",
     "WindowTupleError",
     "WindowType",
+    "check_watermark",
     "decode_partition_key",
     "drop_front",
     "encode_partition_key",

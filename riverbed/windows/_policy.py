@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from ._errors import WindowClauseError
+from ._errors import WatermarkError, WindowClauseError
 
 __all__ = [
     "Count",
@@ -33,6 +33,7 @@ __all__ = [
     "TupleCount",
     "WindowSpec",
     "WindowType",
+    "check_watermark",
     "seconds_to_ns",
     "seconds_to_ticks",
 ]
@@ -274,6 +275,21 @@ value storable by msgpack and by Spark's long columns.
 """
 
 EVENT_TIME_MIN = -(2**63)
+
+
+def check_watermark(value: object, what: str, unit: str = "") -> int:
+    """``value`` as a watermark, an int64 number of event-time ticks; otherwise a
+    `WatermarkError` saying ``what.format(value)`` (``"watermark {!r}"``, ``"set_watermark({!r})"``:
+    formatted only on failure) and, if given, the ticks' ``unit``."""
+    if type(value) is int and EVENT_TIME_MIN <= value <= EVENT_TIME_MAX:
+        return value
+    what, ticks = what.format(value), f"{unit} ticks" if unit else "ticks"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WatermarkError(f"{what}: expected an integer number of {ticks} (EVENT_TIME_MAX for the "
+                             "final one)")
+    if value < EVENT_TIME_MIN or value > EVENT_TIME_MAX:
+        raise WatermarkError(f"{what}: outside the int64 range of {ticks}")
+    return int(value)
 
 _TICKS_PER_SECOND = {"ns": NS_PER_SECOND, "us": 1_000_000, "ms": 1_000}
 

@@ -40,11 +40,11 @@ from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ._errors import WatermarkError, WindowTupleError
+from ._errors import WindowTupleError
 from ._events import EventType, Listener, PaneEvent, PaneTiming, StreamWindowEvent
 from ._flavor import Flavor
 from ._listeners import ListenerRegistry, Partitioner
-from ._policy import EVENT_TIME_MAX, EVENT_TIME_MIN, TimeIntervalSpec
+from ._policy import EVENT_TIME_MAX, EVENT_TIME_MIN, TimeIntervalSpec, check_watermark
 from ._time_interval_state import (
     CLOSED,
     COMPLETE,
@@ -507,7 +507,7 @@ class TimeIntervalWindow(Generic[T]):
         all INITIAL_FULL events come first, then the TRIGGERs, then CLOSEs.
         """
         if type(value) is not int or value < EVENT_TIME_MIN or value > EVENT_TIME_MAX:
-            value = self._check_watermark(value)
+            value = check_watermark(value, "watermark {!r}", self.resolution)
         state = self._state
         if value <= state.watermark:
             return False
@@ -570,14 +570,6 @@ class TimeIntervalWindow(Generic[T]):
     def raises_insertions(self) -> bool:
         """A listener wants INSERTION events: inserting runs code that may submit output."""
         return bool(self._on_insert)
-
-    def _check_watermark(self, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WatermarkError(f"watermark {value!r}: expected an integer number of "
-                                 f"{self.resolution} ticks (EVENT_TIME_MAX for the final one)")
-        if value < EVENT_TIME_MIN or value > EVENT_TIME_MAX:
-            raise WatermarkError(f"watermark {value} is outside the int64 range of ticks")
-        return int(value)
 
     def _advance_pane(self, pane: Pane, wm: int) -> None:
         listeners = self._listeners
