@@ -438,8 +438,8 @@ def _source(shape: Shape, names: Sequence[str]) -> str:
         lines = [*read, *_expand(_locate(shape.partitioned, shape.keyed), events=events, miss=miss,
                                  now=now, compare=compare),
                  *_expand(body, events=events, miss=miss, now=now, compare=compare)]
-        if events and "failed = exc" in "\n".join(lines):
-            lines += _FAILED_AFTER  # (``failed`` is None from the call's start: a raise ends it)
+        if events:  # every step raises INSERTION (``failed`` is None from the call's start)
+            lines += _FAILED_AFTER
         return lines
 
     one_miss, loop_miss = "return generic(t)", "generic(t)\ncontinue"

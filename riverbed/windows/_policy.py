@@ -291,6 +291,7 @@ def check_watermark(value: object, what: str, unit: str = "") -> int:
         raise WatermarkError(f"{what}: outside the int64 range of {ticks}")
     return int(value)
 
+
 _TICKS_PER_SECOND = {"ns": NS_PER_SECOND, "us": 1_000_000, "ms": 1_000}
 
 
