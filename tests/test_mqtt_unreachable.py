@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,15 +25,9 @@ from riverbed.graph import Graph
 from riverbed.mqtt import ClientConfig, MQTTClient, MQTTSink
 from riverbed.runtime import Job, VirtualClock, run_virtual
 from riverbed.testing import ListSource
+from tests.mqtt_broker import free_port  # nothing listens there: connecting is refused at once
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on: connecting is refused at once."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_the_reconnect_backoff_is_wall_clock_time_on_a_virtual_clock() -> None:
@@ -50,7 +43,7 @@ def test_the_reconnect_backoff_is_wall_clock_time_on_a_virtual_clock() -> None:
                 if len(attempts) == 4:
                     enough.set()
 
-        client = MQTTClient(ClientConfig("127.0.0.1", _closed_port(), backoff=backoff), log=log)
+        client = MQTTClient(ClientConfig("127.0.0.1", free_port(), backoff=backoff), log=log)
         client.start()
         await enough.wait()
         await client.__aexit__(None, None, None)
@@ -65,7 +58,7 @@ def test_the_reconnect_backoff_is_wall_clock_time_on_a_virtual_clock() -> None:
 def test_a_cancelled_connect_stops_the_connection_task() -> None:
     async def main() -> list[str]:
         refused = asyncio.Event()
-        client = MQTTClient(ClientConfig("127.0.0.1", _closed_port(), backoff=(0.01, 0.02)),
+        client = MQTTClient(ClientConfig("127.0.0.1", free_port(), backoff=(0.01, 0.02)),
                             name="leak-check", log=lambda event, fields: refused.set())
         entering = asyncio.ensure_future(client.__aenter__())
         await refused.wait()  # retrying; then the caller gives up (a job stopping)
@@ -80,7 +73,7 @@ def test_a_cancelled_connect_stops_the_connection_task() -> None:
 def test_a_sink_with_nothing_to_publish_does_not_wait_for_the_broker() -> None:
     g = Graph("unreachable-sink")
     src = g.source("src", ListSource([]))
-    sink = MQTTSink("127.0.0.1", _closed_port(), topic="t/x", backoff=(0.01, 0.02))
+    sink = MQTTSink("127.0.0.1", free_port(), topic="t/x", backoff=(0.01, 0.02))
     g.sink("out", sink, [src])
 
     async def main() -> None:
@@ -93,7 +86,7 @@ def test_a_sink_with_nothing_to_publish_does_not_wait_for_the_broker() -> None:
 @pytest.mark.parametrize("clock", ["real", "virtual"])
 def test_the_example_stops_at_the_first_signal_with_no_broker(tmp_path: Path, clock: str) -> None:
     args = [sys.executable, "-m", "riverbed", "run", "examples/sensors_mqtt.py", "--no-status",
-            "--log-format", "json", "-p", f"port={_closed_port()}", "-p", f"out={tmp_path / 'a.jsonl'}",
+            "--log-format", "json", "-p", f"port={free_port()}", "-p", f"out={tmp_path / 'a.jsonl'}",
             "-p", f"panes={tmp_path / 'p.jsonl'}"]
     if clock == "virtual":
         args.append("--virtual-clock")

@@ -48,15 +48,9 @@ from riverbed.spark_bridge.mqtt_source import (
     read_spool,
     read_status,
 )
-from tests.mqtt_broker import start_broker
+from tests.mqtt_broker import free_port, start_broker
 
 Message = tuple[str, bytes]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -74,7 +68,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     if exe is None:
         pytest.skip("mosquitto is not installed")
     home = tmp_path_factory.mktemp("mosquitto")
-    port = _free_port()
+    port = free_port()
     conf = home / "mosquitto.conf"
     conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n"
                     "max_queued_messages 0\npersistence false\n")
@@ -155,7 +149,7 @@ def _options(spool: Path, port: int, client_id: str, **extra: str) -> dict[str, 
 
 
 def test_reader_is_inert_until_first_offset_and_pickles(tmp_path: Path) -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     spool = tmp_path / "spool.jsonl"
     reader = MqttStreamReader(_options(spool, port, "rb-inert", connectTimeout="2"))
     assert not reader.connected and not spool.exists()
