@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Schema, Source, Watermark
+from riverbed.operators import Aggregate, Count
 from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
+from riverbed.testing import ListSource as ItemSource  # sets manual watermarks; ours yields items
 from riverbed.windows import EVENT_TIME_MAX, StreamWindowEvent
 
 S = 1_000_000_000
@@ -675,11 +677,6 @@ def test_a_final_item_ends_a_generated_source_on_every_host(event_time: str | No
 @pytest.mark.parametrize("bad", [2.5e10, "10", True, 2**63])
 def test_a_bad_manual_watermark_is_refused_naming_the_source_that_set_it(bad: Any) -> None:
     # It was refused downstream, by the first window it reached, naming that operator.
-    from riverbed.graph import Watermark
-    from riverbed.operators import Aggregate, Count
-    from riverbed.runtime import JobError
-    from riverbed.testing import ListSource as ItemSource  # sets manual watermarks
-
     g = Graph("wm")
     s = g.source("src", ItemSource([{"k": 1, "t": 5}, Watermark(bad)]),
                  schema=Schema(k="int64", t="int64"), event_time="t", manual_watermarks=True)
@@ -690,9 +687,6 @@ def test_a_bad_manual_watermark_is_refused_naming_the_source_that_set_it(bad: An
 
 
 def test_a_source_yielding_a_watermark_is_told_how_to_set_one() -> None:
-    from riverbed.graph import Watermark
-    from riverbed.runtime import JobError
-
     g = Graph("wm")
     s = g.source("src", ListSource([{"k": 1, "t": 5}, Watermark(7)]),
                  schema=Schema(k="int64", t="int64"), event_time="t", manual_watermarks=True)
