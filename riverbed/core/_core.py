@@ -63,7 +63,7 @@ from ._errors import OperatorError, SchemaViolation
 from ._host import CoreHost, FinalHold, TimerHandle
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
 from ._output import MarkedBatch, OutputPort
-from ._windows import Window, build_window
+from ._windows import Window, build_window, route_listener_errors
 
 __all__ = ["CoreHost", "FinalHold", "OperatorCore", "TimerHandle"]
 
@@ -325,8 +325,24 @@ class OperatorCore:
 
     def make_window(self, port: int) -> Window | None:
         """A fresh window for an input port, wired to the operator (None for a plain port)."""
-        return build_window(self.odef, port, self.graph, event_time=self.event_time, op=self.op,
-                            listener=self._listener_for(port))
+        window = build_window(self.odef, port, self.graph, event_time=self.event_time, op=self.op,
+                              listener=self._listener_for(port))
+        if window is not None and self.odef.error_port is not None:
+            route_listener_errors(window, self._window_failure_route(port))
+        return window
+
+    def _window_failure_route(self, port: int) -> Callable[[list[Any], str], None]:
+        """Where a window event that failed sends its tuples: the error port, one record each."""
+        error_port = self.odef.error_port
+        assert error_port is not None
+
+        def route(tuples: list[Any], reason: str) -> None:
+            self.metrics.inputs[port].errors += 1
+            buf = self.outputs[error_port].buf
+            for tup in tuples:
+                buf.append({"operator": self.name, "port": port, "tuple": tup, "error": reason})
+
+        return route
 
     def replace_window(self, port: int, window: Window) -> None:
         """Install another window on a port (a restarted instance's fresh window)."""

@@ -6,9 +6,18 @@ from collections.abc import Callable
 from typing import Any
 
 from ..graph import EventTime, FrozenGraph, Operator, OperatorDef
-from ..windows import EventType, StreamWindow, StreamWindowEvent, TimeIntervalSpec, TimeIntervalWindow
+from ..windows import (
+    EventType,
+    PaneEvent,
+    StreamWindow,
+    StreamWindowEvent,
+    TimeIntervalSpec,
+    TimeIntervalWindow,
+    WindowTupleError,
+)
+from ._errors import OperatorError, SchemaViolation
 
-__all__ = ["Window", "build_window"]
+__all__ = ["Window", "build_window", "route_listener_errors"]
 
 Window = StreamWindow[Any] | TimeIntervalWindow[Any]
 
@@ -51,3 +60,38 @@ def build_window(odef: OperatorDef, port: int, graph: FrozenGraph, *, event_time
                      attribute_types=types, default_partition=_default_key(types, inp.partition_by))
     w.register_listener(listener, op.window_events)
     return w
+
+
+# The events whose tuples the operator will not see again in this window: a failure there sends
+# them to the error port, else they would be gone. A sliding window's TRIGGER and INITIAL_FULL
+# leave their tuples in the window (the next trigger sees them), so one record stands for
+# the failure; so do a pane's INITIAL_FULL and CLOSE (a CLOSE's tuples were triggered before).
+_GONE = frozenset({EventType.INSERTION, EventType.EVICTION, EventType.PARTITION_EVICTION,
+                   EventType.FINAL})
+_PANE_GONE = frozenset({EventType.INSERTION, EventType.TRIGGER})
+
+
+def route_listener_errors(window: Window, route: Callable[[list[Any], str], None]) -> None:
+    """Send what the window's listeners raise to ``route(tuples, reason)`` (an operator's
+    error port) and let the window finish its step: each tuple of an event listed above, or
+    one None for an event whose tuples stay. An `OperatorError` (a failure the operator has
+    already attributed) still leaves the window: it ends the job."""
+    panes = isinstance(window, TimeIntervalWindow)
+    gone = _PANE_GONE if panes else _GONE
+    partitioned = window.is_partitioned
+
+    def failed(event: StreamWindowEvent[Any], exc: Exception) -> None:
+        if isinstance(exc, OperatorError):
+            raise exc
+        reason = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
+        etype = event.type
+        if etype is not EventType.INSERTION:
+            reason = f"{reason} at {etype.name}"
+            if partitioned:
+                reason = f"{reason} of partition {event.partition!r}"
+            if isinstance(event, PaneEvent):
+                reason = f"{reason} of pane [{event.interval_start}, {event.interval_end})"
+        tuples = list(event.tuples) if etype in gone else []
+        route(tuples or [None], reason)
+
+    window.on_listener_error(failed)

@@ -406,7 +406,9 @@ class Graph:
         ``outputs`` gives each output port's schema (None: undeclared). With
         ``error_port=True`` one more output stream carries the tuples whose
         processing raised, as ``{"operator", "port", "tuple", "error"}``
-        dicts, instead of stopping the job. ``queue_batches``: how many batches
+        dicts, instead of stopping the job (a window event that raised: each
+        tuple it took out of the window, or one record with tuple None when its
+        tuples stay, as after a sliding trigger). ``queue_batches``: how many batches
         its inbox holds before its producers wait (None: `INBOX_BATCHES`; as
         the first operator of a parallel region, the batches in flight to each
         channel's process, 16 when None, since each waits for a round trip).

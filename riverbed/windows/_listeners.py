@@ -23,6 +23,13 @@ Each event type has its own handler list, kept for the window's life
 (registering appends in place), so an engine's compiled insert paths can hold
 the lists, an event that no listener asked for is never built, and a listener
 restricted to some types is called directly, not through a filter.
+
+A host that lets a graph go on past a failing listener (an operator with an
+error port) sets an error handler: from then on each handler is called through
+a guard that hands what it raises to the error handler, so the event's other
+listeners and the rest of the window's step run as if it had returned. Without
+one, nothing is wrapped and a listener's exception leaves the window (no cost
+on the paths that never fail).
 """
 
 from __future__ import annotations
@@ -34,11 +41,12 @@ from typing import Any, Generic, TypeVar
 from ._errors import WindowStateError, WindowTupleError
 from ._events import EventType, Listener, StreamWindowEvent
 
-__all__ = ["Handler", "ListenerRegistry", "Partitioner"]
+__all__ = ["ErrorHandler", "Handler", "ListenerRegistry", "Partitioner"]
 
 T = TypeVar("T")
 
 Handler = Callable[[StreamWindowEvent[Any]], None]
+ErrorHandler = Callable[[StreamWindowEvent[Any], Exception], None]
 
 
 class ListenerRegistry:
@@ -47,16 +55,40 @@ class ListenerRegistry:
     ``handlers[type]`` is the list of handlers of one event type (a list for
     every `EventType`, empty when nobody asked). ``gate`` lists every handler
     registered for some type other than INSERTION: while it is empty, the only
-    events worth building are INSERTIONs.
+    events worth building are INSERTIONs. With an error handler (`set_error_handler`) the
+    lists hold each handler's guard; ``listened`` keeps the handlers as registered.
     """
 
-    __slots__ = ("gate", "handlers", "raised", "window_kind")
+    __slots__ = ("gate", "handlers", "listened", "on_error", "raised", "window_kind")
 
     def __init__(self, window_kind: str, raised: Iterable[EventType]) -> None:
         self.window_kind = window_kind
         self.raised = frozenset(raised)
         self.handlers: dict[EventType, list[Handler]] = {t: [] for t in EventType}
+        self.listened: dict[EventType, list[Handler]] = {t: [] for t in EventType}
         self.gate: list[Handler] = []
+        self.on_error: ErrorHandler | None = None
+
+    def set_error_handler(self, on_error: ErrorHandler | None) -> None:
+        """Hand what a listener raises to ``on_error`` (None: let it leave the window again).
+        The handler lists change in place: compiled insert paths hold them."""
+        self.on_error = on_error
+        for etype, handles in self.listened.items():
+            self.handlers[etype][:] = [self._guarded(h) for h in handles]
+
+    def _guarded(self, handle: Handler) -> Handler:
+        on_error = self.on_error
+        if on_error is None:
+            return handle
+
+        def guarded(event: StreamWindowEvent[Any]) -> None:
+            try:
+                handle(event)
+            except Exception as exc:  # a listener's failure: the host decides (see the module)
+                on_error(event, exc)
+
+        guarded.__wrapped__ = handle  # type: ignore[attr-defined]
+        return guarded
 
     def register(self, listener: Listener[Any], types: Iterable[EventType] | None = None) -> None:
         """Add a listener (a callable, or an object with ``handle_event(event)``) for ``types``
@@ -75,7 +107,8 @@ class ListenerRegistry:
                 f"so this listener would never be called; it raises "
                 f"{', '.join(t.name for t in EventType if t in self.raised)}")
         for etype in wanted:
-            self.handlers[etype].append(handle)
+            self.listened[etype].append(handle)
+            self.handlers[etype].append(self._guarded(handle))
         if any(etype is not EventType.INSERTION for etype in wanted):
             self.gate.append(handle)
 

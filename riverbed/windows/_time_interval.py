@@ -43,7 +43,7 @@ from typing import Any, Generic, TypeVar
 from ._errors import WindowTupleError
 from ._events import EventType, Listener, PaneEvent, PaneTiming, StreamWindowEvent
 from ._flavor import Flavor
-from ._listeners import ListenerRegistry, Partitioner
+from ._listeners import ErrorHandler, ListenerRegistry, Partitioner
 from ._policy import EVENT_TIME_MAX, EVENT_TIME_MIN, TimeIntervalSpec, check_watermark
 from ._time_interval_state import (
     CLOSED,
@@ -181,6 +181,12 @@ class TimeIntervalWindow(Generic[T]):
         window never raises (EVICTION, ...) is a `WindowStateError`.
         """
         self._events.register(listener, types)
+
+    def on_listener_error(self, handler: ErrorHandler | None) -> None:
+        """As `StreamWindow.on_listener_error`: ``handler(event, exc)`` takes what a listener
+        raises, and the insertion or watermark goes on (every pane and partition it reaches
+        still gets its events); None restores the default, where the exception leaves."""
+        self._events.set_error_handler(handler)
 
     def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
         """Set how a tuple's partition key is computed: an attribute name or a function.

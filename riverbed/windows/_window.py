@@ -26,7 +26,7 @@ from ._engine import NO_TUPLES, WindowEngine
 from ._errors import WindowStateError
 from ._events import EventType, Listener
 from ._flavor import Flavor, FlavorRules
-from ._listeners import Handler, Partitioner
+from ._listeners import ErrorHandler, Handler, Partitioner
 from ._policy import Count, Delta, Punct, Time, WindowSpec, WindowType
 from ._state import WindowState, decode, decode_partition, encode, encode_partition
 from ._trigger_runs import TriggerRun
@@ -134,6 +134,16 @@ class StreamWindow(WindowEngine[T]):
         self._events.register(listener, types)
         if self._handlers[EventType.EVICTION]:
             self._make_eager()  # evictions are seen: they happen on time
+
+    def on_listener_error(self, handler: ErrorHandler | None) -> None:
+        """Let the window go on past a listener that raises: ``handler(event, exc)`` is called
+        instead (while the event is valid) and the window carries on with the event's other
+        listeners and the rest of its step, as if the listener had returned. A host whose
+        operator routes failures (an error port) sets this, so a failure at EVICTION does not
+        leave a tumble half done; None restores the default, where the exception leaves
+        `insert` (or the mark, or the timer). Batched triggers (`register_trigger_run`) are
+        not offered while a handler is set: a failure is per trigger."""
+        self._events.set_error_handler(handler)
 
     def register_trigger_run(self, run: TriggerRun, trigger: Listener[T]) -> bool:
         """Offer batches to ``run``, a way to take many triggers at once, beside ``trigger``,
