@@ -69,6 +69,33 @@ graph = g
     assert "[partition-key]" in err
 
 
+def test_the_standard_operators_port_rules_are_listed_by_run_and_graph(tmp_path: Path) -> None:
+    """Operators' own rules (a window Aggregate needs, Sort's port counts, Barrier's inputs)
+    are the graph's: every one is listed and the job never starts, not just the first at set-up."""
+    script = _script(tmp_path, """
+from riverbed.graph import Schema
+from riverbed.operators import Aggregate, Barrier, Count, Sort
+class S(Source):
+    def generate(self):
+        return iter([])
+g = Graph("misfits")
+s = g.source("src", S(), schema=Schema(k="rstring", v="int64"))
+g.operator("agg", Aggregate({"n": Count()}, group_by="site"), [s])
+g.operator("sort", Sort(sort_by="v"), [s.window("tumbling, count(2)"), s])
+g.operator("bar", Barrier(), [s])
+graph = g
+""")
+    for command in ("run", "graph"):
+        proc = _riverbed(command, script, *(("--no-status",) if command == "run" else ()))
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, (command, out, err)
+        assert "operator 'agg': input port 0 must be windowed" in err
+        assert "operator 'agg': group_by reads attribute 'site'" in err
+        assert "operator 'sort': has one input and one output port, the graph gives it 2 and 1" in err
+        assert "operator 'bar': has 1 input port; Barrier takes at least 2 [operator]" in err
+        assert "job started" not in err
+
+
 def test_a_failing_operator_exits_1_naming_it(tmp_path: Path) -> None:
     script = _script(tmp_path, """
 class S(Source):

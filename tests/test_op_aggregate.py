@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.checkpoint import MemoryStore
-from riverbed.graph import Graph, Operator, Punct, Schema, Source, Watermark
+from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Schema, Source, Watermark
 from riverbed.operators._aggregate import Aggregate
 from riverbed.operators._aggregate_functions import (
     Any as AnyOf,
@@ -53,7 +53,7 @@ from riverbed.operators._aggregate_functions import (
 )
 from riverbed.operators._params import OperatorParameterError
 from riverbed.runtime import Job, JobError, VirtualClock
-from riverbed.testing import at, run_operator, run_until_crash
+from riverbed.testing import ListSource, at, run_operator, run_until_crash
 from riverbed.windows import PaneTiming
 
 W = Punct.WINDOW
@@ -111,10 +111,40 @@ def test_a_function_argument_must_be_an_attribute_or_a_function() -> None:
      "output 'start' = IntervalStart.. describes a timeInterval pane"),
     (Aggregate(SUM_N), None, "input port 0 must be windowed: tumbling with count, delta, time or punct"),
 ])
-def test_windows_and_parameters_that_do_not_fit_stop_the_job_naming_the_rule(
+def test_windows_and_parameters_that_do_not_fit_are_refused_with_the_graph(
         op: Aggregate, window: str | None, message: str) -> None:
-    with pytest.raises(JobError, match=message):
+    with pytest.raises(GraphValidationError, match=message) as info:
         run_operator(op, rows(1), window=window)
+    assert [(e.operator, e.rule) for e in info.value.errors] == [("op", "operator")]
+
+
+def test_every_misfit_is_listed_with_the_attributes_the_schema_lacks() -> None:
+    g = Graph("misfits")
+    s = g.source("s", ListSource([]), schema=Schema(k="rstring", v="int64"))
+    g.operator("a", Aggregate({"n": Count(), "s": Sum("value"), "start": IntervalStart()},
+                              group_by=["k", "site"], copy=("region",),
+                              aggregate_incomplete_windows=True),
+               [s.window("tumbling, count(2)")])
+    g.operator("b", Aggregate({"top": ArgMax("v", "name")}), [s])
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    found = [(e.operator, e.message) for e in info.value.errors]
+    assert [m for o, m in found if o == "a"] == [
+        "aggregate_incomplete_windows=True needs a sliding (or timeInterval) window; "
+        "'tumbling, count(2)' is tumbling and only aggregates whole windows",
+        "output 'start' = IntervalStart() describes a timeInterval pane; the window is "
+        "'tumbling, count(2)'",
+        "group_by reads attribute 'site', which the input schema tuple<rstring k, int64 v> "
+        "does not have",
+        "output 'region' = Last(value='region') reads attribute 'region', which the input "
+        "schema tuple<rstring k, int64 v> does not have",
+        "output 's' = Sum(value='value') reads attribute 'value', which the input schema "
+        "tuple<rstring k, int64 v> does not have"]
+    first, *rest = [m for o, m in found if o == "b"]
+    assert first.startswith("input port 0 must be windowed")
+    assert rest == [
+        "output 'top' = ArgMax(value='v', arg='name') reads attribute 'name', which the input "
+        "schema tuple<rstring k, int64 v> does not have"]
 
 
 # ----------------------------------------------------------------- tumbling

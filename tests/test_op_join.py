@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.checkpoint import MemoryStore
-from riverbed.graph import Graph, Operator, Punct, Source
+from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Source
 from riverbed.operators._join import Join
 from riverbed.operators._params import OperatorParameterError
-from riverbed.runtime import Job, JobError, VirtualClock, run_graph
+from riverbed.runtime import Job, VirtualClock, run_graph
 from riverbed.testing import ListSink, ListSource, at, run_until_crash
 
 S = 1_000_000_000
@@ -320,10 +320,28 @@ def test_bad_parameters_are_refused_with_the_rule(kwargs: dict[str, Any], messag
     ({"outputs": 2, "op": Join(algorithm="leftOuter", default_tuple_rhs={"x": 1})},
      "default tuples are for single-output"),
 ])
-def test_unsupported_windows_and_ports_fail_at_setup(setup: dict[str, Any], message: str) -> None:
+def test_unsupported_windows_and_ports_are_refused_with_the_graph(setup: dict[str, Any],
+                                                                  message: str) -> None:
     op = setup.pop("op", Join())
-    with pytest.raises(JobError, match=message):
+    with pytest.raises(GraphValidationError, match=message) as info:
         run_join(op, [L(a=1)], **setup)
+    assert {(e.operator, e.rule) for e in info.value.errors} == {("join", "operator")}
+
+
+def test_every_port_rule_a_join_breaks_is_listed() -> None:
+    g = Graph("join-misfits")
+    s = g.source("s", ListSource([]))
+    g.operator("join", Join(algorithm="outer"),
+               [s.window("tumbling, count(2)"), s.window("sliding, count(3), count(2)"), s],
+               [None, None])
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    assert [m.split(";")[0] for m in (e.message for e in info.value.errors)] == [
+        "needs exactly 2 input ports (left, right), the graph gives it 3",
+        "a 'outer' join has 1 or 3 output port(s), the graph gives it 2",
+        "input port 0 (left): window 'tumbling, count(2)' is not sliding",
+        "input port 1 (right): window 'sliding, count(3), count(2)': Join needs a count(1) trigger "
+        "(every arrival joins)"]
 
 
 # ----------------------------------------------------------- checkpoints

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from riverbed.checkpoint._codec import decode_value, encode_value
-from riverbed.graph import Graph, Operator, Punct, Schema, Watermark
+from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Schema, Watermark
 from riverbed.operators._params import OperatorParameterError
 from riverbed.operators._relational import Custom, Filter, Functor, Punctor
 from riverbed.runtime import JobError, VirtualClock, run_graph
@@ -147,9 +147,11 @@ def test_filter_parameter_errors_name_the_operator_and_the_fix() -> None:
 
 
 def test_filter_refuses_a_windowed_port_and_a_third_output() -> None:
-    with pytest.raises(JobError, match=r"Filter 'op': input port 0 has a window .*takes no window"):
+    with pytest.raises(GraphValidationError,
+                       match=r"operator 'op': input port 0 has a window .*takes no window"):
         run(Filter(), [{"v": 1}], window="tumbling, count(2)")
-    with pytest.raises(JobError, match=r"Filter 'op': has 3 output ports; Filter takes 1 to 2"):
+    with pytest.raises(GraphValidationError,
+                       match=r"operator 'op': has 3 output ports; Filter takes 1 to 2 \[operator\]"):
         run(Filter(), [{"v": 1}], outputs=3)
 
 
@@ -202,7 +204,7 @@ def test_functor_logic_state_runs_before_the_filter_and_survives_a_restore() -> 
 
 
 def test_functor_refuses_more_clauses_than_ports_and_output_with_outputs() -> None:
-    with pytest.raises(JobError, match=r"2 output clauses for 1 output port\(s\)"):
+    with pytest.raises(GraphValidationError, match=r"2 output clauses for 1 output port\(s\)"):
         run(Functor(outputs=[{}, {}]), [{"v": 1}])
     with pytest.raises(OperatorParameterError, match=r"give output .* or outputs .*not both"):
         Functor(output={}, outputs=[{}])

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.checkpoint import MemoryStore
-from riverbed.graph import Graph, Operator, Punct, Source, Watermark
+from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Schema, Source, Watermark
 from riverbed.operators._params import OperatorParameterError
 from riverbed.operators._sort import Sort
-from riverbed.runtime import Job, JobError, VirtualClock, run_graph
+from riverbed.runtime import Job, VirtualClock, run_graph
 from riverbed.testing import ListSink, ListSource, at, run_operator, run_until_crash
 
 S = 1_000_000_000
@@ -169,9 +169,39 @@ def test_bad_parameters_are_refused_with_the_rule(kwargs: dict[str, Any], messag
     ("tumbling, count(0)", "keeps no tuple"),
     (None, "the input port needs a window"),
 ])
-def test_unsupported_windows_fail_at_setup(window: str | None, message: str) -> None:
-    with pytest.raises(JobError, match=message):
+def test_unsupported_windows_are_refused_with_the_graph(window: str | None, message: str) -> None:
+    with pytest.raises(GraphValidationError, match=message) as info:
         run_operator(Sort(sort_by="v"), vs(1), window=window)
+    assert [(e.operator, e.rule) for e in info.value.errors] == [("op", "operator")]
+
+
+def test_port_counts_and_unknown_sort_attributes_are_listed_together() -> None:
+    g = Graph("sort-misfits")
+    s = g.source("s", ListSource([]), schema=Schema(k="rstring", v="int64"))
+    g.operator("sort", Sort(sort_by=["v", "when"]), [s.window("sliding, time(3)"), s], [None, None])
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    assert [e.message for e in info.value.errors] == [
+        "has one input and one output port, the graph gives it 2 and 2",
+        "sliding window 'sliding, time(3), count(1)': a progressive sort needs count(N) eviction "
+        "and a count(1) trigger; allowed: tumbling with count(N >= 1), delta, time or punct eviction; "
+        "sliding with count(N >= 1) eviction and a count(1) trigger; timeInterval; each "
+        "optionally partitioned",
+        "sort_by reads attribute 'when', which the input schema tuple<rstring k, int64 v> does "
+        "not have"]
+
+
+def test_setup_still_refuses_a_window_for_a_host_that_did_not_freeze() -> None:
+    class Ctx:
+        name = "direct"
+
+        def window(self, port: int) -> Any:
+            raise ValueError("no window")
+
+    op = Sort(sort_by="v")
+    op.context = Ctx()  # type: ignore[assignment]
+    with pytest.raises(OperatorParameterError, match="Sort 'direct': the input port needs a window"):
+        op.setup()
 
 
 # ------------------------------------------------------------ checkpoints

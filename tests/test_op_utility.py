@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.checkpoint import MemoryStore
-from riverbed.graph import Graph, Operator, Punct, Schema, Source
+from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Schema, Source
 from riverbed.operators._params import OperatorParameterError
 from riverbed.operators._utility import DeDuplicate, Split, SplitMapping, ThreadedSplit, Union
 from riverbed.operators._utility_sync import Barrier, DynamicFilter, Gate, Pair
@@ -138,9 +138,11 @@ def test_barrier_partition_parameters_lhs_rhs_and_errors() -> None:
     op = Barrier(partitionByLHS="k", partitionByRHS="k")
     out = run(op, {0: [{"k": 1, "a": 1}, {"k": 2, "a": 2}], 1: [at(1), {"k": 2, "b": 2}]})
     assert items(out[0]) == [{"k": 2, "a": 2, "b": 2}, F]
-    with pytest.raises(JobError, match=r"one partitionBy key per input port; port\(s\) \[1\]"):
+    with pytest.raises(GraphValidationError,
+                       match=r"one partitionBy key per input port; port\(s\) \[1\]"):
         run(Barrier(partitionByLHS="k"), {0: [{"k": 1}], 1: [{"k": 1}]})
-    with pytest.raises(JobError, match=r"Barrier 'op': has 1 input port; Barrier takes at least 2"):
+    with pytest.raises(GraphValidationError,
+                       match=r"operator 'op': has 1 input port; Barrier takes at least 2"):
         run(Barrier(), [{"k": 1}])
     with pytest.raises(OperatorParameterError, match=r"partition_by .* not both"):
         Barrier(partition_by=["k", "k"], partitionByLHS="k")

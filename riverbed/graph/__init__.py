@@ -21,7 +21,7 @@ from ._model import (
     PortInput,
     Stream,
 )
-from ._operator import Operator, OperatorContext, Source, SourceContext, WindowPunctuationMode
+from ._operator import Operator, OperatorContext, PortLayout, Source, SourceContext, WindowPunctuationMode
 from ._parallel import ParallelBlock, ParallelRegion
 from ._punct import CheckpointBarrier, Punct, Watermark
 from ._regions import ConsistentRegion
@@ -49,6 +49,7 @@ __all__ = [
     "ParallelBlock",
     "ParallelRegion",
     "PortInput",
+    "PortLayout",
     "Punct",
     "Schema",
     "SchemaError",

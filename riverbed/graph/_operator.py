@@ -14,6 +14,7 @@ a plain port go to `on_tuple`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from ..windows import EventType
@@ -21,9 +22,10 @@ from ._punct import Punct
 from ._schema import Schema
 
 if TYPE_CHECKING:
-    from ..windows import StreamWindow, StreamWindowEvent, TimeIntervalWindow
+    from ..windows import StreamWindow, StreamWindowEvent, TimeIntervalSpec, TimeIntervalWindow, WindowSpec
 
-__all__ = ["Operator", "OperatorContext", "Source", "SourceContext", "WindowPunctuationMode"]
+__all__ = ["Operator", "OperatorContext", "PortLayout", "Source", "SourceContext",
+           "WindowPunctuationMode"]
 
 WindowPunctuationMode = Literal["preserving", "generating", "free"]
 
@@ -120,6 +122,21 @@ class SourceContext(OperatorContext, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PortLayout:
+    """The ports a graph gives an operator, as declared: what `Operator.check_ports` judges
+    when the graph is frozen, before anything runs.
+
+    ``windows`` has one entry per input port: its parsed window clause, or None for a plain
+    port. ``input_schemas`` has the declared schema of each input port's streams (None when
+    undeclared). ``outputs`` counts the data output ports (an error port is not one)."""
+
+    operator: str
+    windows: tuple[WindowSpec | TimeIntervalSpec | None, ...]
+    input_schemas: tuple[Schema | None, ...]
+    outputs: int
+
+
 class Operator:
     """Base class of operators: override the handlers the operator needs.
 
@@ -159,6 +176,13 @@ class Operator:
     context: OperatorContext
 
     # -- lifecycle ----------------------------------------------------------
+
+    def check_ports(self, ports: PortLayout) -> Iterable[str]:
+        """What is wrong with the ports the graph gives this operator, one message per broken
+        rule (default: nothing). `Graph.freeze` asks, so ``riverbed run`` and ``riverbed
+        graph`` refuse such a graph before it starts (exit 2) and list every rule with the
+        others, where a check in `setup` would fail the running job at its first."""
+        return ()
 
     def setup(self) -> None:
         """Called once before any item, with `context` set: register listeners, read windows."""

@@ -12,6 +12,8 @@ Each `GraphError` names the operator and a rule id. The rules:
 ``cycle``            a cycle is closed only through a feedback connection
 ``sink-outputs``     a sink declares no output streams
 ``consistent-region`` regions start at sources, do not overlap, have valid parameters
+``operator``         the operator's own rules for its ports (`Operator.check_ports`): a window
+                     it needs, the number of its ports, the attributes it reads
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..windows import Delta, TimeIntervalSpec, WindowSpec
 from ._errors import GraphError, GraphValidationError
 from ._model import Connection, EventTime, FrozenGraph, InputPort, OperatorDef, parse_port_window
+from ._operator import PortLayout
 from ._regions import resolve_regions
 from ._schema import Schema
 
@@ -40,6 +43,7 @@ def freeze(graph: Graph) -> FrozenGraph:
     pending = graph._pending
     if not pending:
         raise GraphValidationError(graph.name, [GraphError(None, "empty", "the graph has no operators")])
+    unparsed: set[str] = set()  # operators with a window clause that did not parse
     for name, raw in pending.items():
         ports: list[InputPort] = []
         if raw["kind"] == "source" and raw["inputs"]:
@@ -54,6 +58,7 @@ def freeze(graph: Graph) -> FrozenGraph:
                     window = parse_port_window(name, i, port.window)
                 except GraphError as exc:
                     errors.append(exc)
+                    unparsed.add(name)
                     partition_by = None  # its window is not known: no second error about the key
             conns = tuple(Connection(s.operator, s.port, port.feedback) for s in port.streams)
             ports.append(InputPort(conns, window, partition_by, port.flavor,
@@ -63,6 +68,8 @@ def freeze(graph: Graph) -> FrozenGraph:
                                  raw["queue_batches"])
     for op in defs.values():
         errors.extend(_check_operator(op, defs))
+        if op.kind != "source" and op.name not in unparsed:  # (a clause not parsed: no window)
+            errors.extend(_operator_rules(op, defs))
     order, cycle_errors = _topological(defs)
     errors.extend(cycle_errors)
     region = event_time_region(defs)
@@ -100,6 +107,18 @@ def _port_schema(port: InputPort, defs: dict[str, OperatorDef]) -> Schema | None
         if up is not None and c.port < len(up.outputs):
             return up.outputs[c.port]
     return None
+
+
+def _operator_rules(op: OperatorDef, defs: dict[str, OperatorDef]) -> list[GraphError]:
+    """The operator's own rules for the ports it is given (`Operator.check_ports`)."""
+    layout = PortLayout(op.name, tuple(p.window for p in op.inputs),
+                        tuple(_port_schema(p, defs) for p in op.inputs),
+                        len(op.outputs) - (op.error_port is not None))
+    try:
+        problems = list(op.operator.check_ports(layout))
+    except Exception as exc:  # user code: a check that fails is itself reported
+        problems = [f"{type(op.operator).__name__}.check_ports raised {exc!r}"]
+    return [GraphError(op.name, "operator", message) for message in problems]
 
 
 def _check_operator(op: OperatorDef, defs: dict[str, OperatorDef]) -> list[GraphError]:

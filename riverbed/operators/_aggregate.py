@@ -39,7 +39,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
-from ..graph import Operator, Punct, Schema
+from ..graph import Operator, PortLayout, Punct, Schema
 from ..windows import (
     Count as CountPolicy,
 )
@@ -49,7 +49,9 @@ from ..windows import (
     PaneTiming,
     StreamWindow,
     StreamWindowEvent,
+    TimeIntervalSpec,
     TimeIntervalWindow,
+    WindowSpec,
     WindowType,
     decode_partition_key,
     encode_partition_key,
@@ -386,41 +388,70 @@ class Aggregate(Operator):
 
     # ------------------------------------------------------------------ setup
 
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        """The window port 0 needs for this Aggregate's parameters, and the attributes it reads
+        against a declared input schema (`Operator.check_ports`: at `Graph.freeze`)."""
+        spec = ports.windows[0] if ports.windows else None
+        problems = self._window_problems(spec)
+        schema = ports.input_schemas[0] if ports.input_schemas else None
+        if schema is not None:
+            missing: dict[str, str] = {}  # each once, where it is named first
+            for what, attr in self._attributes_read():
+                if schema.type_of(attr) is None:
+                    missing.setdefault(attr, what)
+            problems += [f"{what} reads attribute {attr!r}, which the input schema {schema} "
+                         f"does not have" for attr, what in missing.items()]
+        return problems
+
+    def _attributes_read(self) -> list[tuple[str, str]]:
+        """(what, attribute) for every attribute named in group_by, copy and the output."""
+        read: list[tuple[str, str]] = []
+        if isinstance(self.group_by, str):
+            read.append(("group_by", self.group_by))
+        elif isinstance(self.group_by, Sequence):
+            read += [("group_by", n) for n in self.group_by]
+        for attr, kind, obj in self._columns:
+            if kind == _FUNCTION:
+                read += [(f"output {attr!r} = {obj!r}", n) for n in obj.attributes()]
+        return read
+
+    def _window_problems(self, spec: WindowSpec | TimeIntervalSpec | None) -> list[str]:
+        if spec is None:
+            return [f"input port 0 must be windowed: {_WINDOWS_ALLOWED}"]
+        where = spec.clause()
+        tumbling = isinstance(spec, WindowSpec) and spec.type is WindowType.TUMBLING
+        problems: list[str] = []
+        if self.aggregate_incomplete_windows and tumbling:
+            problems.append(
+                f"aggregate_incomplete_windows=True needs a sliding (or timeInterval) window; "
+                f"'{where}' is tumbling and only aggregates whole windows")
+        if self.aggregate_evicted_partitions and not (
+                tumbling and isinstance(spec, WindowSpec) and spec.partition_eviction is not None):
+            problems.append(
+                f"aggregate_evicted_partitions=True needs a tumbling, partitioned window with a "
+                f"partition eviction policy (partitionAge, partitionCount or tupleCount); got "
+                f"'{where}'")
+        if not isinstance(spec, TimeIntervalSpec):
+            problems += [f"output {attr!r} = {obj!r} describes a timeInterval pane; the window "
+                         f"is '{where}'" for attr, kind, obj in self._columns
+                         if kind == _FUNCTION and obj.needs_pane]
+        return problems
+
     def setup(self) -> None:
         name = self.context.name
         try:
             window = self.context.window(0)
         except (ValueError, IndexError):
-            raise OperatorParameterError(
-                f"Aggregate {name!r}: input port 0 must be windowed: {_WINDOWS_ALLOWED}") from None
-        tumbling = False
-        incremental = False
-        if isinstance(window, TimeIntervalWindow):
-            where = window.spec.clause()
-        elif isinstance(window, StreamWindow):
-            where = window.spec.clause()
-            tumbling = window.spec.type is WindowType.TUMBLING
-            incremental = self.incremental and not tumbling
-        else:
+            window = None
+        if window is not None and not isinstance(window, (StreamWindow, TimeIntervalWindow)):
             raise OperatorParameterError(f"Aggregate {name!r}: unsupported window {window!r}: "
                                          f"{_WINDOWS_ALLOWED}")
-        if self.aggregate_incomplete_windows and tumbling:
-            raise OperatorParameterError(
-                f"Aggregate {name!r}: aggregate_incomplete_windows=True needs a sliding (or "
-                f"timeInterval) window; '{where}' is tumbling and only aggregates whole windows")
-        if self.aggregate_evicted_partitions and not (
-                tumbling and isinstance(window, StreamWindow)
-                and window.spec.partition_eviction is not None):
-            raise OperatorParameterError(
-                f"Aggregate {name!r}: aggregate_evicted_partitions=True needs a tumbling, partitioned "
-                f"window with a partition eviction policy (partitionAge, partitionCount or "
-                f"tupleCount); got '{where}'")
-        if not isinstance(window, TimeIntervalWindow):
-            for attr, kind, obj in self._columns:
-                if kind == _FUNCTION and obj.needs_pane:
-                    raise OperatorParameterError(
-                        f"Aggregate {name!r}: output {attr!r} = {obj!r} describes a timeInterval "
-                        f"pane; the window is '{where}'")
+        problems = self._window_problems(None if window is None else window.spec)
+        if problems:  # (a frozen graph has none: `check_ports`; a host without one may)
+            raise OperatorParameterError(f"Aggregate {name!r}: {problems[0]}")
+        assert window is not None
+        tumbling = isinstance(window, StreamWindow) and window.spec.type is WindowType.TUMBLING
+        incremental = self.incremental and isinstance(window, StreamWindow) and not tumbling
         self._incremental = incremental
         plan: list[tuple[str, int, Any, int]] = []
         # One accumulator per incremental column, except that Sum and Average of one expression

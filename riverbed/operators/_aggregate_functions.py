@@ -149,6 +149,10 @@ class AggregateFunction:
         """A fresh incremental accumulator, or None when only recomputing is possible."""
         return None
 
+    def attributes(self) -> tuple[str, ...]:
+        """The attributes it reads by name (checked against a declared input schema)."""
+        return ()
+
 
 def _reader(expr: object, fname: str) -> Callable[[_Any], _Any]:
     if isinstance(expr, str):
@@ -268,6 +272,9 @@ class _OfValue(AggregateFunction):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "read", _reader(self.value, type(self).__name__))
+
+    def attributes(self) -> tuple[str, ...]:
+        return (self.value,) if isinstance(self.value, str) else ()
 
     def values(self, tuples: Iterable[_Any]) -> list[_Any]:
         return list(map(self.read, tuples))
@@ -477,6 +484,9 @@ class _OfPair(AggregateFunction):
     def __post_init__(self) -> None:
         object.__setattr__(self, "read", _reader(self.value, type(self).__name__))
         object.__setattr__(self, "read_arg", _reader(self.arg, type(self).__name__))
+
+    def attributes(self) -> tuple[str, ...]:
+        return tuple(v for v in (self.value, self.arg) if isinstance(v, str))
 
 
 class ArgMin(_OfPair):

@@ -60,17 +60,18 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct, WindowPunctuationMode
+from ..graph import Operator, PortLayout, Punct, WindowPunctuationMode
 from ..windows import (
     EventType,
     StreamWindow,
     StreamWindowEvent,
     Time,
+    TimeIntervalSpec,
+    WindowSpec,
 )
 from ._join_fast import arrival_handler, counts_own_evictions, eviction_handler
 from ._join_parts import (
     Entry,
-    _check_window,
     _equality,
     _key_attribute,
     _key_in,
@@ -78,6 +79,7 @@ from ._join_parts import (
     _output_function,
     _port_counts,
     _Side,
+    window_problem,
 )
 from ._params import OperatorParameterError, spl_aliases
 from ._utility_support import every_event
@@ -246,47 +248,60 @@ class Join(Operator):
 
     # ------------------------------------------------------------------ set-up
 
-    def setup(self) -> None:
-        name = f"Join {self.context.name!r}"
-        counts = _port_counts(self.context)
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        """Two input ports with windows a join can keep, the outputs its algorithm has
+        (`Operator.check_ports`: at `Graph.freeze`)."""
+        return self._port_problems((len(ports.windows), ports.outputs), ports.windows)
+
+    def _port_problems(self, counts: tuple[int, int] | None,
+                       specs: Sequence[WindowSpec | TimeIntervalSpec | None]) -> list[str]:
+        problems: list[str] = []
+        n_out = 1
         if counts is not None:
             n_in, n_out = counts
             if n_in != 2:
-                raise OperatorParameterError(
-                    f"{name}: needs exactly 2 input ports (left, right), the graph gives it {n_in}")
+                problems.append(f"needs exactly 2 input ports (left, right), the graph gives it {n_in}")
             allowed = {"inner": (1,), "leftOuter": (1, 2), "rightOuter": (1, 2), "outer": (1, 3)}
             if n_out not in allowed[self.algorithm]:
                 want = " or ".join(map(str, allowed[self.algorithm]))
-                raise OperatorParameterError(
-                    f"{name}: a {self.algorithm!r} join has {want} output port(s), the graph gives "
-                    f"it {n_out}")
-        else:
-            n_out = 1
+                problems.append(f"a {self.algorithm!r} join has {want} output port(s), the graph "
+                                f"gives it {n_out}")
         if n_out > 1 and self._defaults_given:
-            raise OperatorParameterError(
-                f"{name}: default tuples are for single-output outer joins; with {n_out} output "
-                "ports the unmatched tuples go out unchanged on ports 1..")
+            problems.append(f"default tuples are for single-output outer joins; with {n_out} "
+                            "output ports the unmatched tuples go out unchanged on ports 1..")
+        problems += [p for port, spec in enumerate(specs[:2])
+                     if (p := window_problem(port, spec)) is not None]
+        if len(specs) >= 2 and specs[0] is None and specs[1] is None:
+            problems.append("both input ports are connected without a window (SPL count(0)), so "
+                            "nothing is ever kept to match; give at least one a sliding window")
+        return problems
+
+    def setup(self) -> None:
+        counts = _port_counts(self.context)
+        windows: list[Any] = []
+        for side in self._sides:
+            try:
+                windows.append(self.context.window(side.port))
+            except ValueError:
+                windows.append(None)  # a plain port: SPL count(0), the lookup side
+        problems = self._port_problems(counts, [None if w is None else w.spec for w in windows])
+        if problems:  # (a frozen graph has none: `check_ports`; a host without one may)
+            raise OperatorParameterError(f"Join {self.context.name!r}: {problems[0]}")
+        n_out = 1 if counts is None else counts[1]
         for side in self._sides:
             side.clear()
             side.outer = self._outer[side.port]
             side.key_of = self._keys[side.port] if self._keys is not None else None
             if n_out > 1 and side.outer:
                 side.unmatched_port = 1 if side.port == 0 or self.algorithm == "rightOuter" else 2
-            try:
-                window = self.context.window(side.port)
-            except ValueError:
-                side.window = None  # a plain port: SPL count(0), the lookup side
+            side.window = windows[side.port]
+            if side.window is None:
                 continue
-            side.window = _check_window(name, side.port, window)
             spec = side.window.spec
             side.partitioned = spec.partitioned
             side.evicts_on_arrival = not isinstance(spec.eviction, Time)
             side.drop_empty = (spec.partitioned and not side.evicts_on_arrival
                                and not side.window.rules.keeps_emptied_partitions)
-        if self._sides[0].window is None and self._sides[1].window is None:
-            raise OperatorParameterError(
-                f"{name}: both input ports are connected without a window (SPL count(0)), so "
-                "nothing is ever kept to match; give at least one a sliding window")
         self._held.clear()
         self._compiled.clear()
         forwarding = type(self).on_window_event is not Join.on_window_event

@@ -13,6 +13,8 @@ from ..windows import (
     Delta,
     StreamWindow,
     Time,
+    TimeIntervalSpec,
+    WindowSpec,
     WindowType,
     decode_partition_key,
     encode_partition_key,
@@ -71,29 +73,30 @@ class _Side:
         return list(self.parts if self.key_of is None else self.order)
 
 
-def _check_window(name: str, port: int, window: Any) -> StreamWindow[Any]:
-    where = f"{name}: input port {port} ({'left' if port == 0 else 'right'})"
+def window_problem(port: int, spec: WindowSpec | TimeIntervalSpec | None) -> str | None:
+    """What keeps input port ``port``'s window from being joined (None: nothing; a plain port
+    is SPL's count(0) lookup side)."""
+    if spec is None:
+        return None
+    where = f"input port {port} ({'left' if port == 0 else 'right'})"
     allowed = ("sliding windows with count(N >= 1), delta(attr, D) or time(T) eviction and a "
                "count(1) trigger, optionally partitioned; or no window for SPL's count(0) lookup side")
-    if not isinstance(window, StreamWindow):
-        raise OperatorParameterError(f"{where}: a timeInterval window cannot be joined; allowed: {allowed}")
-    spec = window.spec
+    if isinstance(spec, TimeIntervalSpec):
+        return f"{where}: a timeInterval window cannot be joined; allowed: {allowed}"
     clause = spec.clause()
     if spec.type is not WindowType.SLIDING:
-        raise OperatorParameterError(f"{where}: window '{clause}' is not sliding; allowed: {allowed}")
+        return f"{where}: window '{clause}' is not sliding; allowed: {allowed}"
     ev = spec.eviction
     if isinstance(ev, Count) and ev.size == 0:
-        raise OperatorParameterError(
-            f"{where}: window '{clause}' keeps no tuple and hands none to the operator; for SPL's "
-            "count(0) lookup side connect the stream without a window")
+        return (f"{where}: window '{clause}' keeps no tuple and hands none to the operator; for "
+                "SPL's count(0) lookup side connect the stream without a window")
     if not isinstance(ev, (Count, Delta, Time)):
-        raise OperatorParameterError(f"{where}: window '{clause}' has an unsupported eviction; "
-                                     f"allowed: {allowed}")
+        return f"{where}: window '{clause}' has an unsupported eviction; allowed: {allowed}"
     tr = spec.trigger
     if not (isinstance(tr, Count) and tr.size == 1):
-        raise OperatorParameterError(f"{where}: window '{clause}': Join needs a count(1) trigger "
-                                     "(every arrival joins); drop the trigger or write count(1)")
-    return window
+        return (f"{where}: window '{clause}': Join needs a count(1) trigger (every arrival "
+                "joins); drop the trigger or write count(1)")
+    return None
 
 
 def _port_counts(context: Any) -> tuple[int, int] | None:

@@ -28,10 +28,12 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from ..graph import Operator, Punct, WindowPunctuationMode
+from ..graph import PortLayout, Punct, WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import (
     OutputClause,
+    PortRanges,
+    ShapedOperator,
     batch_submit,
     check_callable,
     output_schema,
@@ -44,7 +46,7 @@ __all__ = ["Custom", "Filter", "Functor", "Punctor"]
 Predicate = Callable[[Any], Any]
 
 
-class Filter(Operator):
+class Filter(ShapedOperator):
     """SPL ``Filter``: tuples for which ``filter`` holds go to output 0, the others to output 1.
 
     Parameters: ``filter`` (a callable of the tuple; absent: every tuple
@@ -55,6 +57,8 @@ class Filter(Operator):
     Punctuation: preserving: each window mark is forwarded to every output
     port. Final is forwarded by the runtime after the input ended.
     """
+
+    port_ranges = PortRanges(inputs=(1, 1), outputs=(1, 2))
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
 
@@ -69,7 +73,7 @@ class Filter(Operator):
             self.submit(tup, 0)
 
     def setup(self) -> None:
-        shape = port_shape(self, inputs=(1, 1), outputs=(1, 2))
+        shape = port_shape(self, self.port_ranges)
         self._rejects = shape.outputs == 2
         self._pass = batch_submit(self, 0)
 
@@ -91,7 +95,7 @@ class Filter(Operator):
             self._pass(filter(keep, tuples))  # `filter` calls keep(tup) and takes its truth
 
 
-class Functor(Operator):
+class Functor(ShapedOperator):
     """SPL ``Functor``: per passing tuple, one output tuple on **each** output port.
 
     Parameters: ``filter`` (callable; absent: every tuple passes);
@@ -108,6 +112,8 @@ class Functor(Operator):
     Punctuation: preserving (window marks go to every output port); final
     is forwarded by the runtime.
     """
+
+    port_ranges = PortRanges(inputs=(1, 1), outputs=(1, None))
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
 
@@ -137,11 +143,21 @@ class Functor(Operator):
         self._submits: list[Callable[[Iterable[Any]], None]] = []
         self._build_run: Callable[[Iterable[Any], Callable[[list[Any]], None]], None] = _no_run
 
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        problems = super().check_ports(ports)
+        if len(self.clauses) > ports.outputs:
+            problems.append(self._too_many_clauses(ports.outputs))
+        return problems
+
+    def _too_many_clauses(self, outputs: int) -> str:
+        return (f"{len(self.clauses)} output clauses for {outputs} output port(s); give one "
+                "clause per port")
+
     def setup(self) -> None:
-        shape = port_shape(self, inputs=(1, 1), outputs=(1, None))
+        shape = port_shape(self, self.port_ranges)
         if len(self.clauses) > shape.outputs:
-            raise ValueError(f"Functor {self.context.name!r}: {len(self.clauses)} output clauses "
-                             f"for {shape.outputs} output port(s); give one clause per port")
+            raise OperatorParameterError(f"Functor {self.context.name!r}: "
+                                         f"{self._too_many_clauses(shape.outputs)}")
         clauses = self.clauses + [OutputClause("Functor", i, None)
                                   for i in range(len(self.clauses), shape.outputs)]
         self._builders = [c.bind_one(output_schema(self, i)) for i, c in enumerate(clauses)]
@@ -190,7 +206,7 @@ def _no_run(tuples: Iterable[Any], submit: Callable[[list[Any]], None]) -> None:
     raise RuntimeError("Functor: a run of tuples arrived before setup()")
 
 
-class Punctor(Operator):
+class Punctor(ShapedOperator):
     """SPL ``Punctor``: cuts a stream into groups with window marks.
 
     Parameters: ``punctuate`` (callable of the tuple, required), ``position``
@@ -201,6 +217,8 @@ class Punctor(Operator):
     One input port without window, one output port. Punctuation: generating:
     incoming window marks are dropped; final is forwarded by the runtime.
     """
+
+    port_ranges = PortRanges(inputs=(1, 1), outputs=(1, 1))
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
 
@@ -217,7 +235,7 @@ class Punctor(Operator):
         self._build: Callable[..., Any] = self.clause.bind(None)
 
     def setup(self) -> None:
-        port_shape(self, inputs=(1, 1), outputs=(1, 1))
+        port_shape(self, self.port_ranges)
         self._build = self.clause.bind_one(output_schema(self, 0))
 
     def on_tuple(self, tup: Any, port: int) -> None:
@@ -247,7 +265,7 @@ TupleLogic = Callable[["Custom", Any, int], None]
 PunctLogic = Callable[["Custom", Punct, int], None]
 
 
-class Custom(Operator):
+class Custom(ShapedOperator):
     """SPL ``Custom``: your logic per tuple and per punctuation, with state that is checkpointed.
 
     ``on_tuple(op, tup, port)`` runs for each tuple (SPL ``onTuple``),
@@ -266,6 +284,8 @@ class Custom(Operator):
     has seen final (after ``on_punct`` ran for it).
     """
 
+    port_ranges = PortRanges(inputs=(0, None), outputs=(0, None))
+
     window_punctuation: ClassVar[WindowPunctuationMode] = "free"
 
     def __init__(self, on_tuple: TupleLogic | None = None, on_punct: PunctLogic | None = None, *,
@@ -280,7 +300,7 @@ class Custom(Operator):
         self.state: Any = copy.deepcopy(state)
 
     def setup(self) -> None:
-        port_shape(self, inputs=(0, None), outputs=(0, None))
+        port_shape(self, self.port_ranges)
 
     def on_tuple(self, tup: Any, port: int) -> None:
         if self._tuple_logic is None:

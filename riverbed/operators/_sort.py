@@ -36,18 +36,17 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import itemgetter
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct, WindowPunctuationMode
+from ..graph import Operator, PortLayout, Punct, WindowPunctuationMode
 from ..windows import (
     Count,
-    Delta,
     EventType,
     PaneEvent,
     StreamWindowEvent,
-    Time,
+    TimeIntervalSpec,
     TimeIntervalWindow,
+    WindowSpec,
     WindowType,
 )
-from ..windows import Punct as PunctPolicy
 from ._join_parts import _key_in, _key_out, _port_counts
 from ._params import OperatorParameterError, spl_aliases
 from ._utility_support import batch_submit, every_event
@@ -166,6 +165,7 @@ class Sort(Operator):
         if not items:
             raise OperatorParameterError("Sort: sort_by needs at least one key")
         getters = [_getter(i) for i in items]
+        self._sort_names = [i for i in items if isinstance(i, str)]
         orders = list(order) if isinstance(order, (list, tuple)) else [order]
         if any(o not in _ORDERS for o in orders):
             raise OperatorParameterError(f"Sort: order={order!r}; expected 'ascending' or "
@@ -200,43 +200,29 @@ class Sort(Operator):
 
     # ------------------------------------------------------------------ set-up
 
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        """One input and one output port, and a window this sort can keep
+        (`Operator.check_ports`: at `Graph.freeze`)."""
+        problems = _port_problems((len(ports.windows), ports.outputs),
+                                  ports.windows[0] if ports.windows else None)
+        schema = ports.input_schemas[0] if ports.input_schemas else None
+        if schema is not None:
+            problems += [f"sort_by reads attribute {n!r}, which the input schema {schema} does "
+                         f"not have" for n in self._sort_names if schema.type_of(n) is None]
+        return problems
+
     def setup(self) -> None:
-        name = f"Sort {self.context.name!r}"
-        counts = _port_counts(self.context)
-        if counts is not None and counts != (1, 1):
-            raise OperatorParameterError(f"{name}: has one input and one output port, the graph "
-                                         f"gives it {counts[0]} and {counts[1]}")
-        allowed = ("tumbling with count(N >= 1), delta, time or punct eviction; sliding with "
-                   "count(N >= 1) eviction and a count(1) trigger; timeInterval; each optionally "
-                   "partitioned")
         try:
             window = self.context.window(0)
         except ValueError:
-            raise OperatorParameterError(f"{name}: the input port needs a window; allowed: "
-                                         f"{allowed}") from None
+            window = None
+        spec = None if window is None else window.spec
+        problems = _port_problems(_port_counts(self.context), spec)
+        if problems:  # (a frozen graph has none: `check_ports`; a host without one may)
+            raise OperatorParameterError(f"Sort {self.context.name!r}: {problems[0]}")
         self._parts.clear()  # in place: the INSERTION listener holds it
         self._put = batch_submit(self, 0)
-        if isinstance(window, TimeIntervalWindow):
-            self._progressive = False
-            self._listen(window)
-            return
-        spec = window.spec
-        clause = spec.clause()
-        ev, tr = spec.eviction, spec.trigger
-        if isinstance(ev, Count) and ev.size < 1:
-            raise OperatorParameterError(f"{name}: window '{clause}' keeps no tuple to sort; "
-                                         f"allowed: {allowed}")
-        if spec.type is WindowType.TUMBLING:
-            if not isinstance(ev, (Count, Delta, Time, PunctPolicy)):
-                raise OperatorParameterError(f"{name}: window '{clause}' is not allowed; {allowed}")
-            self._progressive = False
-            self._listen(window)
-            return
-        if not isinstance(ev, Count) or not (isinstance(tr, Count) and tr.size == 1):
-            raise OperatorParameterError(
-                f"{name}: sliding window '{clause}': a progressive sort needs count(N) eviction and "
-                f"a count(1) trigger; allowed: {allowed}")
-        self._progressive = True
+        self._progressive = isinstance(spec, WindowSpec) and spec.type is WindowType.SLIDING
         self._listen(window)
 
     def _listen(self, window: Any) -> None:
@@ -380,3 +366,30 @@ def _getter(expr: Any) -> Callable[[Any], Any]:
     raise OperatorParameterError(f"Sort: sort_by item {expr!r} must be an attribute name or a function "
                                  "of the tuple")
 
+
+_ALLOWED = ("tumbling with count(N >= 1), delta, time or punct eviction; sliding with count(N >= 1) "
+            "eviction and a count(1) trigger; timeInterval; each optionally partitioned")
+
+
+def _port_problems(counts: tuple[int, int] | None,
+                   spec: WindowSpec | TimeIntervalSpec | None) -> list[str]:
+    """What keeps a Sort from running on these ports (``counts``: inputs and data outputs,
+    when known): the rules of `Sort.check_ports` and `Sort.setup`."""
+    problems: list[str] = []
+    if counts is not None and counts != (1, 1):
+        problems.append(f"has one input and one output port, the graph gives it {counts[0]} and "
+                        f"{counts[1]}")
+    if spec is None:
+        return [*problems, f"the input port needs a window; allowed: {_ALLOWED}"]
+    if isinstance(spec, TimeIntervalSpec):
+        return problems
+    clause = spec.clause()
+    ev, tr = spec.eviction, spec.trigger
+    if isinstance(ev, Count) and ev.size < 1:
+        problems.append(f"window '{clause}' keeps no tuple to sort; allowed: {_ALLOWED}")
+    elif spec.type is WindowType.TUMBLING:
+        pass  # every tumbling eviction sorts
+    elif not isinstance(ev, Count) or not (isinstance(tr, Count) and tr.size == 1):
+        problems.append(f"sliding window '{clause}': a progressive sort needs count(N) eviction "
+                        f"and a count(1) trigger; allowed: {_ALLOWED}")
+    return problems

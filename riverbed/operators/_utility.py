@@ -26,11 +26,13 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct, WindowPunctuationMode
+from ..graph import Punct, WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import (
     KeyFn,
     OutputClause,
+    PortRanges,
+    ShapedOperator,
     batch_submit,
     check_callable,
     freeze_key,
@@ -52,7 +54,7 @@ __all__ = ["DeDuplicate", "Split", "SplitMapping", "ThreadedSplit", "Union"]
 # ------------------------------------------------------------------------ Union
 
 
-class Union(Operator):
+class Union(ShapedOperator):
     """SPL ``Union``: the tuples of all input ports merged into one stream, in arrival order.
 
     One or more input ports (SPL requires two; one port fed by several
@@ -65,6 +67,8 @@ class Union(Operator):
     runtime once every input port has seen final.
     """
 
+    port_ranges = PortRanges(inputs=(1, None), outputs=(1, 1))
+
     window_punctuation: ClassVar[WindowPunctuationMode] = "free"
 
     def __init__(self) -> None:
@@ -73,7 +77,7 @@ class Union(Operator):
         self._project: Callable[[Any], Any] | None = None
 
     def setup(self) -> None:
-        port_shape(self, inputs=(1, None), outputs=(1, 1))
+        port_shape(self, self.port_ranges)
         schema = output_schema(self, 0)
         self._names = schema.names if schema is not None else None
         self._put = batch_submit(self, 0)
@@ -110,7 +114,7 @@ class Union(Operator):
 # ------------------------------------------------------------------------ Split
 
 
-class Split(Operator):
+class Split(ShapedOperator):
     """SPL ``Split``: each tuple goes to the output ports its index selects.
 
     ``index``: a callable of the tuple returning an int or a list of ints.
@@ -129,6 +133,8 @@ class Split(Operator):
     output port. Final is forwarded by the runtime.
     """
 
+    port_ranges = PortRanges(inputs=(1, 1), outputs=(1, None))
+
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
 
     def __init__(self, index: Callable[[Any], Any] | None = None, *, file: str | Path | None = None,
@@ -146,7 +152,7 @@ class Split(Operator):
         self._ports = 1
 
     def setup(self) -> None:
-        self._ports = port_shape(self, inputs=(1, 1), outputs=(1, None)).outputs
+        self._ports = port_shape(self, self.port_ranges).outputs
 
     def on_tuple(self, tup: Any, port: int) -> None:
         if self.index is not None:
@@ -293,7 +299,7 @@ def _number(text: str) -> int | float | None:
 # ---------------------------------------------------------------- ThreadedSplit
 
 
-class ThreadedSplit(Operator):
+class ThreadedSplit(ShapedOperator):
     """SPL ``ThreadedSplit``, without threads: tuples are dealt to the output ports round-robin.
 
     IBM's operator runs one thread per output port and puts each tuple into
@@ -312,6 +318,8 @@ class ThreadedSplit(Operator):
     is snapshotted so a restored job continues the rotation.
     """
 
+    port_ranges = PortRanges(inputs=(1, 1), outputs=(1, None))
+
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
 
     def __init__(self, buffer_size: int | None = None, **spl: Any) -> None:
@@ -323,7 +331,7 @@ class ThreadedSplit(Operator):
         self._next = 0
 
     def setup(self) -> None:
-        self._ports = port_shape(self, inputs=(1, 1), outputs=(1, None)).outputs
+        self._ports = port_shape(self, self.port_ranges).outputs
 
     def on_tuple(self, tup: Any, port: int) -> None:
         port = self._next % self._ports
@@ -353,7 +361,7 @@ class ThreadedSplit(Operator):
 # ------------------------------------------------------------------ DeDuplicate
 
 
-class DeDuplicate(Operator):
+class DeDuplicate(ShapedOperator):
     """SPL ``DeDuplicate``: the first tuple of each key passes; repeats seen "recently" do not.
 
     ``key``: a callable of the tuple or an attribute name (absent: the whole
@@ -383,6 +391,8 @@ class DeDuplicate(Operator):
     times are absolute, so time spent between a checkpoint and a restore
     counts toward ``time_out``).
     """
+
+    port_ranges = PortRanges(inputs=(1, 1), outputs=(1, 2))
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
 
@@ -430,7 +440,7 @@ class DeDuplicate(Operator):
         self._n = 0
 
     def setup(self) -> None:
-        self._duplicates = port_shape(self, inputs=(1, 1), outputs=(1, 2)).outputs == 2
+        self._duplicates = port_shape(self, self.port_ranges).outputs == 2
         schema = output_schema(self, 0)
         self._build = self.clause.bind_one(schema)
         self._copies = self.clause.passes_input(schema)

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from ..graph import Operator, Punct, Schema
+from ..graph import Operator, PortLayout, Punct, Schema
 from ..windows import EventType, TimeIntervalWindow
 from ._params import OperatorParameterError, spl_aliases
 
@@ -34,7 +34,9 @@ __all__ = [
     "KeyFn",
     "OperatorTimer",
     "OutputClause",
+    "PortRanges",
     "PortShape",
+    "ShapedOperator",
     "batch_submit",
     "check_callable",
     "every_event",
@@ -141,33 +143,58 @@ def _definition(op: Operator) -> Any:
     return odef
 
 
-def port_shape(op: Operator, *, inputs: tuple[int, int | None], outputs: tuple[int, int | None],
-               windowed: bool = False) -> PortShape:
-    """The operator's port counts, checked against ``(min, max)`` ranges (max None: any).
+@dataclass(frozen=True, slots=True)
+class PortRanges:
+    """The port counts an operator takes, ``(min, max)`` each (max None: any); unless
+    ``windowed``, its input ports are plain. The error port is not an output."""
 
-    Unless ``windowed``, every input port must be a plain (unwindowed) port.
-    The error port, if the graph asked for one, is not counted as an output.
-    """
+    inputs: tuple[int, int | None]
+    outputs: tuple[int, int | None]
+    windowed: bool = False
+
+    def problems(self, operator: str, n_in: int, n_out: int,
+                 windows: Sequence[Any]) -> list[str]:
+        """What the ports break, one message each (``windows``: each input port's clause or
+        None)."""
+        found: list[str] = []
+        for what, n, (lo, hi) in (("input", n_in, self.inputs), ("output", n_out, self.outputs)):
+            if n < lo or (hi is not None and n > hi):
+                if hi is None:
+                    allowed = f"at least {lo}"
+                elif lo == hi:
+                    allowed = f"exactly {lo}"
+                else:
+                    allowed = f"{lo} to {hi}"
+                found.append(f"has {n} {what} port{'s' if n != 1 else ''}; {operator} takes "
+                             f"{allowed}")
+        if not self.windowed:
+            found += [f"input port {i} has a window ({w.clause()}); {operator} takes no window: "
+                      "connect the stream itself, without .window(...)"
+                      for i, w in enumerate(windows) if w is not None]
+        return found
+
+
+class ShapedOperator(Operator):
+    """An operator whose port counts are its class's `port_ranges`: the graph is refused at
+    freeze when they do not fit (`check_ports`), and `port_shape` reads them at setup."""
+
+    port_ranges: ClassVar[PortRanges]
+
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        return self.port_ranges.problems(type(self).__name__, len(ports.windows), ports.outputs,
+                                         ports.windows)
+
+
+def port_shape(op: Operator, ranges: PortRanges) -> PortShape:
+    """The operator's port counts, checked against ``ranges`` (a frozen graph has been checked
+    already; a host that did not freeze one has not)."""
     odef = _definition(op)
     n_in = len(odef.inputs)
     n_out = len(odef.outputs) - (1 if odef.error_port is not None else 0)
     name = type(op).__name__
-    for what, n, (lo, hi) in (("input", n_in, inputs), ("output", n_out, outputs)):
-        if n < lo or (hi is not None and n > hi):
-            if hi is None:
-                allowed = f"at least {lo}"
-            elif lo == hi:
-                allowed = f"exactly {lo}"
-            else:
-                allowed = f"{lo} to {hi}"
-            raise ValueError(f"{name} {odef.name!r}: has {n} {what} port{'s' if n != 1 else ''}; "
-                             f"{name} takes {allowed}")
-    if not windowed:
-        for i, port in enumerate(odef.inputs):
-            if port.window is not None:
-                raise ValueError(f"{name} {odef.name!r}: input port {i} has a window "
-                                 f"({port.window.clause()}); {name} takes no window: connect the "
-                                 "stream itself, without .window(...)")
+    problems = ranges.problems(name, n_in, n_out, [p.window for p in odef.inputs])
+    if problems:
+        raise ValueError(f"{name} {odef.name!r}: {problems[0]}")
     return PortShape(n_in, n_out)
 
 

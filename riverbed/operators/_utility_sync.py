@@ -29,11 +29,13 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct, Watermark, WindowPunctuationMode
+from ..graph import PortLayout, Punct, Watermark, WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import (
     KeyFn,
     OutputClause,
+    PortRanges,
+    ShapedOperator,
     freeze_key,
     int_param,
     key_fn,
@@ -52,8 +54,10 @@ __all__ = ["Barrier", "DynamicFilter", "Gate", "Pair"]
 _PARTITION_PARAM = re.compile(r"^partition_?[bB]y_?(LHS|RHS|lhs|rhs|\d+)$")
 
 
-class _Synchroniser(Operator):
+class _Synchroniser(ShapedOperator):
     """Queues per input port and partition; a match takes the oldest tuple of every port."""
+
+    port_ranges = PortRanges(inputs=(2, None), outputs=(1, 1))
 
     _operator: ClassVar[str] = ""
 
@@ -82,29 +86,40 @@ class _Synchroniser(Operator):
         self._n = 0
         self._parts: dict[Hashable, list[deque[Any]]] = {}
 
-    def _setup_ports(self) -> None:
-        name = self._operator
-        self._n = n = port_shape(self, inputs=(2, None), outputs=(1, 1)).inputs
-        given = self._partition_given
-        if not given:
-            return
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        problems = super().check_ports(ports)
+        return problems + self._partition_problems(len(ports.windows))[0]
+
+    def _partition_problems(self, n: int) -> tuple[list[str], dict[int, Any]]:
+        """What the partitionBy parameters break for ``n`` input ports, and the key of each port."""
+        problems: list[str] = []
         keys: dict[int, Any] = {}
-        for label, value in given.items():
+        for label, value in self._partition_given.items():
             port = 0 if label == "lhs" else n - 1 if label == "rhs" else int(label)
             if port >= n:
-                raise ValueError(f"{name} {self.context.name!r}: partitionBy{label} names input port "
-                                 f"{port}, but the operator has {n} input ports")
-            if port in keys:
-                raise ValueError(f"{name} {self.context.name!r}: input port {port} has two "
-                                 "partitionBy parameters (LHS/RHS are ports 0 and n-1)")
-            keys[port] = value
+                problems.append(f"partitionBy{label} names input port {port}, but the operator "
+                                f"has {n} input ports")
+            elif port in keys:
+                problems.append(f"input port {port} has two partitionBy parameters (LHS/RHS are "
+                                "ports 0 and n-1)")
+            else:
+                keys[port] = value
         missing = [i for i in range(n) if i not in keys]
-        if missing:
-            raise ValueError(f"{name} {self.context.name!r}: partitioned synchronisation needs one "
-                             f"partitionBy key per input port; port(s) {missing} have none")
+        if self._partition_given and missing and not problems:
+            problems.append(f"partitioned synchronisation needs one partitionBy key per input "
+                            f"port; port(s) {missing} have none")
+        return problems, keys
+
+    def _setup_ports(self) -> None:
+        self._n = n = port_shape(self, self.port_ranges).inputs
+        if not self._partition_given:
+            return
+        problems, keys = self._partition_problems(n)
+        if problems:
+            raise OperatorParameterError(f"{self._operator} {self.context.name!r}: {problems[0]}")
         fns: list[KeyFn] = []
         for i in range(n):
-            fn = key_fn(name, f"partitionBy{i}", keys[i], optional=False)
+            fn = key_fn(self._operator, f"partitionBy{i}", keys[i], optional=False)
             assert fn is not None  # optional=False: a missing key raised
             fns.append(fn)
         self._keys = fns
@@ -204,7 +219,7 @@ class Pair(_Synchroniser):
 # ---------------------------------------------------------------- DynamicFilter
 
 
-class DynamicFilter(Operator):
+class DynamicFilter(ShapedOperator):
     """SPL ``DynamicFilter``: port-0 tuples pass when their key is in a set that ports 1 and 2 edit.
 
     ``key``: a callable (or attribute name) giving a port-0 tuple's key;
@@ -222,6 +237,8 @@ class DynamicFilter(Operator):
     once every input port ended. State: the key set.
     """
 
+    port_ranges = PortRanges(inputs=(2, 3), outputs=(1, 2))
+
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
 
     def __init__(self, key: KeyFn | str | None = None, add_key: KeyFn | str | None = None,
@@ -234,7 +251,7 @@ class DynamicFilter(Operator):
         self._outputs = 1
 
     def setup(self) -> None:
-        shape = port_shape(self, inputs=(2, 3), outputs=(1, 2))
+        shape = port_shape(self, self.port_ranges)
         if (shape.inputs == 3) != (self.remove_key is not None):
             raise ValueError(f"DynamicFilter {self.context.name!r}: remove_key (removeKey) goes with a "
                              f"third input port; the operator has {shape.inputs} input ports and "
@@ -273,7 +290,7 @@ class DynamicFilter(Operator):
 # ------------------------------------------------------------------------- Gate
 
 
-class Gate(Operator):
+class Gate(ShapedOperator):
     """SPL ``Gate``: lets port-0 tuples through while fewer than N are unacknowledged.
 
     ``max_unacked_tuple_count`` (``maxUnackedTupleCount``, required; 0 acts
@@ -295,6 +312,8 @@ class Gate(Operator):
     before them have. SPL does not checkpoint Gate; riverbed snapshots the
     count and the waiting items.
     """
+
+    port_ranges = PortRanges(inputs=(2, 2), outputs=(1, 1))
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
     holds_watermarks: ClassVar[bool] = True
@@ -318,7 +337,7 @@ class Gate(Operator):
         self._ended: set[int] = set()
 
     def setup(self) -> None:
-        port_shape(self, inputs=(2, 2), outputs=(1, 1))
+        port_shape(self, self.port_ranges)
 
     def on_tuple(self, tup: Any, port: int) -> None:
         if port == 0:

@@ -36,9 +36,17 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from ..graph import Operator, Punct, Schema, Source, Watermark, WindowPunctuationMode
+from ..graph import Punct, Schema, Source, Watermark, WindowPunctuationMode
 from ._params import OperatorParameterError
-from ._utility_support import OperatorTimer, output_schema, params, port_shape, seconds_ns
+from ._utility_support import (
+    OperatorTimer,
+    PortRanges,
+    ShapedOperator,
+    output_schema,
+    params,
+    port_shape,
+    seconds_ns,
+)
 
 __all__ = ["Beacon", "Delay", "Throttle"]
 
@@ -122,7 +130,7 @@ class Beacon(Source):
         self._template: dict[str, Any] = {}
 
     def setup(self) -> None:
-        port_shape(self, inputs=(0, 0), outputs=(1, 1))
+        port_shape(self, PortRanges(inputs=(0, 0), outputs=(1, 1)))
         schema: Schema | None = output_schema(self, 0)
         if schema is None:
             self._template = {}
@@ -202,8 +210,10 @@ def _item_in(data: list[Any]) -> Any:
     return data[1]
 
 
-class _Holding(Operator):
+class _Holding(ShapedOperator):
     """An operator holding items for later: a timer to wake it, final held while it holds items."""
+
+    port_ranges = PortRanges(inputs=(1, 1), outputs=(1, 1))
 
     _operator: ClassVar[str] = ""
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
@@ -217,7 +227,7 @@ class _Holding(Operator):
         self.held: deque[Any] = deque()
 
     def setup(self) -> None:
-        port_shape(self, inputs=(1, 1), outputs=(1, 1))
+        port_shape(self, self.port_ranges)
         self._timer = OperatorTimer(self, self._on_wake)
 
     def on_ports_ready(self) -> None:
