@@ -145,11 +145,11 @@ def test_spark_explain_needs_no_spark_and_refusals_exit_2(tmp_path: Any, capsys:
     script = tmp_path / "loop.py"
     script.write_text(
         "from riverbed.graph import Graph\n"
-        "from riverbed.operators import Functor\n"
+        "from riverbed.operators import Functor, Union\n"
         "from riverbed.testing import ListSource\n"
         "g = Graph('loop')\n"
         "s = g.source('s', ListSource([]))\n"
-        "f = g.operator('f', Functor(), [s])\n"
+        "f = g.operator('f', Union(), [s])\n"
         "h = g.operator('h', Functor(), [f])\n"
         "g.add_input('f', h.feedback())\n"
         "graph = g\n")
