@@ -182,3 +182,96 @@ def test_an_aggregate_whose_function_raises_routes_the_pane_and_goes_on(
     which = "start" if event_time else "s"
     assert [r for r in reference if (r["k"], r[which]) not in failed_panes] == results
     assert len(results) == len(reference) - 2
+
+
+# ------------------------------------------------- a failed event's output is taken back
+
+
+def test_a_pane_is_output_whole_or_not_at_all() -> None:
+    """A group_by Aggregate whose function raises on one group of a tumble: the rows of the
+    groups before it are taken back with it (no half pane, no pane without its mark), and
+    the tumble's tuples are on the error port."""
+    rows = [{"g": "a", "v": 1}, {"g": "b", "v": 0}, {"g": "a", "v": 2},
+            {"g": "c", "v": 4}, {"g": "a", "v": 1}, {"g": "a", "v": 2}]
+    g = Graph("whole-panes")
+    s = g.source("s", ListSource(rows))
+    out, errors = g.operator("agg", Aggregate({"x": Sum(lambda t: 1 / t["v"])}, group_by="g"),
+                             [s.window("tumbling, count(3)")], [None], error_port=True)
+    ok, bad = ListSink(), ListSink()
+    g.sink("ok", ok, [out])
+    g.sink("bad", bad, [errors])
+    run_graph(g, clock=VirtualClock())
+    assert ok.items == [{"g": "c", "x": 0.25}, {"g": "a", "x": 1.5}, Punct.WINDOW, Punct.FINAL]
+    assert [e["tuple"] for e in bad.tuples] == rows[:3]
+
+
+def test_a_join_arrival_whose_match_raises_outputs_nothing() -> None:
+    from riverbed.operators import Join
+
+    g = Graph("join-failure")
+    left = g.source("l", ListSource([{"a": 1}, {"a": 0}, at(1.0), {"a": 2}]))
+    right = g.source("r", ListSource([at(0.5), {"b": 1}, at(1.5), {"b": 2}]))
+    out, errors = g.operator("join", Join(match=lambda lhs, rhs: rhs["b"] / lhs["a"] > 0),
+                             [left.window("sliding, count(5)"), right.window("sliding, count(5)")],
+                             [None], error_port=True)
+    ok, bad = ListSink(), ListSink()
+    g.sink("ok", ok, [out])
+    g.sink("bad", bad, [errors])
+    run_graph(g, clock=VirtualClock())
+    # b=1 meets a=1 (a row) then a=0 (ZeroDivisionError): its arrival outputs nothing. a=2
+    # then matches b=1 alone (b=1 stays in its window); b=2 meets a=0 again and fails.
+    assert ok.items == [{"a": 2, "b": 1}, Punct.WINDOW, Punct.FINAL]
+    assert [e["tuple"] for e in bad.tuples] == [{"b": 1}, {"b": 2}]
+
+
+@pytest.mark.parametrize("group_by", [None, "k"])
+@pytest.mark.parametrize("clause", ["sliding, delta(i, 2), count(1)", "sliding, count(3), count(1)",
+                                    "sliding, count(3), count(2)", "sliding, time(2), count(1)",
+                                    "sliding, count(4), count(1), partitioned"])
+def test_incremental_and_recomputing_aggregates_fail_alike(clause: str, group_by: str | None) -> None:
+    """The incremental mirror of a partition that meets a failing value is dropped, not left
+    half updated (a row counting a tuple its sum left out): triggers recompute from the window
+    and fail there, as ``incremental=False`` does."""
+    def run(incremental: bool) -> tuple[list[Any], list[Any]]:
+        g = Graph("incremental-failures")
+        values = [1, 2, 0, 4, 5, 6, 7, 0, 9, 10, 11, 12]
+        s = g.source("s", ListSource([{"i": i, "k": i % 2, "p": i % 3, "v": v}
+                                      for i, v in enumerate(values)]))
+        out, errors = g.operator(
+            "agg", Aggregate({"x": Sum(lambda t: 1 / t["v"]), "n": Count()}, group_by=group_by,
+                             incremental=incremental),
+            [s.window(clause, partition_by="p" if "partitioned" in clause else None)],
+            [None], error_port=True)
+        ok, bad = ListSink(), ListSink()
+        g.sink("ok", ok, [out])
+        g.sink("bad", bad, [errors])
+        run_graph(g, clock=VirtualClock())
+        return ok.items, bad.tuples
+
+    incremental, recomputed = run(True), run(False)
+    assert incremental == recomputed
+    assert incremental[1], "some trigger must fail"
+
+
+def test_what_a_failing_listener_submitted_before_raising_is_taken_back() -> None:
+    class HalfWay(Operator):
+        window_events = frozenset({EventType.EVICTION})
+
+        def on_window_event(self, event: Any, port: int) -> None:
+            for t in event.tuples:
+                if t["v"] in POISON:
+                    raise ValueError("poison")
+                self.submit(t)
+            self.submit_punct()
+
+    g = Graph("half-way")
+    s = g.source("s", ListSource([{"v": v} for v in range(20)]))
+    out, errors = g.operator("half", HalfWay(), [s.window("tumbling, count(5)")], [None],
+                             error_port=True)
+    ok, bad = ListSink(), ListSink()
+    g.sink("ok", ok, [out])
+    g.sink("bad", bad, [errors])
+    run_graph(g, clock=VirtualClock())
+    assert [t["v"] for t in ok.tuples] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 18, 19]
+    assert ok.items.count(Punct.WINDOW) == 3
+    assert [e["tuple"]["v"] for e in bad.tuples] == [10, 11, 12, 13, 14]

@@ -328,7 +328,8 @@ class OperatorCore:
         window = build_window(self.odef, port, self.graph, event_time=self.event_time, op=self.op,
                               listener=self._listener_for(port))
         if window is not None and self.odef.error_port is not None:
-            route_listener_errors(window, self._window_failure_route(port))
+            route_listener_errors(window, self._window_failure_route(port),
+                                  [self.outputs[p] for p in self._data_ports])
         return window
 
     def _window_failure_route(self, port: int) -> Callable[[list[Any], str], None]:

@@ -144,6 +144,21 @@ class OutputPort:
             start = i + 1
         return start >= len(buf) or check(buf[start:]) < 0
 
+    def position(self) -> tuple[int, int, int, int]:
+        """Where the port stands now, for `rewind`."""
+        return len(self.buf), len(self.at), self.watermarks, len(self.pending)
+
+    def rewind(self, position: tuple[int, int, int, int]) -> bool:
+        """Take back what was submitted since `position` (a failed window event's partial
+        output). False, changing nothing, if a batch was sealed since: it is out of reach."""
+        n_buf, n_at, watermarks, n_pending = position
+        if len(self.pending) != n_pending or len(self.buf) < n_buf:
+            return False
+        del self.buf[n_buf:]
+        del self.at[n_at:]
+        self.watermarks = watermarks
+        return True
+
     def reset(self) -> None:
         """Drop what was submitted and not handed over."""
         self.buf.clear()

@@ -16,6 +16,7 @@ from ..windows import (
     WindowTupleError,
 )
 from ._errors import OperatorError, SchemaViolation
+from ._output import OutputPort
 
 __all__ = ["Window", "build_window", "route_listener_errors"]
 
@@ -71,18 +72,28 @@ _GONE = frozenset({EventType.INSERTION, EventType.EVICTION, EventType.PARTITION_
 _PANE_GONE = frozenset({EventType.INSERTION, EventType.TRIGGER})
 
 
-def route_listener_errors(window: Window, route: Callable[[list[Any], str], None]) -> None:
+def route_listener_errors(window: Window, route: Callable[[list[Any], str], None],
+                          outputs: list[OutputPort]) -> None:
     """Send what the window's listeners raise to ``route(tuples, reason)`` (an operator's
     error port) and let the window finish its step: each tuple of an event listed above, or
-    one None for an event whose tuples stay. An `OperatorError` (a failure the operator has
-    already attributed) still leaves the window: it ends the job."""
+    one None for an event whose tuples stay. What the failed call had submitted to
+    ``outputs`` (the data ports) is taken back, so a pane is output whole or not at all (a
+    batch already sealed meanwhile, by a final or a barrier the call sent, stays). An
+    `OperatorError` (a failure the operator has already attributed) still leaves the
+    window: it ends the job."""
     panes = isinstance(window, TimeIntervalWindow)
     gone = _PANE_GONE if panes else _GONE
     partitioned = window.is_partitioned
 
-    def failed(event: StreamWindowEvent[Any], exc: Exception) -> None:
+    def before() -> list[tuple[int, int, int, int]]:
+        return [out.position() for out in outputs]
+
+    def failed(event: StreamWindowEvent[Any], exc: Exception,
+               positions: list[tuple[int, int, int, int]]) -> None:
         if isinstance(exc, OperatorError):
             raise exc
+        for out, position in zip(outputs, positions, strict=True):
+            out.rewind(position)
         reason = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
         etype = event.type
         if etype is not EventType.INSERTION:
@@ -94,4 +105,4 @@ def route_listener_errors(window: Window, route: Callable[[list[Any], str], None
         tuples = list(event.tuples) if etype in gone else []
         route(tuples or [None], reason)
 
-    window.on_listener_error(failed)
+    window.on_listener_error(failed, before)

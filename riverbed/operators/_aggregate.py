@@ -576,16 +576,20 @@ class Aggregate(Operator):
     def _insert_single(self, event: StreamWindowEvent[Any]) -> None:
         """INSERTION without group_by: the tuple joins its partition's one group."""
         self._total += 1
-        state = self._states.get(event.partition)
-        if state is None:  # a new partition, or one whose state was dropped: from the window
-            self._rebuild(event.partition, self._window.contents(event.partition))
-            return
-        t = event.tuples[0]
-        single = state.single
-        assert single is not None
-        single.tuples.append(t)
-        for add in single.adds:
-            add(t)
+        key = event.partition
+        state = self._states.get(key)
+        try:
+            if state is None:  # a new partition, or one whose state was dropped: from the window
+                self._rebuild(key, self._window.contents(key))
+                return
+            t = event.tuples[0]
+            single = state.single
+            assert single is not None
+            single.tuples.append(t)
+            for add in single.adds:
+                add(t)
+        except Exception:
+            self._forget(key)
 
     def _evict_single(self, event: StreamWindowEvent[Any]) -> None:
         """EVICTION without group_by (incremental): the oldest tuples leave the group."""
@@ -599,14 +603,18 @@ class Aggregate(Operator):
         assert single is not None
         order = single.tuples
         removes = single.removes
-        for t in tuples:
-            if not order or order[0] is not t:  # not the oldest: the state is stale
-                self._resyncs += 1
-                del self._states[key]
-                return
-            order.popleft()
-            for remove in removes:
-                remove(t)
+        try:
+            for t in tuples:
+                if not order or order[0] is not t:  # not the oldest: the state is stale
+                    self._resyncs += 1
+                    del self._states[key]
+                    return
+                order.popleft()
+                for remove in removes:
+                    remove(t)
+        except Exception:
+            self._forget(key)
+            return
         if not order:
             del self._states[key]
 
@@ -619,28 +627,44 @@ class Aggregate(Operator):
         if not tuples:
             self.submit_punct(WINDOW_MARK)
             return
-        state = self._states.get(key)
-        if state is None:
-            state = self._rebuild(key, tuples)
-        else:
-            order = state.order
-            if len(order) != len(tuples) or order[0] is not tuples[0] or order[-1] is not tuples[-1]:
-                self._resyncs += 1
+        try:
+            state = self._states.get(key)
+            if state is None:
                 state = self._rebuild(key, tuples)
-        single = state.single
-        assert single is not None
-        order = single.tuples
-        scope = (Scope(self._total, 1, [len(order)] if self._needs_sizes else [], False, None)
-                 if self._needs_scope else None)
-        self._result(self._build(order, single.accs, scope, None))
+            else:
+                order = state.order
+                if len(order) != len(tuples) or order[0] is not tuples[0] or order[-1] is not tuples[-1]:
+                    self._resyncs += 1
+                    state = self._rebuild(key, tuples)
+            single = state.single
+            assert single is not None
+            order = single.tuples
+            scope = (Scope(self._total, 1, [len(order)] if self._needs_sizes else [], False, None)
+                     if self._needs_scope else None)
+            self._result(self._build(order, single.accs, scope, None))
+        except Exception:
+            self._forget(key)  # (it may be half updated)
+            raise
 
     def _insert(self, event: StreamWindowEvent[Any]) -> None:
         self._total += 1
-        state = self._states.get(event.partition)
-        if state is None:
-            self._rebuild(event.partition, self._window.contents(event.partition))
-        else:
-            state.insert(event.tuples[0])
+        key = event.partition
+        state = self._states.get(key)
+        try:
+            if state is None:
+                self._rebuild(key, self._window.contents(key))
+            else:
+                state.insert(event.tuples[0])
+        except Exception:
+            self._forget(key)
+
+    def _forget(self, key: Hashable) -> None:
+        """The mirror of partition ``key`` failed half-way (a function raised on a value): it
+        is dropped and the error not raised here. The next trigger recomputes from the window
+        and meets the same value there, so results and failures are those of
+        ``incremental=False``; a mirror half updated would give a row counting a tuple that
+        its sums left out."""
+        self._states.pop(key, None)
 
     def _count_insertion(self, event: StreamWindowEvent[Any]) -> None:
         self._total += 1
@@ -654,7 +678,12 @@ class Aggregate(Operator):
         key = event.partition
         state = self._states.get(key)
         if state is not None:
-            if not state.evict(tuples):
+            try:
+                evicted = state.evict(tuples)
+            except Exception:
+                self._forget(key)
+                return
+            if not evicted:
                 self._resyncs += 1
                 del self._states[key]
             elif not state.order:
@@ -671,11 +700,15 @@ class Aggregate(Operator):
         if not self._incremental:
             self._aggregate(tuples, self._total, None)
             return
-        state = self._states.get(key)
-        if state is None or not state.matches(tuples):
-            self._resyncs += state is not None
-            state = self._rebuild(key, tuples)
-        self._emit(state.output_groups(), self._total, None)
+        try:
+            state = self._states.get(key)
+            if state is None or not state.matches(tuples):
+                self._resyncs += state is not None
+                state = self._rebuild(key, tuples)
+            self._emit(state.output_groups(), self._total, None)
+        except Exception:
+            self._forget(key)  # (it may be half updated)
+            raise
 
     def _trigger_step(self, event: StreamWindowEvent[Any]) -> None:
         """`_trigger_caught_up` without group_by, its most common case first: a full window's
@@ -697,10 +730,14 @@ class Aggregate(Operator):
                     order.append(t)
                     single = state.single
                     assert single is not None  # no group_by
-                    for replace in single.replaces:
-                        replace(old, t)
-                    state.evicted = evicted
-                    self._result(self._build(order, single.accs, None, None))
+                    try:
+                        for replace in single.replaces:
+                            replace(old, t)
+                        state.evicted = evicted
+                        self._result(self._build(order, single.accs, None, None))
+                    except Exception:
+                        self._forget(key)  # (half updated)
+                        raise
                     return
         self._trigger_caught_up(event)
 
@@ -741,41 +778,45 @@ class Aggregate(Operator):
             states.pop(key, None)
             self.submit_punct(WINDOW_MARK)
             return
-        evicted = self._evicted_count(key)
-        state = states.get(key)
-        if state is None:
-            state = self._rebuild(key, tuples)
-        else:
-            order = state.order
-            m = len(order)
-            out = evicted - state.evicted
-            k = n - m + out
-            single = state.single
-            if out == 1 and k == 1 and single is not None:  # a full window's step: one in, one out
-                old = order.popleft()
-                t = tuples[-1]
-                order.append(t)
-                for replace in single.replaces:
-                    replace(old, t)
-            elif out >= m >= 0 and k >= n:  # all it mirrored left (and maybe tuples that came later)
-                state.catch_up(m, tuples)
-            elif out >= 0 and k >= 0:  # (then out < m and k < n: k - n == out - m)
-                new: Sequence[Any]
-                if k <= 1:
-                    new = (tuples[-1],) if k else ()
-                else:
-                    new = list(islice(reversed(tuples), k))
-                    new.reverse()
-                state.catch_up(out, new)
-            if len(order) != n or order[0] is not tuples[0] or order[-1] is not tuples[-1]:
-                self._resyncs += 1
+        try:
+            evicted = self._evicted_count(key)
+            state = states.get(key)
+            if state is None:
                 state = self._rebuild(key, tuples)
-        state.evicted = evicted
-        single = state.single
-        if single is None:
-            self._emit(state.output_groups(), 0, None)
-        else:  # (`_emit` of the one group, inlined)
-            self._result(self._build(single.tuples, single.accs, None, None))
+            else:
+                order = state.order
+                m = len(order)
+                out = evicted - state.evicted
+                k = n - m + out
+                single = state.single
+                if out == 1 and k == 1 and single is not None:  # a full window's step: one in, one out
+                    old = order.popleft()
+                    t = tuples[-1]
+                    order.append(t)
+                    for replace in single.replaces:
+                        replace(old, t)
+                elif out >= m >= 0 and k >= n:  # all it mirrored left (and maybe tuples that came later)
+                    state.catch_up(m, tuples)
+                elif out >= 0 and k >= 0:  # (then out < m and k < n: k - n == out - m)
+                    new: Sequence[Any]
+                    if k <= 1:
+                        new = (tuples[-1],) if k else ()
+                    else:
+                        new = list(islice(reversed(tuples), k))
+                        new.reverse()
+                    state.catch_up(out, new)
+                if len(order) != n or order[0] is not tuples[0] or order[-1] is not tuples[-1]:
+                    self._resyncs += 1
+                    state = self._rebuild(key, tuples)
+            state.evicted = evicted
+            single = state.single
+            if single is None:
+                self._emit(state.output_groups(), 0, None)
+            else:  # (`_emit` of the one group, inlined)
+                self._result(self._build(single.tuples, single.accs, None, None))
+        except Exception:
+            self._forget(key)  # (it may be half updated)
+            raise
 
     def _initial_full(self, event: StreamWindowEvent[Any]) -> None:
         self._full.add(event.partition)

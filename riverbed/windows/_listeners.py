@@ -27,9 +27,12 @@ restricted to some types is called directly, not through a filter.
 A host that lets a graph go on past a failing listener (an operator with an
 error port) sets an error handler: from then on each handler is called through
 a guard that hands what it raises to the error handler, so the event's other
-listeners and the rest of the window's step run as if it had returned. Without
-one, nothing is wrapped and a listener's exception leaves the window (no cost
-on the paths that never fail).
+listeners and the rest of the window's step run as if it had returned. The
+host may also give a ``before`` function, called before each handler: what it
+returns reaches the error handler, so the host can take back what the failed
+call had begun (the output it submitted). Without an error handler, nothing
+is wrapped and a listener's exception leaves the window (no cost on the paths
+that never fail).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ __all__ = ["ErrorHandler", "Handler", "ListenerRegistry", "Partitioner"]
 T = TypeVar("T")
 
 Handler = Callable[[StreamWindowEvent[Any]], None]
-ErrorHandler = Callable[[StreamWindowEvent[Any], Exception], None]
+ErrorHandler = Callable[[StreamWindowEvent[Any], Exception, Any], None]
 
 
 class ListenerRegistry:
@@ -59,7 +62,7 @@ class ListenerRegistry:
     lists hold each handler's guard; ``listened`` keeps the handlers as registered.
     """
 
-    __slots__ = ("gate", "handlers", "listened", "on_error", "raised", "window_kind")
+    __slots__ = ("before", "gate", "handlers", "listened", "on_error", "raised", "window_kind")
 
     def __init__(self, window_kind: str, raised: Iterable[EventType]) -> None:
         self.window_kind = window_kind
@@ -68,24 +71,34 @@ class ListenerRegistry:
         self.listened: dict[EventType, list[Handler]] = {t: [] for t in EventType}
         self.gate: list[Handler] = []
         self.on_error: ErrorHandler | None = None
+        self.before: Callable[[], Any] | None = None
 
-    def set_error_handler(self, on_error: ErrorHandler | None) -> None:
-        """Hand what a listener raises to ``on_error`` (None: let it leave the window again).
-        The handler lists change in place: compiled insert paths hold them."""
-        self.on_error = on_error
+    def set_error_handler(self, on_error: ErrorHandler | None,
+                          before: Callable[[], Any] | None = None) -> None:
+        """Hand what a listener raises to ``on_error(event, exc, before())`` (None: let it
+        leave the window again). The handler lists change in place: compiled insert paths
+        hold them."""
+        self.on_error, self.before = on_error, before
         for etype, handles in self.listened.items():
             self.handlers[etype][:] = [self._guarded(h) for h in handles]
 
     def _guarded(self, handle: Handler) -> Handler:
-        on_error = self.on_error
+        on_error, before = self.on_error, self.before
         if on_error is None:
             return handle
-
-        def guarded(event: StreamWindowEvent[Any]) -> None:
-            try:
-                handle(event)
-            except Exception as exc:  # a listener's failure: the host decides (see the module)
-                on_error(event, exc)
+        if before is None:
+            def guarded(event: StreamWindowEvent[Any]) -> None:
+                try:
+                    handle(event)
+                except Exception as exc:  # a listener's failure: the host decides (the module)
+                    on_error(event, exc, None)
+        else:
+            def guarded(event: StreamWindowEvent[Any]) -> None:
+                token = before()
+                try:
+                    handle(event)
+                except Exception as exc:
+                    on_error(event, exc, token)
 
         guarded.__wrapped__ = handle  # type: ignore[attr-defined]
         return guarded

@@ -182,11 +182,13 @@ class TimeIntervalWindow(Generic[T]):
         """
         self._events.register(listener, types)
 
-    def on_listener_error(self, handler: ErrorHandler | None) -> None:
-        """As `StreamWindow.on_listener_error`: ``handler(event, exc)`` takes what a listener
-        raises, and the insertion or watermark goes on (every pane and partition it reaches
-        still gets its events); None restores the default, where the exception leaves."""
-        self._events.set_error_handler(handler)
+    def on_listener_error(self, handler: ErrorHandler | None,
+                          before: Callable[[], Any] | None = None) -> None:
+        """As `StreamWindow.on_listener_error`: ``handler(event, exc, token)`` takes what a
+        listener raises, and the insertion or watermark goes on (every pane and partition it
+        reaches still gets its events); None restores the default, where the exception
+        leaves."""
+        self._events.set_error_handler(handler, before)
 
     def register_partitioner(self, partition_by: str | Callable[[T], Hashable]) -> None:
         """Set how a tuple's partition key is computed: an attribute name or a function.

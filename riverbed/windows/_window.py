@@ -135,15 +135,18 @@ class StreamWindow(WindowEngine[T]):
         if self._handlers[EventType.EVICTION]:
             self._make_eager()  # evictions are seen: they happen on time
 
-    def on_listener_error(self, handler: ErrorHandler | None) -> None:
-        """Let the window go on past a listener that raises: ``handler(event, exc)`` is called
-        instead (while the event is valid) and the window carries on with the event's other
-        listeners and the rest of its step, as if the listener had returned. A host whose
-        operator routes failures (an error port) sets this, so a failure at EVICTION does not
-        leave a tumble half done; None restores the default, where the exception leaves
-        `insert` (or the mark, or the timer). Batched triggers (`register_trigger_run`) are
-        not offered while a handler is set: a failure is per trigger."""
-        self._events.set_error_handler(handler)
+    def on_listener_error(self, handler: ErrorHandler | None,
+                          before: Callable[[], Any] | None = None) -> None:
+        """Let the window go on past a listener that raises: ``handler(event, exc, token)``
+        is called instead (while the event is valid), ``token`` being what ``before()``
+        returned just before that listener's call (None without ``before``), and the window
+        carries on with the event's other listeners and the rest of its step, as if the
+        listener had returned. A host whose operator routes failures (an error port) sets
+        this, so a failure at EVICTION does not leave a tumble half done, and takes back the
+        output the failed call had begun; None restores the default, where the exception
+        leaves `insert` (or the mark, or the timer). Batched triggers (`register_trigger_run`)
+        are not offered while a handler is set: a failure is per trigger."""
+        self._events.set_error_handler(handler, before)
 
     def register_trigger_run(self, run: TriggerRun, trigger: Listener[T]) -> bool:
         """Offer batches to ``run``, a way to take many triggers at once, beside ``trigger``,
