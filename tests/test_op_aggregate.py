@@ -81,6 +81,7 @@ def test_spl_parameter_names_are_accepted_and_a_parameter_given_twice_is_refused
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
+    ({"partitionBy": "k"}, r"partitionBy is declared on the input port.*partition_by=\.\.\."),
     ({"output": {"n": Count()}, "aggregate_incomplete_windows": 1}, "expected True or False"),
     ({"output": [("n", Count())]}, "expected a mapping of attribute names"),
     ({"output": {"n": Count()}, "group_by": 3}, "group_by=3: expected an attribute name"),

@@ -179,9 +179,10 @@ class Operator:
 
     def check_ports(self, ports: PortLayout) -> Iterable[str]:
         """What is wrong with the ports the graph gives this operator, one message per broken
-        rule (default: nothing). `Graph.freeze` asks, so ``riverbed run`` and ``riverbed
-        graph`` refuse such a graph before it starts (exit 2) and list every rule with the
-        others, where a check in `setup` would fail the running job at its first."""
+        rule (default: nothing; None and an empty list say the same, one string is one
+        message). `Graph.freeze` asks every operator, sources too, so ``riverbed run`` and
+        ``riverbed graph`` refuse such a graph before it starts (exit 2) and list every rule
+        with the others, where a check in `setup` would fail the running job at its first."""
         return ()
 
     def setup(self) -> None:

@@ -68,7 +68,7 @@ def freeze(graph: Graph) -> FrozenGraph:
                                  raw["queue_batches"])
     for op in defs.values():
         errors.extend(_check_operator(op, defs))
-        if op.kind != "source" and op.name not in unparsed:  # (a clause not parsed: no window)
+        if op.name not in unparsed:  # (a clause that did not parse: the port has no window)
             errors.extend(_operator_rules(op, defs))
     order, cycle_errors = _topological(defs)
     errors.extend(cycle_errors)
@@ -114,11 +114,17 @@ def _operator_rules(op: OperatorDef, defs: dict[str, OperatorDef]) -> list[Graph
     layout = PortLayout(op.name, tuple(p.window for p in op.inputs),
                         tuple(_port_schema(p, defs) for p in op.inputs),
                         len(op.outputs) - (op.error_port is not None))
+    check = getattr(op.operator, "check_ports", None)
+    if check is None:  # (a source that is not an Operator)
+        return []
     try:
-        problems = list(op.operator.check_ports(layout))
+        found = check(layout)
+        # None is "nothing wrong" (a check that returns only when it finds something), and a
+        # lone message is one problem, not one per character.
+        problems = [] if found is None else [found] if isinstance(found, str) else list(found)
     except Exception as exc:  # user code: a check that fails is itself reported
         problems = [f"{type(op.operator).__name__}.check_ports raised {exc!r}"]
-    return [GraphError(op.name, "operator", message) for message in problems]
+    return [GraphError(op.name, "operator", str(message)) for message in problems]
 
 
 def _check_operator(op: OperatorDef, defs: dict[str, OperatorDef]) -> list[GraphError]:

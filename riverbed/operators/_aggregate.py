@@ -350,6 +350,12 @@ class Aggregate(Operator):
             "output": output, "group_by": group_by, "copy": copy,
             "aggregate_incomplete_windows": aggregate_incomplete_windows,
             "aggregate_evicted_partitions": aggregate_evicted_partitions, "incremental": incremental}
+        for name in spl:
+            if name in ("partitionBy", "partition_by"):
+                raise OperatorParameterError(
+                    "Aggregate: partitionBy is declared on the input port in riverbed: "
+                    "stream.window('tumbling, count(10), partitioned', partition_by=...); "
+                    "group_by= groups within a window")
         for name, value in spl_aliases("Aggregate", spl, _KNOWN).items():
             if explicit[name] is not _DEFAULTS[name]:
                 raise OperatorParameterError(f"Aggregate: parameter {name!r} given twice")

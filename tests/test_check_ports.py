@@ -1,0 +1,75 @@
+"""`Operator.check_ports`: an operator's own rules for its ports, asked at `Graph.freeze`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from riverbed.graph import Graph, GraphValidationError, Operator, PortLayout, Schema, Source
+from riverbed.testing import ListSink, ListSource
+
+
+class NeedsWindow(Operator):
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.seen: list[PortLayout] = []
+
+    def check_ports(self, ports: PortLayout) -> Any:
+        self.seen.append(ports)
+        return self.answer if ports.windows[0] is None else None
+
+
+def freeze_errors(op: Operator, *, windowed: bool = False) -> list[str]:
+    g = Graph("checks")
+    s = g.source("s", ListSource([]), schema=Schema(v="int64"))
+    g.operator("op", op, [s.window("tumbling, count(2)") if windowed else s, s], [None, None],
+               error_port=True)
+    try:
+        g.freeze()
+    except GraphValidationError as exc:
+        return [f"{e.operator}: {e.message} [{e.rule}]" for e in exc.errors]
+    return []
+
+
+def test_the_layout_holds_windows_schemas_and_data_outputs() -> None:
+    op = NeedsWindow(None)
+    assert freeze_errors(op, windowed=True) == []
+    (layout,) = op.seen
+    assert layout.operator == "op"
+    assert [None if w is None else w.clause() for w in layout.windows] == ["tumbling, count(2)", None]
+    assert layout.input_schemas == (Schema(v="int64"), Schema(v="int64"))
+    assert layout.outputs == 2  # the error port is not a data output
+
+
+@pytest.mark.parametrize(("answer", "errors"), [
+    (None, []),
+    ([], []),
+    ("needs a window", ["op: needs a window [operator]"]),
+    (["needs a window", "and more"], ["op: needs a window [operator]", "op: and more [operator]"]),
+    (iter(["from a generator"]), ["op: from a generator [operator]"]),
+])
+def test_what_a_check_may_return(answer: Any, errors: list[str]) -> None:
+    assert freeze_errors(NeedsWindow(answer)) == errors
+
+
+def test_a_check_that_raises_is_reported_as_a_broken_rule() -> None:
+    class Broken(Operator):
+        def check_ports(self, ports: PortLayout) -> list[str]:
+            raise KeyError("oops")
+
+    assert freeze_errors(Broken()) == ["op: Broken.check_ports raised KeyError('oops') [operator]"]
+
+
+def test_sources_are_asked_too() -> None:
+    class Refused(Source):
+        def check_ports(self, ports: PortLayout) -> list[str]:
+            return [f"{len(ports.windows)} inputs, {ports.outputs} output"]
+
+        def generate(self) -> Any:
+            return iter([])
+
+    g = Graph("source-checks")
+    g.sink("k", ListSink(), [g.source("s", Refused())])
+    with pytest.raises(GraphValidationError, match=r"operator 's': 0 inputs, 1 output \[operator\]"):
+        g.freeze()
