@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from riverbed.checkpoint import MemoryStore
-from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Source
+from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Schema, Source
 from riverbed.operators._join import Join
 from riverbed.operators._params import OperatorParameterError
 from riverbed.runtime import Job, VirtualClock, run_graph
@@ -502,3 +502,45 @@ def test_a_subclass_overriding_on_window_event_still_sees_insertions_and_evictio
     assert [s for s in op.seen if s[0] in ("INSERTION", "EVICTION")] == [
         ("INSERTION", 0), ("INSERTION", 1), ("EVICTION", 1), ("INSERTION", 1)]
     assert op.seen.count(("TRIGGER", 1)) == 2  # every event, as from the host
+
+
+# ------------------------------------------------------- a declared output schema
+
+
+def schema_join(algorithm: str, out: Schema, **params: Any) -> list[Any]:
+    left_schema = Schema(k="int64", a="int64")
+    right_schema = Schema(k="int64", b="int64", seen="list<int64>")
+    g = Graph("schema-join")
+    left = g.source("l", ListSource([at(1), {"k": 1, "a": 1}, at(2), {"k": 2, "a": 2},
+                                     at(4), {"k": 4, "a": 4}]), schema=left_schema)
+    right = g.source("r", ListSource([at(1.5), {"k": 1, "b": 10, "seen": [1]}, at(3),
+                                      {"k": 3, "b": 30, "seen": [3]}, at(5),
+                                      {"k": 5, "b": 50, "seen": [5]}]), schema=right_schema)
+    joined = g.operator("j", Join(algorithm=algorithm, equality_lhs="k", equality_rhs="k", **params),
+                        [left.window("sliding, count(1)"), right.window("sliding, count(1)")], [out])
+    sink = ListSink()
+    g.sink("out", sink, [joined])
+    run_graph(g, clock=VirtualClock())
+    return sink.tuples
+
+
+def test_an_outer_join_fills_the_missing_side_of_a_declared_output_with_defaults() -> None:
+    """SPL: the output is the declared type; a missing side is a default-initialised tuple."""
+    out = Schema(k="int64", a="int64", b="int64", tag="rstring", seen="list<int64>")
+    rows = schema_join("outer", out, output={"tag": "j"})
+    assert rows == [{"k": 1, "a": 1, "b": 10, "tag": "j", "seen": [1]},
+                    {"k": 2, "a": 2, "b": 0, "tag": "j", "seen": []},
+                    {"k": 3, "a": 0, "b": 30, "tag": "j", "seen": [3]}]  # 4, 5: never evicted
+    rows = schema_join("leftOuter", Schema(k="int64", a="int64", b="int64"),
+                       default_tuple_rhs={"b": -1})
+    assert rows == [{"k": 1, "a": 1, "b": 10}, {"k": 2, "a": 2, "b": -1}]
+
+
+def test_a_declared_output_takes_only_its_attributes() -> None:
+    assert schema_join("inner", Schema(k="int64", b="int64")) == [{"k": 1, "b": 10}]
+
+
+def test_an_output_attribute_nothing_gives_is_refused_with_the_graph() -> None:
+    with pytest.raises(GraphValidationError, match=r"output attribute 'site' is not assigned "
+                                                   r"\(output=\.\.\.\) and neither input schema has it"):
+        schema_join("inner", Schema(k="int64", site="rstring"))

@@ -129,12 +129,14 @@ class PortLayout:
 
     ``windows`` has one entry per input port: its parsed window clause, or None for a plain
     port. ``input_schemas`` has the declared schema of each input port's streams (None when
-    undeclared). ``outputs`` counts the data output ports (an error port is not one)."""
+    undeclared). ``outputs`` counts the data output ports (an error port is not one);
+    ``output_schemas`` has their declared schemas."""
 
     operator: str
     windows: tuple[WindowSpec | TimeIntervalSpec | None, ...]
     input_schemas: tuple[Schema | None, ...]
     outputs: int
+    output_schemas: tuple[Schema | None, ...] = ()
 
 
 class Operator:

@@ -111,9 +111,9 @@ def _port_schema(port: InputPort, defs: dict[str, OperatorDef]) -> Schema | None
 
 def _operator_rules(op: OperatorDef, defs: dict[str, OperatorDef]) -> list[GraphError]:
     """The operator's own rules for the ports it is given (`Operator.check_ports`)."""
+    data = tuple(s for i, s in enumerate(op.outputs) if i != op.error_port)
     layout = PortLayout(op.name, tuple(p.window for p in op.inputs),
-                        tuple(_port_schema(p, defs) for p in op.inputs),
-                        len(op.outputs) - (op.error_port is not None))
+                        tuple(_port_schema(p, defs) for p in op.inputs), len(data), data)
     check = getattr(op.operator, "check_ports", None)
     if check is None:  # (a source that is not an Operator)
         return []

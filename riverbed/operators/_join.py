@@ -60,7 +60,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..graph import Operator, PortLayout, Punct, WindowPunctuationMode
+from ..graph import Operator, PortLayout, Punct, Schema, WindowPunctuationMode
 from ..windows import (
     EventType,
     StreamWindow,
@@ -82,7 +82,7 @@ from ._join_parts import (
     window_problem,
 )
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import every_event
+from ._utility_support import every_event, fresh, spl_default
 
 __all__ = ["Join", "JoinStateError"]
 
@@ -213,7 +213,8 @@ class Join(Operator):
         self._match: Callable[[Any, Any], bool] | None = match
         self._keys = _equality(params["equality_lhs"], params["equality_rhs"])
         self._key_attrs = (_key_attribute(params["equality_lhs"]), _key_attribute(params["equality_rhs"]))
-        self._output = _output_function(params["output"])
+        self._assigned = params["output"]  # the output clause as given (`setup` builds on it)
+        self._output = _output_function(self._assigned)
         left_outer = self.algorithm in ("leftOuter", "outer")
         right_outer = self.algorithm in ("rightOuter", "outer")
         for name, allowed in (("default_tuple_lhs", right_outer), ("default_tuple_rhs", left_outer)):
@@ -251,7 +252,21 @@ class Join(Operator):
     def check_ports(self, ports: PortLayout) -> list[str]:
         """Two input ports with windows a join can keep, the outputs its algorithm has
         (`Operator.check_ports`: at `Graph.freeze`)."""
-        return self._port_problems((len(ports.windows), ports.outputs), ports.windows)
+        return (self._port_problems((len(ports.windows), ports.outputs), ports.windows)
+                + self._schema_problems(ports))
+
+    def _schema_problems(self, ports: PortLayout) -> list[str]:
+        """An attribute of the declared output that nothing gives: not assigned, and in
+        neither input's declared schema (an outer join fills a missing side's attributes with
+        their types' defaults, but an attribute neither side has is always missing)."""
+        schema = ports.output_schemas[0] if ports.output_schemas else None
+        inputs = ports.input_schemas[:2]
+        if schema is None or len(inputs) < 2 or None in inputs or callable(self._assigned):
+            return []
+        assigned = set(self._assigned or ())
+        return [f"output attribute {name!r} is not assigned (output=...) and neither input "
+                f"schema has it" for name in schema.names
+                if name not in assigned and all(s.type_of(name) is None for s in inputs if s)]
 
     def _port_problems(self, counts: tuple[int, int] | None,
                        specs: Sequence[WindowSpec | TimeIntervalSpec | None]) -> list[str]:
@@ -288,6 +303,10 @@ class Join(Operator):
         if problems:  # (a frozen graph has none: `check_ports`; a host without one may)
             raise OperatorParameterError(f"Join {self.context.name!r}: {problems[0]}")
         n_out = 1 if counts is None else counts[1]
+        self._output = _output_function(self._assigned)
+        schema = _declared_output(self.context)
+        if schema is not None and not callable(self._assigned):
+            self._output = _projected(self._output, schema)
         for side in self._sides:
             side.clear()
             side.outer = self._outer[side.port]
@@ -720,3 +739,26 @@ class Join(Operator):
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _declared_output(context: Any) -> Schema | None:
+    """The schema declared for output port 0, when the host describes the operator's ports."""
+    outputs = getattr(getattr(context, "odef", None), "outputs", None)
+    schema = outputs[0] if outputs else None
+    return schema if isinstance(schema, Schema) else None
+
+
+def _projected(output: Callable[[Any, Any], Any], schema: Schema) -> Callable[[Any, Any], Any]:
+    """``output`` cut to the declared output schema, as SPL's Join output is: an attribute
+    the pair does not give (a missing side of an outer join, default-initialised in SPL)
+    takes its type's default value; attributes the schema does not have are left out."""
+    names = schema.names
+    defaults = [(name, spl_default(t)) for name, t in schema.attributes]
+
+    def project(lhs: Any, rhs: Any) -> dict[str, Any]:
+        out: dict[str, Any] = output(lhs, rhs)
+        if len(out) == len(names) and all(n in out for n in names):
+            return out  # (exactly the schema: nothing to cut or fill)
+        return {name: out[name] if name in out else fresh(value) for name, value in defaults}
+
+    return project

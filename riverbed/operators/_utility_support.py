@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, ClassVar
 
 from ..graph import Operator, PortLayout, Punct, Schema
@@ -41,6 +42,7 @@ __all__ = [
     "check_callable",
     "every_event",
     "freeze_key",
+    "fresh",
     "has_nan",
     "int_param",
     "iter_indices",
@@ -52,6 +54,7 @@ __all__ = [
     "result_submit",
     "results_submit",
     "seconds_ns",
+    "spl_default",
     "thaw_key",
 ]
 
@@ -122,6 +125,36 @@ def int_param(operator: str, name: str, value: Any, *, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise OperatorParameterError(f"{operator}: {name}={value!r}: expected an int >= {minimum}")
     return value
+
+
+def spl_default(spl_type: str) -> Any:
+    """The value an unassigned SPL attribute of this type holds."""
+    t = spl_type.strip()
+    if t.startswith(("int", "uint")) or t == "timestamp":
+        return 0
+    if t.startswith("float"):
+        return 0.0
+    if t.startswith("decimal"):
+        return Decimal(0)
+    if t in ("rstring", "ustring"):
+        return ""
+    if t == "boolean":
+        return False
+    if t == "blob":
+        return b""
+    if t.startswith("list"):
+        return []
+    if t.startswith("map"):
+        return {}
+    if t.startswith("set"):
+        return set()
+    return None
+
+
+def fresh(value: Any) -> Any:
+    """A default value for one tuple: a new list, map or set each time (tuples never share
+    one), the others as they are."""
+    return value.copy() if isinstance(value, list | dict | set) else value
 
 
 # ------------------------------------------------------------------ port shapes

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any, ClassVar
 
 from ..graph import Punct, Schema, Source, Watermark, WindowPunctuationMode
@@ -46,6 +45,7 @@ from ._utility_support import (
     params,
     port_shape,
     seconds_ns,
+    spl_default,
 )
 
 __all__ = ["Beacon", "Delay", "Throttle"]
@@ -55,30 +55,6 @@ _YIELD_EVERY = 1024  # a Beacon without period hands control back this often
 
 
 # ----------------------------------------------------------------------- Beacon
-
-
-def _spl_default(spl_type: str) -> Any:
-    """The value an unassigned SPL attribute of this type holds."""
-    t = spl_type.strip()
-    if t.startswith(("int", "uint")) or t == "timestamp":
-        return 0
-    if t.startswith("float"):
-        return 0.0
-    if t.startswith("decimal"):
-        return Decimal(0)
-    if t in ("rstring", "ustring"):
-        return ""
-    if t == "boolean":
-        return False
-    if t == "blob":
-        return b""
-    if t.startswith("list"):
-        return []
-    if t.startswith("map"):
-        return {}
-    if t.startswith("set"):
-        return set()
-    return None
 
 
 class Beacon(Source):
@@ -139,7 +115,7 @@ class Beacon(Source):
         if unknown:
             raise ValueError(f"Beacon {self.context.name!r}: output assigns "
                              f"{', '.join(map(repr, unknown))}, which the schema {schema} lacks")
-        self._template = {n: _spl_default(t) for n, t in schema.attributes if n not in self.output}
+        self._template = {n: spl_default(t) for n, t in schema.attributes if n not in self.output}
 
     def make(self, iteration: int) -> dict[str, Any]:
         """The tuple of iteration ``iteration`` (0-based)."""
