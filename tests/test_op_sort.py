@@ -321,3 +321,22 @@ def test_the_sort_s_own_listeners_give_exactly_what_every_event_gives(
     assert fast.items == reference.items
     assert fast.metrics.operators["op"].outputs[0].window_puncts_submitted == \
         reference.metrics.operators["op"].outputs[0].window_puncts_submitted
+
+
+def test_a_progressive_sort_keeps_its_order_after_a_key_it_cannot_compare() -> None:
+    """A tuple whose key cannot be compared goes to the error port; it still takes its slot
+    in the window, and its eviction outputs nothing (before, the sorted copy stayed one short
+    for good and every later output was the wrong one)."""
+    values = [5, None, 9, 1, 7, 3, 8, 2, 6, 4]
+    g = Graph("sort-hole")
+    s = g.source("s", ListSource([{"v": v} for v in values]))
+    out, errors = g.operator("op", Sort(sort_by="v"), [s.window("sliding, count(3)")], [None],
+                             error_port=True)
+    ok, bad = ListSink(), ListSink()
+    g.sink("ok", ok, [out])
+    g.sink("bad", bad, [errors])
+    run_graph(g, clock=VirtualClock())
+    # windows after each arrival: [5 _ 9] -> 1 evicts 5: out 5; [_ 9 1]: 7 evicts the hole;
+    # [9 1 7]: 3 evicts 9: out 1; then 3, 7, 2, 6, and final flushes 4, 8, 9 in order
+    assert [t["v"] for t in ok.tuples] == [5, 1, 3, 7, 2, 6, 4, 8, 9]
+    assert [e["tuple"] for e in bad.tuples] == [{"v": None}]

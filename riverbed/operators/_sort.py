@@ -103,11 +103,15 @@ class _Mixed:
 class _Sorted:
     """One partition of a progressive sort: its tuples in sort order, with their keys."""
 
-    __slots__ = ("keys", "tuples")
+    __slots__ = ("holes", "keys", "tuples")
 
     def __init__(self) -> None:
         self.keys: list[Any] = []
         self.tuples: list[Any] = []
+        # Tuples the window holds that the copy does not: their key could not be computed or
+        # compared (the error went to the error port). Their eviction outputs nothing, so the
+        # copy and the window stay the same size. (By identity: the window keeps them alive.)
+        self.holes: set[int] | None = None
 
 
 class Sort(Operator):
@@ -283,8 +287,11 @@ class Sort(Operator):
         part = self._parts.get(event.partition)
         if part is None:
             return
-        keys, tuples, submit = part.keys, part.tuples, self.submit
-        for _ in event.tuples:
+        keys, tuples, submit, holes = part.keys, part.tuples, self.submit, part.holes
+        for t in event.tuples:
+            if holes and id(t) in holes:
+                holes.discard(id(t))
+                continue
             if not tuples:
                 break
             del keys[0]
@@ -300,8 +307,14 @@ class Sort(Operator):
             if part is None:
                 part = parts[key] = _Sorted()
             t = event.tuples[0]
-            k = ascending_key(t)
-            i = bisect_right(part.keys, k)  # after equal keys: arrival order among equals
+            try:
+                k = ascending_key(t)
+                i = bisect_right(part.keys, k)  # after equal keys: arrival order among equals
+            except Exception:
+                if part.holes is None:
+                    part.holes = set()
+                part.holes.add(id(t))  # (see `_Sorted`), and the tuple goes to the error port
+                raise
             part.keys.insert(i, k)
             part.tuples.insert(i, t)
 
