@@ -73,3 +73,27 @@ def test_sources_are_asked_too() -> None:
     g.sink("k", ListSink(), [g.source("s", Refused())])
     with pytest.raises(GraphValidationError, match=r"operator 's': 0 inputs, 1 output \[operator\]"):
         g.freeze()
+
+
+def test_the_standard_operators_check_the_attributes_they_read_against_declared_schemas() -> None:
+    from riverbed.operators import Barrier, DeDuplicate, DynamicFilter, Join
+
+    g = Graph("attributes")
+    s = g.source("s", ListSource([]), schema=Schema(k="int64", v="int64"))
+    g.operator("dd", DeDuplicate(key="zz", delta_attribute="t", delta=1.0), [s])
+    g.operator("df", DynamicFilter(key="k", add_key="kk", remove_key="k"), [s, s])
+    g.operator("bar", Barrier(partitionByLHS="k", partitionByRHS="zz"), [s, s])
+    g.operator("j", Join(equality_lhs=["k", "q"], equality_rhs=["zz", "v"]),
+               [s.window("sliding, count(2)"), s.window("sliding, count(2)")])
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    lacks = "which the input schema tuple<int64 k, int64 v> does not have"
+    assert [f"{e.operator}: {e.message}" for e in info.value.errors] == [
+        f"dd: key reads attribute 'zz', {lacks}",
+        f"dd: delta_attribute reads attribute 't', {lacks}",
+        "df: remove_key (removeKey) goes with a third input port (the removals), and only with "
+        "one: the graph gives it 2 input ports and remove_key is set",
+        f"df: add_key reads attribute 'kk', {lacks}",
+        f"bar: partitionBy of input port 1 reads attribute 'zz', {lacks}",
+        f"j: equality_lhs reads attribute 'q', {lacks}",
+        f"j: equality_rhs reads attribute 'zz', {lacks}"]

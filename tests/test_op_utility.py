@@ -273,7 +273,7 @@ def test_dynamic_filter_follows_the_key_set_and_forwards_only_port_0_marks() -> 
 
 
 def test_dynamic_filter_remove_key_goes_with_a_third_port() -> None:
-    with pytest.raises(JobError, match=r"remove_key \(removeKey\) goes with a third input port"):
+    with pytest.raises(GraphValidationError, match=r"remove_key \(removeKey\) goes with a third input port"):
         run(DynamicFilter("k", "k", "k"), {0: [{"k": 1}], 1: [{"k": 1}]})
     with pytest.raises(OperatorParameterError, match=r"add_key is required"):
         DynamicFilter("k")

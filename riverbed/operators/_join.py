@@ -82,7 +82,7 @@ from ._join_parts import (
     window_problem,
 )
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import every_event, fresh, spl_default
+from ._utility_support import attribute_problems, every_event, fresh, spl_default
 
 __all__ = ["Join", "JoinStateError"]
 
@@ -212,6 +212,7 @@ class Join(Operator):
             raise OperatorParameterError(f"Join: match={match!r} must be a function (lhs, rhs) -> bool")
         self._match: Callable[[Any, Any], bool] | None = match
         self._keys = _equality(params["equality_lhs"], params["equality_rhs"])
+        self._equality_exprs = (params["equality_lhs"], params["equality_rhs"])
         self._key_attrs = (_key_attribute(params["equality_lhs"]), _key_attribute(params["equality_rhs"]))
         self._assigned = params["output"]  # the output clause as given (`setup` builds on it)
         self._output = _output_function(self._assigned)
@@ -252,8 +253,14 @@ class Join(Operator):
     def check_ports(self, ports: PortLayout) -> list[str]:
         """Two input ports with windows a join can keep, the outputs its algorithm has
         (`Operator.check_ports`: at `Graph.freeze`)."""
-        return (self._port_problems((len(ports.windows), ports.outputs), ports.windows)
-                + self._schema_problems(ports))
+        problems = (self._port_problems((len(ports.windows), ports.outputs), ports.windows)
+                    + self._schema_problems(ports))
+        for port, (side, exprs) in enumerate(zip(("equality_lhs", "equality_rhs"),
+                                                 self._equality_exprs, strict=True)):
+            if port < len(ports.input_schemas) and exprs is not None:
+                items = exprs if isinstance(exprs, (list, tuple)) else [exprs]
+                problems += attribute_problems([(side, e) for e in items], ports.input_schemas[port])
+        return problems
 
     def _schema_problems(self, ports: PortLayout) -> list[str]:
         """An attribute of the declared output that nothing gives: not assigned, and in

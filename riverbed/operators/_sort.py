@@ -49,7 +49,7 @@ from ..windows import (
 )
 from ._join_parts import _key_in, _key_out, _port_counts
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import batch_submit, every_event
+from ._utility_support import attribute_problems, batch_submit, every_event
 
 __all__ = ["Sort", "SortStateError"]
 
@@ -210,10 +210,7 @@ class Sort(Operator):
         problems = _port_problems((len(ports.windows), ports.outputs),
                                   ports.windows[0] if ports.windows else None)
         schema = ports.input_schemas[0] if ports.input_schemas else None
-        if schema is not None:
-            problems += [f"sort_by reads attribute {n!r}, which the input schema {schema} does "
-                         f"not have" for n in self._sort_names if schema.type_of(n) is None]
-        return problems
+        return problems + attribute_problems([("sort_by", n) for n in self._sort_names], schema)
 
     def setup(self) -> None:
         try:

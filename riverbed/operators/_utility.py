@@ -26,13 +26,14 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..graph import Punct, WindowPunctuationMode
+from ..graph import PortLayout, Punct, WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import (
     KeyFn,
     OutputClause,
     PortRanges,
     ShapedOperator,
+    attribute_problems,
     batch_submit,
     check_callable,
     freeze_key,
@@ -406,6 +407,7 @@ class DeDuplicate(ShapedOperator):
             "delta": delta, "reset_on_duplicate": reset_on_duplicate,
             "flush_on_punctuation": flush_on_punctuation, "output": output}, spl)
         self.key = key_fn("DeDuplicate", "key", p["key"])
+        self._reads = [("key", p["key"]), ("delta_attribute", p["delta_attribute"])]
         if (p["delta"] is None) != (p["delta_attribute"] is None):
             raise OperatorParameterError("DeDuplicate: delta and delta_attribute (deltaAttribute) go "
                                          "together")
@@ -438,6 +440,10 @@ class DeDuplicate(ShapedOperator):
         self._duplicates = False
         self._seen: OrderedDict[Hashable, Any] = OrderedDict()  # oldest first
         self._n = 0
+
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        return super().check_ports(ports) + attribute_problems(
+            self._reads, ports.input_schemas[0] if ports.input_schemas else None)
 
     def setup(self) -> None:
         self._duplicates = port_shape(self, self.port_ranges).outputs == 2

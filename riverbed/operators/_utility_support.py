@@ -38,6 +38,7 @@ __all__ = [
     "PortRanges",
     "PortShape",
     "ShapedOperator",
+    "attribute_problems",
     "batch_submit",
     "check_callable",
     "every_event",
@@ -216,6 +217,15 @@ class ShapedOperator(Operator):
     def check_ports(self, ports: PortLayout) -> list[str]:
         return self.port_ranges.problems(type(self).__name__, len(ports.windows), ports.outputs,
                                          ports.windows)
+
+
+def attribute_problems(reads: Iterable[tuple[str, Any]], schema: Schema | None) -> list[str]:
+    """For each ``(what, expression)`` whose expression is an attribute name that the declared
+    ``schema`` lacks, the message saying so (nothing when the schema is not declared)."""
+    if schema is None:
+        return []
+    return [f"{what} reads attribute {expr!r}, which the input schema {schema} does not have"
+            for what, expr in reads if isinstance(expr, str) and schema.type_of(expr) is None]
 
 
 def port_shape(op: Operator, ranges: PortRanges) -> PortShape:

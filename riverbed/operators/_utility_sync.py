@@ -36,6 +36,7 @@ from ._utility_support import (
     OutputClause,
     PortRanges,
     ShapedOperator,
+    attribute_problems,
     freeze_key,
     int_param,
     key_fn,
@@ -88,7 +89,11 @@ class _Synchroniser(ShapedOperator):
 
     def check_ports(self, ports: PortLayout) -> list[str]:
         problems = super().check_ports(ports)
-        return problems + self._partition_problems(len(ports.windows))[0]
+        found, keys = self._partition_problems(len(ports.windows))
+        schemas = ports.input_schemas
+        return problems + found + [m for port, expr in keys.items() if port < len(schemas)
+                                   for m in attribute_problems([(f"partitionBy of input port "
+                                                                 f"{port}", expr)], schemas[port])]
 
     def _partition_problems(self, n: int) -> tuple[list[str], dict[int, Any]]:
         """What the partitionBy parameters break for ``n`` input ports, and the key of each port."""
@@ -247,15 +252,30 @@ class DynamicFilter(ShapedOperator):
         self.key = key_fn("DynamicFilter", "key", p["key"], optional=False)
         self.add_key = key_fn("DynamicFilter", "add_key", p["add_key"], optional=False)
         self.remove_key = key_fn("DynamicFilter", "remove_key", p["remove_key"])
+        self._reads = [(0, "key", p["key"]), (1, "add_key", p["add_key"]),
+                       (2, "remove_key", p["remove_key"])]
         self.keys: dict[Hashable, None] = {}
         self._outputs = 1
+
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        problems = super().check_ports(ports)
+        n = len(ports.windows)
+        if 2 <= n <= 3 and (n == 3) != (self.remove_key is not None):
+            problems.append(self._remove_key_problem(n))
+        schemas = ports.input_schemas
+        return problems + [m for port, what, expr in self._reads if port < len(schemas)
+                           for m in attribute_problems([(what, expr)], schemas[port])]
+
+    def _remove_key_problem(self, inputs: int) -> str:
+        return (f"remove_key (removeKey) goes with a third input port (the removals), and only "
+                f"with one: the graph gives it {inputs} input ports and remove_key is "
+                f"{'set' if self.remove_key else 'not set'}")
 
     def setup(self) -> None:
         shape = port_shape(self, self.port_ranges)
         if (shape.inputs == 3) != (self.remove_key is not None):
-            raise ValueError(f"DynamicFilter {self.context.name!r}: remove_key (removeKey) goes with a "
-                             f"third input port; the operator has {shape.inputs} input ports and "
-                             f"remove_key is {'set' if self.remove_key else 'not set'}")
+            raise OperatorParameterError(f"DynamicFilter {self.context.name!r}: "
+                                         f"{self._remove_key_problem(shape.inputs)}")
         self._outputs = shape.outputs
 
     def on_tuple(self, tup: Any, port: int) -> None:
