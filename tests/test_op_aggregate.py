@@ -52,8 +52,8 @@ from riverbed.operators._aggregate_functions import (
     Sum,
 )
 from riverbed.operators._params import OperatorParameterError
-from riverbed.runtime import Job, JobError, VirtualClock
-from riverbed.testing import ListSource, at, run_operator, run_until_crash
+from riverbed.runtime import Job, JobError, VirtualClock, run_graph
+from riverbed.testing import ListSink, ListSource, at, run_operator, run_until_crash
 from riverbed.windows import PaneTiming
 
 W = Punct.WINDOW
@@ -689,3 +689,24 @@ def test_an_unpartitioned_sliding_count_window_checkpoints_and_restores(flavor: 
     assert run_until_crash(Job(graph(second), clock=VirtualClock(latest.time_ns), checkpoints=store,
                                checkpoint_period=0.35), None)
     assert second.rows == reference.rows
+
+
+def test_a_declared_output_attribute_left_out_of_the_clause_is_the_groups_last_value() -> None:
+    """SPL: an output attribute the clause does not assign takes the input attribute of its
+    name (the group's last tuple)."""
+    g = Graph("auto-assign")
+    s = g.source("s", ListSource([{"sym": "A", "p": 1.0, "q": 1}, {"sym": "A", "p": 2.0, "q": 2}]),
+                 schema=Schema(sym="rstring", p="float64", q="int64"))
+    out = g.operator("a", Aggregate({"avg": Average("p")}), [s.window("tumbling, count(2)")],
+                     [Schema(sym="rstring", avg="float64", q="int64")])
+    sink = ListSink()
+    g.sink("k", sink, [out])
+    run_graph(g, clock=VirtualClock())
+    assert sink.tuples == [{"avg": 1.5, "sym": "A", "q": 2}]
+    g = Graph("auto-assign-missing")
+    s = g.source("s", ListSource([]), schema=Schema(sym="rstring", p="float64"))
+    g.operator("a", Aggregate({"avg": Average("p")}), [s.window("tumbling, count(2)")],
+               [Schema(sym="rstring", avg="float64", site="rstring")])
+    with pytest.raises(GraphValidationError, match=r"output 'site' = Last\(value='site'\) reads "
+                                                   r"attribute 'site', which the input schema"):
+        g.freeze()

@@ -64,7 +64,7 @@ from ._aggregate_math import SumAccumulator, freeze
 from ._aggregate_rows import Column, RowBuilder, compile_rows, expression_key, reads_scope
 from ._aggregate_runs import FloatRuns, RunRows, compile_run_rows
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import result_submit, results_submit
+from ._utility_support import declared_output, result_submit, results_submit
 
 __all__ = ["Aggregate"]
 
@@ -281,7 +281,9 @@ class Aggregate(Operator):
     (``Average("price")``, see ``riverbed.operators``), a function of a
     tuple (evaluated on the group's last tuple) or a constant. ``copy``
     names input attributes carried over as ``Last(attr)`` (or give a
-    `Schema`: its attributes not in ``output``). ``group_by`` is an
+    `Schema`: its attributes not in ``output``); with a declared output
+    schema, its attributes the clause leaves out are carried over so too,
+    as SPL assigns them. ``group_by`` is an
     attribute name, a sequence of names (also copied to the output) or a
     function of the tuple. SPL spellings (``groupBy=``,
     ``aggregateIncompleteWindows=``, ``aggregateEvictedPartitions=``) are
@@ -371,7 +373,7 @@ class Aggregate(Operator):
         self.incremental: bool = explicit["incremental"]
         self._key_of, group_names = _group_by(group_by)
         self.group_by = group_by
-        self._columns = _columns(output, copy, group_names)
+        self._columns = self._clause = _columns(output, copy, group_names)
         self._functions = [obj for _n, kind, obj in self._columns if kind == _FUNCTION]
         self._needs_sizes = any(f.needs_group_sizes for f in self._functions)
         self._handlers: dict[EventType, Callable[[StreamWindowEvent[Any]], None]] = {}
@@ -400,6 +402,7 @@ class Aggregate(Operator):
         spec = ports.windows[0] if ports.windows else None
         problems = self._window_problems(spec)
         schema = ports.input_schemas[0] if ports.input_schemas else None
+        self._columns = self._with_declared(ports.output_schemas[0] if ports.output_schemas else None)
         if schema is not None:
             missing: dict[str, str] = {}  # each once, where it is named first
             for what, attr in self._attributes_read():
@@ -408,6 +411,16 @@ class Aggregate(Operator):
             problems += [f"{what} reads attribute {attr!r}, which the input schema {schema} "
                          f"does not have" for attr, what in missing.items()]
         return problems
+
+    def _with_declared(self, output: Schema | None) -> list[tuple[str, int, Any]]:
+        """The output clause, and for each attribute of the declared ``output`` it does not
+        assign, ``Last(attribute)``: SPL assigns an output attribute left out of the clause
+        from the input attribute of its name (in the group's last tuple)."""
+        if output is None:
+            return self._clause
+        assigned = {attr for attr, _kind, _obj in self._clause}
+        return self._clause + [(name, _FUNCTION, Last(name)) for name in output.names
+                               if name not in assigned]
 
     def _attributes_read(self) -> list[tuple[str, str]]:
         """(what, attribute) for every attribute named in group_by, copy and the output."""
@@ -456,6 +469,7 @@ class Aggregate(Operator):
         if problems:  # (a frozen graph has none: `check_ports`; a host without one may)
             raise OperatorParameterError(f"Aggregate {name!r}: {problems[0]}")
         assert window is not None
+        self._columns = self._with_declared(declared_output(self.context))
         tumbling = isinstance(window, StreamWindow) and window.spec.type is WindowType.TUMBLING
         incremental = self.incremental and isinstance(window, StreamWindow) and not tumbling
         self._incremental = incremental

@@ -82,7 +82,7 @@ from ._join_parts import (
     window_problem,
 )
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import attribute_problems, every_event, fresh, spl_default
+from ._utility_support import attribute_problems, declared_output, every_event, fresh, spl_default
 
 __all__ = ["Join", "JoinStateError"]
 
@@ -311,7 +311,7 @@ class Join(Operator):
             raise OperatorParameterError(f"Join {self.context.name!r}: {problems[0]}")
         n_out = 1 if counts is None else counts[1]
         self._output = _output_function(self._assigned)
-        schema = _declared_output(self.context)
+        schema = declared_output(self.context)
         if schema is not None and not callable(self._assigned):
             self._output = _projected(self._output, schema)
         for side in self._sides:
@@ -746,13 +746,6 @@ class Join(Operator):
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def _declared_output(context: Any) -> Schema | None:
-    """The schema declared for output port 0, when the host describes the operator's ports."""
-    outputs = getattr(getattr(context, "odef", None), "outputs", None)
-    schema = outputs[0] if outputs else None
-    return schema if isinstance(schema, Schema) else None
 
 
 def _projected(output: Callable[[Any, Any], Any], schema: Schema) -> Callable[[Any, Any], Any]:

@@ -41,6 +41,7 @@ __all__ = [
     "attribute_problems",
     "batch_submit",
     "check_callable",
+    "declared_output",
     "every_event",
     "freeze_key",
     "fresh",
@@ -239,6 +240,14 @@ def port_shape(op: Operator, ranges: PortRanges) -> PortShape:
     if problems:
         raise ValueError(f"{name} {odef.name!r}: {problems[0]}")
     return PortShape(n_in, n_out)
+
+
+def declared_output(context: Any, port: int = 0) -> Schema | None:
+    """The schema declared for output ``port`` when the host describes the operator's ports
+    (None: undeclared, or a host that does not say)."""
+    outputs = getattr(getattr(context, "odef", None), "outputs", None)
+    schema = outputs[port] if outputs and port < len(outputs) else None
+    return schema if isinstance(schema, Schema) else None
 
 
 def output_schema(op: Operator, port: int) -> Schema | None:
