@@ -183,8 +183,24 @@ def test_functor_output_schema_keeps_exactly_its_attributes() -> None:
     assert items(out[0]) == [{"sym": "A", "label": "A:1.5"}, F]
     with pytest.raises(JobError, match=r"attribute 'missing' is neither assigned nor in the input"):
         run(Functor(), [{"sym": "A"}], schemas=[Schema(sym="rstring", missing="int64")])
-    with pytest.raises(JobError, match=r"assigns 'nope', which the port's schema"):
+    with pytest.raises(GraphValidationError, match=r"assigns 'nope', which the port's schema"):
         run(Functor(output={"nope": 1}), [{"sym": "A"}], schemas=[Schema(sym="rstring")])
+
+
+def test_output_clauses_are_checked_against_declared_schemas_at_freeze() -> None:
+    g = Graph("clauses")
+    s = g.source("s", ListSource([]), schema=Schema(sym="rstring", price="float64"))
+    g.operator("f", Functor(outputs=[{"label": "x"}, {}]), [s],
+               [Schema(sym="rstring", label="rstring", qty="int64"), Schema(sym="rstring", n="int64")])
+    g.operator("p", Punctor(lambda t: True, "after", output={"nope": 1}), [s], [Schema(sym="rstring")])
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    assert [f"{e.operator}: {e.message}" for e in info.value.errors] == [
+        "f: output port 0 attribute 'qty' is neither assigned nor in the input schema; add it "
+        "to the output clause",
+        "f: output port 1 attribute 'n' is neither assigned nor in the input schema; add it to "
+        "the output clause",
+        "p: output port 0 assigns 'nope', which the port's schema tuple<rstring sym> does not have"]
 
 
 def test_functor_logic_state_runs_before_the_filter_and_survives_a_restore() -> None:

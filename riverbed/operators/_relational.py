@@ -147,7 +147,9 @@ class Functor(ShapedOperator):
         problems = super().check_ports(ports)
         if len(self.clauses) > ports.outputs:
             problems.append(self._too_many_clauses(ports.outputs))
-        return problems
+        clauses = self.clauses + [OutputClause("Functor", i, None)
+                                  for i in range(len(self.clauses), ports.outputs)]
+        return problems + _clause_problems(clauses, ports)
 
     def _too_many_clauses(self, outputs: int) -> str:
         return (f"{len(self.clauses)} output clauses for {outputs} output port(s); give one "
@@ -233,6 +235,9 @@ class Punctor(ShapedOperator):
         self.before = p["position"] == "before"
         self.clause = OutputClause("Punctor", 0, p["output"])
         self._build: Callable[..., Any] = self.clause.bind(None)
+
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        return super().check_ports(ports) + _clause_problems([self.clause], ports)
 
     def setup(self) -> None:
         port_shape(self, self.port_ranges)
@@ -330,3 +335,10 @@ class Custom(ShapedOperator):
 
     def reset_to_initial_state(self) -> None:
         self.state = copy.deepcopy(self._initial)
+
+
+def _clause_problems(clauses: list[OutputClause], ports: PortLayout) -> list[str]:
+    """What each output clause breaks against its port's declared schema (`check_ports`)."""
+    outputs = ports.output_schemas
+    return [m for i, clause in enumerate(clauses) if i < len(outputs)
+            for m in clause.problems(outputs[i], ports.input_schemas)]

@@ -345,6 +345,27 @@ class OutputClause:
         self.port = port
         self.assign = dict(assign or {})
 
+    def problems(self, schema: Schema | None, inputs: Sequence[Schema | None]) -> list[str]:
+        """What keeps the clause from building tuples of the declared output ``schema``
+        (`Operator.check_ports`): an assigned attribute the schema lacks, and, when every
+        input's schema is declared, an attribute neither assigned nor in an input."""
+        if schema is None:
+            return []
+        found: list[str] = []
+        unknown = sorted(set(self.assign) - set(schema.names))
+        if unknown:
+            found.append(self._unknown(unknown, schema))
+        if inputs and all(s is not None for s in inputs):
+            found += [f"output port {self.port} attribute {attr!r} is neither assigned nor in "
+                      f"the input schema; add it to the output clause" for attr in schema.names
+                      if attr not in self.assign
+                      and all(s is None or s.type_of(attr) is None for s in inputs)]
+        return found
+
+    def _unknown(self, unknown: list[str], schema: Schema) -> str:
+        return (f"output port {self.port} assigns {', '.join(map(repr, unknown))}, which the "
+                f"port's schema {schema} does not have")
+
     def bind(self, schema: Schema | None) -> Callable[..., Any]:
         """The builder ``f(*inputs) -> output tuple`` for a port with this schema."""
         calls = {a: v for a, v in self.assign.items() if callable(v)}
@@ -362,8 +383,7 @@ class OutputClause:
             return build_free
         unknown = sorted(set(self.assign) - set(schema.names))
         if unknown:
-            raise ValueError(f"{operator}: output port {port} assigns {', '.join(map(repr, unknown))}, "
-                             f"which the port's schema {schema} does not have")
+            raise OperatorParameterError(f"{operator}: {self._unknown(unknown, schema)}")
         names = schema.names
 
         def build(*inputs: Any) -> Any:

@@ -184,6 +184,11 @@ class Barrier(_Synchroniser):
         self.clause = OutputClause("Barrier", 0, output)
         self._build: Callable[..., Any] = self.clause.bind(None)
 
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        outputs = ports.output_schemas
+        return super().check_ports(ports) + self.clause.problems(outputs[0] if outputs else None,
+                                                                 ports.input_schemas)
+
     def setup(self) -> None:
         self._setup_ports()
         self._build = self.clause.bind(output_schema(self, 0))
