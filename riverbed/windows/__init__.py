@@ -17,6 +17,7 @@ state go through `encode_partition_key` and come back through
 from ._clause import parse_window_clause
 from ._config import WindowConfig
 from ._errors import (
+    PunctuationError,
     SnapshotError,
     WatermarkError,
     WindowClauseError,
@@ -62,6 +63,7 @@ __all__ = [
     "PartitionAge",
     "PartitionCount",
     "Punct",
+    "PunctuationError",
     "SnapshotError",
     "StreamWindow",
     "StreamWindowEvent",

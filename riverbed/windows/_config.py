@@ -30,7 +30,7 @@ from ._delta import DeltaReader, bound_for, delta_kind_for_type, make_delta_read
 from ._errors import WindowClauseError, WindowStateError
 from ._flavor import Flavor, FlavorRules, rules_for
 from ._partition_eviction import PartitionEvictor, make_partition_evictor
-from ._policy import Count, Delta, Time, WindowSpec, WindowType
+from ._policy import Count, Delta, Time, TimeIntervalSpec, WindowSpec, WindowType
 
 __all__ = ["COUNT", "DELTA", "NONE", "PUNCT", "TIME", "Getter", "WindowConfig", "policy_kind"]
 
@@ -133,7 +133,7 @@ class WindowConfig:
             fast_paths=fast_paths)
 
 
-def _window_spec(spec: WindowSpec | str) -> WindowSpec:
+def _window_spec(spec: object) -> WindowSpec:
     if isinstance(spec, str):
         from ._clause import parse_window_clause
 
@@ -143,10 +143,13 @@ def _window_spec(spec: WindowSpec | str) -> WindowSpec:
                 f"{spec}: a timeInterval window is an event-time window; build it "
                 "with TimeIntervalWindow (or riverbed.windows.make_window)")
         return parsed
-    if not isinstance(spec, WindowSpec):
+    if isinstance(spec, TimeIntervalSpec):
         raise WindowClauseError(
             f"{spec!r}: a timeInterval window is an event-time window; build it "
             "with TimeIntervalWindow (or riverbed.windows.make_window)")
+    if not isinstance(spec, WindowSpec):
+        raise WindowClauseError(f"a window is an SPL clause (a string such as 'sliding, "
+                                f"count(10)') or a WindowSpec, got {spec!r}")
     return spec
 
 

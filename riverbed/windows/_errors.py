@@ -56,6 +56,10 @@ class WindowStateError(WindowError, RuntimeError):
     """An operation is not valid in the window's current state or configuration."""
 
 
+class PunctuationError(WindowError, ValueError):
+    """A punctuation kind the window does not know (``punctuate`` takes "window" or "final")."""
+
+
 class SnapshotError(WindowError, ValueError):
     """A snapshot cannot be restored: corrupt, foreign, or for another window."""
 

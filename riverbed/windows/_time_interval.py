@@ -40,7 +40,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ._errors import WindowTupleError
+from ._errors import PunctuationError, WindowTupleError
 from ._events import EventType, Listener, PaneEvent, PaneTiming, StreamWindowEvent
 from ._flavor import Flavor
 from ._listeners import ErrorHandler, ListenerRegistry, Partitioner
@@ -621,7 +621,7 @@ class TimeIntervalWindow(Generic[T]):
         forwarding a final mark (E23); that flushes every pane.
         """
         if kind not in ("window", "final"):
-            raise ValueError(f"punctuation {kind!r}: expected 'window' or 'final'")
+            raise PunctuationError(f"unknown punctuation {kind!r}; expected 'window' or 'final'")
 
     # ---------------------------------------------- host symmetry with StreamWindow
 

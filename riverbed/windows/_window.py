@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ._config import PUNCT, TIME, Getter, WindowConfig
 from ._engine import NO_TUPLES, WindowEngine
-from ._errors import WindowStateError
+from ._errors import PunctuationError, WindowStateError
 from ._events import EventType, Listener
 from ._flavor import Flavor, FlavorRules
 from ._listeners import ErrorHandler, Handler, Partitioner
@@ -298,7 +298,7 @@ class StreamWindow(WindowEngine[T]):
         elif kind == "final":
             self.final_mark()
         else:
-            raise ValueError(f"unknown punctuation {kind!r}; expected 'window' or 'final'")
+            raise PunctuationError(f"unknown punctuation {kind!r}; expected 'window' or 'final'")
 
     def window_mark(self) -> None:
         """A window mark: tumbles a ``punct()`` window; ignored by every other window (R37)."""
