@@ -362,3 +362,30 @@ def test_a_graph_with_groups_runs_from_run_graph() -> None:
     out = Output()
     run_graph(build(100, out, "apart"), clock=VirtualClock())
     assert out.rows == reference(100)
+
+
+@pytest.mark.parametrize("holder", ["delay", "throttle"])
+@pytest.mark.parametrize("where", ["process", "parallel"])
+def test_an_operator_holding_final_in_a_worker_lets_the_job_end(holder: str, where: str) -> None:
+    """A Delay or Throttle releases its last tuples, and then final, from a timer: the worker
+    must end it then, when no item comes any more (it waited for one, and the job hung)."""
+    from riverbed.operators import Delay, Throttle
+
+    g = Graph("held-final")
+    src = g.source("src", Count(40), schema=Schema(sensor="int64", value="int64", seq="int64"))
+    op = Delay(0.02) if holder == "delay" else Throttle(2000.0)
+    if where == "process":
+        with g.process("slow"):
+            held = g.operator("hold", op, [src], [None])
+    else:
+        with g.parallel(2, partition_by="sensor"):
+            held = g.operator("hold", op, [src], [None])
+    out = Output()
+    g.sink("out", out, [held])
+    job = Job(g)
+
+    async def main() -> None:  # (the bound fails the test instead of hanging the suite)
+        await asyncio.wait_for(job.run(), 120)
+
+    asyncio.run(main())
+    assert sorted(t["seq"] for t in out.rows) == list(range(40))

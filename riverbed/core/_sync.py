@@ -284,6 +284,7 @@ class SyncGraph:
         core = self._by_name[operator]
         result = core.guard(action, None, core)
         self._route(core)
+        self._end_if_done(core)
         self._arm(core)
         self._pump()
         return result
@@ -342,6 +343,7 @@ class SyncGraph:
             if not core.finished:
                 core.on_time(self.clock.now())
                 self._route(core)
+                self._end_if_done(core)  # a timer may release the last held tuple (Delay)
                 self._arm(core)
 
         self._timers[core.name] = self.clock.call_at(due, fire)
@@ -363,11 +365,17 @@ class SyncGraph:
         have."""
         core.handle(conn, payload)
         self._route(core)
+        self._end_if_done(core)
+        self._arm(core)
+
+    def _end_if_done(self, core: OperatorCore) -> None:
+        """Every input ended and nothing is held back: the core closes its outputs and ends.
+        Asked after an item and after a timer: a Delay or Throttle holding final releases it
+        from a timer, when no item comes any more."""
         if core.inputs_done and not core.finished:
             core.close_outputs()
             self._route(core)
             core.shut_down()
-        self._arm(core)
 
     def _route(self, core: OperatorCore) -> None:
         name = core.name
