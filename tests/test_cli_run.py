@@ -159,3 +159,30 @@ def test_json_logs_off_a_terminal_stay_json_lines_with_the_status_view(tmp_path:
     events = [json.loads(line) for line in err.splitlines()]  # every line is a JSON object
     status = [e for e in events if e["event"] == "status"]
     assert status and any("sensors" in line for line in status[-1]["lines"])
+
+
+def test_sigterm_to_the_whole_process_group_drains_a_parallel_region(tmp_path: Path) -> None:
+    """systemd, `timeout` and `kill -- -PGID` signal every process of the job's group: the
+    workers must leave the stop to the job (they died of it, and the job failed undrained)."""
+    out = tmp_path / "panes.csv"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "riverbed", "run", "examples/parallel_panes.py",
+                             "-p", "width=2", "-p", "sensors=20", "-p", "seconds=600", "-p",
+                             f"out={out}", "--no-status", "--log-format", "json"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # wait for both workers to run
+        seen.append(line)
+        if sum('"channel_started"' in s for s in seen) == 2:
+            break
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, rest = proc.communicate(timeout=120)
+    logs = _log_lines("".join(seen) + rest)
+    assert proc.returncode == 0, rest
+    ended = [e for e in logs if e["event"] == "channel_ended"]
+    assert len(ended) == 2 and all(e["finished"] for e in ended), ended
+    assert [e["stopped"] for e in logs if e["event"] == "job finished"] == [True]
+    rows = out.read_text().splitlines()
+    assert rows and all(len(row.split(",")) == 5 for row in rows)  # every pane written whole

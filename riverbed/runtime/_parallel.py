@@ -60,6 +60,7 @@ import contextlib
 import multiprocessing
 import operator
 import select
+import signal
 import socket
 import struct
 import threading
@@ -86,6 +87,7 @@ from ._parallel_wire import (
     frame,
     loads,
 )
+from ._worker import STOP_SIGNALS as _STOP_SIGNALS
 from ._worker import serve
 
 if TYPE_CHECKING:
@@ -483,7 +485,15 @@ class ParallelHost:
                                        "stopping": self.job.stopping, "suspend": self._suspending,
                                        "checkpoint": asking},
                                daemon=True)
-            proc.start()
+            # Blocked across the fork: a stop signalled to the whole process group in the
+            # moment the child still has the job's handlers would be written, by the child,
+            # into the job's loop's wakeup socket it shares, and read there as a second signal
+            # (an abort). The child unblocks them once it ignores them (`serve`).
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             for child in children:
                 child.close()
             for ch in group:

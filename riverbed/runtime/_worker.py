@@ -61,7 +61,10 @@ from ._parallel_wire import (
 )
 from ._replica import Replicas, place
 
-__all__ = ["serve"]
+__all__ = ["STOP_SIGNALS", "serve"]
+
+# The signals that stop a job: the job's alone to handle (`serve`).
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 class _ChannelGraph(SyncGraph):
@@ -284,8 +287,13 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
     # collection walking it would write to every tracked object, copying its pages.
     gc.freeze()
     signal.set_wakeup_fd(-1)  # the inherited fd is the job's event loop's: never write to it
+    # A stop is the job's to make: a Ctrl-C at a terminal, systemd (KillMode=control-group),
+    # `timeout` and `kill -- -PGID` signal every process of the group, workers too, and a
+    # worker that died of it could not drain its channel. The job stops them through their
+    # sockets (and kills them, if it must); a job that died hangs up on them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (blocked across the fork)
     for fd in close:  # the job's ends of every channel's socket: EOF must reach each worker
         with contextlib.suppress(OSError):
             os.close(fd)
