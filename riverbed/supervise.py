@@ -9,7 +9,11 @@ after a backoff that doubles from 0.2 s to 30 s (and starts over after a child t
 resumes from the newest good checkpoint, so nothing is lost. A child that drained (0), was
 refused (2) or aborted (3), and any child once the supervisor itself was asked to stop, ends
 the supervisor with the child's code. The first SIGINT/SIGTERM is passed on to the child,
-which stops cleanly; a second is passed on too (the child aborts).
+which stops cleanly; a second is passed on too (the child aborts). The child runs in a
+process group of its own, so a signal to the supervisor's group (a Ctrl-C at a terminal,
+``kill -- -PGID``) reaches it once, through the supervisor. Under systemd, whose default
+KillMode=control-group signals every process of the unit, use ``KillMode=mixed`` (the
+supervisor alone gets SIGTERM) so the child is not told twice.
 
 The child learns how often it was restarted from ``RIVERBED_RESTARTS`` (shown by its status
 view, logs and metrics).
@@ -81,7 +85,11 @@ def supervise(argv: Sequence[str], restarts: int, log: Any,
         delay = backoff[0]
         while True:
             env = dict(os.environ, **{RESTARTS_ENV: str(attempt)})
-            child = subprocess.Popen([sys.executable, "-m", "riverbed", *argv], env=env)
+            # Its own process group: a Ctrl-C at a terminal (or a signal to the supervisor's
+            # group) reaches the supervisor alone, which passes it on once. In the same group
+            # the child got it twice, directly and passed on, and took the second for "abort".
+            child = subprocess.Popen([sys.executable, "-m", "riverbed", *argv], env=env,
+                                     process_group=0)
             log.info("job process started", pid=child.pid, restarts=attempt)
             if on_start is not None:
                 on_start(child)

@@ -186,3 +186,26 @@ def test_sigterm_to_the_whole_process_group_drains_a_parallel_region(tmp_path: P
     assert [e["stopped"] for e in logs if e["event"] == "job finished"] == [True]
     rows = out.read_text().splitlines()
     assert rows and all(len(row.split(",")) == 5 for row in rows)  # every pane written whole
+
+
+def test_ctrl_c_at_a_terminal_stops_a_supervised_job_cleanly(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C goes to its whole foreground group: with --restarts, the child got it
+    from the terminal and again from the supervisor, and aborted (exit 3)."""
+    out = tmp_path / "alerts.jsonl"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "riverbed", "run", "examples/sensors.py", "-p",
+                             "seconds=600", "-p", f"out={out}", "--no-status", "--log-format",
+                             "json", "--restarts", "3"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # the child's job runs
+        seen.append(line)
+        if '"job started"' in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+    _, rest = proc.communicate(timeout=120)
+    events = [e["event"] for e in _log_lines("".join(seen) + rest)]
+    assert proc.returncode == 0, rest
+    assert "stopping" in events and "aborting" not in events
