@@ -175,7 +175,12 @@ class _LoggedStore:
         self.store.save(checkpoint_id, states, job=job, time_ns=time_ns)
 
     def newest_id(self) -> int | None:
-        return self.store.newest_id()  # type: ignore[no-any-return]
+        from .checkpoint import CheckpointError  # (loaded already: the store is one of its)
+
+        try:
+            return self.store.newest_id()  # type: ignore[no-any-return]
+        except CheckpointError as exc:
+            raise _unreadable(exc) from exc
 
     def load(self, checkpoint_id: int) -> Any:
         return self.store.load(checkpoint_id)
@@ -185,11 +190,23 @@ class _LoggedStore:
         return self.store.keep_last  # type: ignore[no-any-return]
 
     def latest_good(self) -> Any:
+        from .checkpoint import CheckpointError
+
         def skipped(checkpoint_id: int, error: Exception) -> None:
             self.log.warning("checkpoint skipped", checkpoint=checkpoint_id, reason=str(error),
                              action="falling back to the previous checkpoint")
 
-        return self.store.latest_good(on_skip=skipped)
+        try:
+            return self.store.latest_good(on_skip=skipped)
+        except CheckpointError as exc:
+            raise _unreadable(exc) from exc
+
+
+def _unreadable(exc: Exception) -> RestoreRefused:
+    """Damage that keeps the store from being read at all (not one checkpoint, skipped): the
+    job does not start, and says so in one line (exit 2), instead of failing with a traceback
+    and, under --restarts, again at each restart."""
+    return RestoreRefused(f"{exc} (nothing was restored, nothing ran)")
 
 
 @contextlib.contextmanager

@@ -420,3 +420,27 @@ def test_corruption_advice_names_a_command_not_a_python_call() -> None:
     assert isinstance(error, CheckpointError)
     assert "run `riverbed checkpoints repair /x`" in str(error)
     assert "rocksdict" not in str(error) and "Rdict" not in str(error)
+
+
+def test_a_store_too_damaged_to_read_stops_run_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Damage that keeps `latest_good` from reading the store at all is no traceback (and,
+    under --restarts, no crash loop): ``riverbed run`` refuses to start, exit 2."""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "alerts.jsonl"
+    args = ["run", "examples/sensors.py", "-p", "seconds=1", "-p", f"out={out}", "--no-status",
+            "--virtual-clock", "--checkpoint-dir", str(ckpt), "--checkpoint-period", "100ms"]
+    monkeypatch.chdir(ROOT)
+    assert main(args) == 0
+    capsys.readouterr()
+
+    def unreadable(self: RocksDBStore, on_skip: Any = None) -> Any:
+        raise CheckpointCorrupt(f"{self._describe()} is damaged: a table block cannot be read; "
+                                "run `riverbed checkpoints repair`")
+
+    monkeypatch.setattr(RocksDBStore, "latest_good", unreadable)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"riverbed run: {ckpt}: the RocksDB checkpoint store at {ckpt} is damaged: a table block "
+        "cannot be read; run `riverbed checkpoints repair` (nothing was restored, nothing ran)")
