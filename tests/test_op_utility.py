@@ -371,7 +371,7 @@ def test_beacon_parameter_errors() -> None:
         Beacon(iterations=-1)
     with pytest.raises(OperatorParameterError, match=r"period=-1: the duration must be >= 0"):
         Beacon(period=-1)
-    with pytest.raises(JobError, match=r"output assigns 'nope', which the schema"):
+    with pytest.raises(GraphValidationError, match=r"output assigns 'nope', which the schema"):
         run_source(Beacon(iterations=1, output={"nope": 1}), Schema(n="int64"))
 
 
@@ -641,3 +641,46 @@ def test_throttle_holds_its_input_back_while_its_buffer_is_full() -> None:
     unbounded, everything = run_once(100_000)
     assert bounded == unbounded
     assert most <= 150 < everything
+
+
+def test_a_beacon_starts_a_consistent_region_and_a_reset_replays_its_iterations() -> None:
+    """Beacon is replayable (its state is the iteration count): a region may start at it, and
+    an operator failing once is healed by a reset with nothing lost or repeated."""
+
+    class FailOnce(Operator):
+        failed = False
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            if tup["i"] == 120 and not FailOnce.failed:
+                FailOnce.failed = True
+                raise RuntimeError("once")
+            self.submit(tup)
+
+    class Kept(Operator):
+        transactional = True
+
+        def __init__(self) -> None:
+            self.rows: list[int] = []
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            self.rows.append(tup["i"])
+
+        def snapshot(self) -> Any:
+            return list(self.rows)
+
+        def restore(self, state: Any) -> None:
+            self.rows = list(state)
+
+        def reset_to_initial_state(self) -> None:
+            self.rows = []
+
+    g = Graph("beacon-region")
+    src = g.source("src", Beacon(iterations=300, period=0.01, output={"i": lambda k: k}),
+                   schema=Schema(i="int64"))
+    g.consistent_region([src], period=0.2)
+    passed = g.operator("fail", FailOnce(), [src], [Schema(i="int64")])
+    kept = Kept()
+    g.sink("kept", kept, [passed])
+    job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore())
+    assert run_until_crash(job, None)
+    assert FailOnce.failed and kept.rows == list(range(300))

@@ -35,12 +35,13 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ..graph import Punct, Schema, Source, Watermark, WindowPunctuationMode
+from ..graph import PortLayout, Punct, Schema, Source, Watermark, WindowPunctuationMode
 from ._params import OperatorParameterError
 from ._utility_support import (
     OperatorTimer,
     PortRanges,
     ShapedOperator,
+    fresh,
     output_schema,
     params,
     port_shape,
@@ -76,10 +77,13 @@ class Beacon(Source):
     Punctuation: after the last iteration a window mark, then the source
     ends and the runtime sends final. A Beacon stopped early (job stop)
     sends no window mark. State: the iteration count (and whether the mark
-    was sent), so a restored Beacon continues with the next iteration.
+    was sent), so a restored Beacon continues with the next iteration: it is
+    replayable (a consistent region can start at it) as long as its
+    ``output`` functions give the same tuple for the same iteration.
     """
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
+    replayable = True  # a reset restores the iteration count: the same tuples come again
 
     def __init__(self, *, iterations: int | None = None, period: float | None = None,
                  init_delay: float | None = None, trigger_count: int | None = None,
@@ -105,22 +109,28 @@ class Beacon(Source):
         self.marked = False
         self._template: dict[str, Any] = {}
 
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        schema = ports.output_schemas[0] if ports.output_schemas else None
+        return [] if schema is None else self._unknown(schema)
+
+    def _unknown(self, schema: Schema) -> list[str]:
+        unknown = sorted(set(self.output) - set(schema.names))
+        return [f"output assigns {', '.join(map(repr, unknown))}, which the schema {schema} "
+                "lacks"] if unknown else []
+
     def setup(self) -> None:
         port_shape(self, PortRanges(inputs=(0, 0), outputs=(1, 1)))
         schema: Schema | None = output_schema(self, 0)
         if schema is None:
             self._template = {}
             return
-        unknown = sorted(set(self.output) - set(schema.names))
-        if unknown:
-            raise ValueError(f"Beacon {self.context.name!r}: output assigns "
-                             f"{', '.join(map(repr, unknown))}, which the schema {schema} lacks")
+        for problem in self._unknown(schema):  # (a frozen graph has none: `check_ports`)
+            raise OperatorParameterError(f"Beacon {self.context.name!r}: {problem}")
         self._template = {n: spl_default(t) for n, t in schema.attributes if n not in self.output}
 
     def make(self, iteration: int) -> dict[str, Any]:
         """The tuple of iteration ``iteration`` (0-based)."""
-        tup = {k: (v.copy() if isinstance(v, list | dict | set) else v)
-               for k, v in self._template.items()}
+        tup = {k: fresh(v) for k, v in self._template.items()}
         for attr, value in self.output.items():
             tup[attr] = value(iteration) if callable(value) else value
         return tup
