@@ -389,3 +389,36 @@ def test_an_operator_holding_final_in_a_worker_lets_the_job_end(holder: str, whe
 
     asyncio.run(main())
     assert sorted(t["seq"] for t in out.rows) == list(range(40))
+
+
+def test_a_worker_dying_while_the_job_stops_says_the_job_ends_and_where_to_resume() -> None:
+    """The region cannot reset once the job is stopping: the error must say the job ends and
+    a run with the same store resumes (it said the region resets, which did not happen)."""
+    from riverbed.runtime import JobError
+
+    n = 6000
+    g = Graph("stopkill")
+    src = g.source("readings", PacedReadings(n, per_tick=50, tick=S // 100), schema=SCHEMA)
+    with g.process("windows"):
+        s = g.operator("sums", WindowSum(),
+                       [src.window("tumbling, count(5), partitioned", partition_by="sensor")])
+    g.sink("out", Output(), [s])
+    job = Job(g, checkpoints=MemoryStore(keep_last=1000), checkpoint_period=0.1)
+    killed: list[int] = []
+
+    async def main() -> None:
+        run = asyncio.ensure_future(job.run())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while not job.last_checkpoint >= 2:
+            assert loop.time() < deadline and not run.done()
+            await asyncio.sleep(0.005)
+        job.stop()
+        kill_worker(job, 0, killed)
+        await run
+
+    with pytest.raises(JobError, match=r"ended without finishing \(killed by signal 9\); the job "
+                                       r"was stopping, so it ends here without draining; run "
+                                       r"again with the same checkpoint directory to resume "
+                                       r"from checkpoint \d+"):
+        asyncio.run(main())

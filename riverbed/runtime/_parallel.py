@@ -783,11 +783,20 @@ class ParallelHost:
         also = f", with channel(s) {', '.join(map(str, shared))} in that process" if shared else ""
         return ChannelError(f"{self.where}: channel {ch.index} (pid "
                             f"{ch.metrics.pid}{also}, operators {', '.join(self.members)}) ended without "
-                            f"finishing ({how}); "
-                            + ("its consistent region resets from its last checkpoint"
-                               if self.region is not None and self.region.heals else
-                               "the job stops (put the region in a consistent region, or run with "
-                               "--checkpoint-dir and replayable sources, to restart it instead)"))
+                            f"finishing ({how}); " + self._after_death())
+
+    def _after_death(self) -> str:
+        """What a channel's death leads to, for its error: a reset, or the job's end."""
+        heals = self.region is not None and self.region.heals
+        if heals and (self.job.stopping or self.job.suspended):
+            last = self.region.last_committed if self.region is not None else None
+            return ("the job was stopping, so it ends here without draining; run again with "
+                    "the same checkpoint directory to resume from "
+                    + (f"checkpoint {last}" if last is not None else "the start"))
+        if heals:
+            return "its consistent region resets from its last checkpoint"
+        return ("the job stops (put the region in a consistent region, or run with "
+                "--checkpoint-dir and replayable sources, to restart it instead)")
 
     def _failed(self, ch: _Channel, msg: tuple[Any, ...]) -> BaseException:
         _, op, port, text, error_type, message = msg
