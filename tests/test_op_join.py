@@ -544,3 +544,25 @@ def test_an_output_attribute_nothing_gives_is_refused_with_the_graph() -> None:
     with pytest.raises(GraphValidationError, match=r"output attribute 'site' is not assigned "
                                                    r"\(output=\.\.\.\) and neither input schema has it"):
         schema_join("inner", Schema(k="int64", site="rstring"))
+
+
+@pytest.mark.parametrize("left_window", ["sliding, count(1)", "sliding, count(5)", "sliding, time(1.2)"])
+def test_list_typed_equality_keys_match_by_value(left_window: str) -> None:
+    """SPL compares list keys by value; a dict cannot hold a list, so the frozen form keys."""
+    g = Graph("list-keys")
+    left = g.source("l", ListSource([at(1), {"k": [1, 2], "a": 1}, at(2), {"k": [2], "a": 2},
+                                     at(4), {"k": [1, 2], "a": 3}]),
+                    schema=Schema(k="list<int64>", a="int64"))
+    right = g.source("r", ListSource([at(1.5), {"k": [1, 2], "b": 10}, at(3), {"k": [2], "b": 30},
+                                      at(5), {"k": [1, 2], "b": 50}]),
+                     schema=Schema(k="list<int64>", b="int64"))
+    joined = g.operator("j", Join(equality_lhs="k", equality_rhs="k"),
+                        [left.window(left_window), right.window("sliding, count(5)")])
+    sink = ListSink()
+    g.sink("out", sink, [joined])
+    run_graph(g, clock=VirtualClock())
+    pairs = [(t["a"], t["b"]) for t in sink.tuples]
+    expected = {"sliding, count(1)": [(1, 10), (2, 30), (3, 10), (3, 50)],
+                "sliding, count(5)": [(1, 10), (2, 30), (3, 10), (1, 50), (3, 50)],
+                "sliding, time(1.2)": [(1, 10), (2, 30), (3, 10), (3, 50)]}[left_window]
+    assert sorted(pairs) == sorted(expected)

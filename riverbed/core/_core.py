@@ -294,6 +294,14 @@ class OperatorCore:
     def output_schema(self, port: int = 0) -> Any:
         return self.odef.outputs[port]
 
+    def input_schema(self, port: int = 0) -> Any:
+        """The declared schema of the streams input ``port`` takes (None: undeclared)."""
+        for c in self.odef.inputs[port].connections:
+            schema = self.graph.stream_schema(c.operator, c.port)
+            if schema is not None:
+                return schema
+        return None
+
     def request_checkpoint(self) -> int | None:
         """Ask the job for a checkpoint now (SPL operator-driven regions); its id, or None."""
         return self.host.request_checkpoint()

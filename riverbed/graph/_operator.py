@@ -80,6 +80,10 @@ class OperatorContext(Protocol):
 
     def output_schema(self, port: int = 0) -> Schema | None: ...
 
+    def input_schema(self, port: int = 0) -> Schema | None:
+        """The declared schema of the streams ``port`` takes (None: undeclared)."""
+        ...
+
     def request_checkpoint(self) -> int | None: ...
 
     def pause_input(self, paused: bool = True) -> None:

@@ -82,7 +82,14 @@ from ._join_parts import (
     window_problem,
 )
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import attribute_problems, declared_output, every_event, fresh, spl_default
+from ._utility_support import (
+    attribute_problems,
+    declared_output,
+    every_event,
+    freeze_key,
+    fresh,
+    spl_default,
+)
 
 __all__ = ["Join", "JoinStateError"]
 
@@ -213,7 +220,9 @@ class Join(Operator):
         self._match: Callable[[Any, Any], bool] | None = match
         self._keys = _equality(params["equality_lhs"], params["equality_rhs"])
         self._equality_exprs = (params["equality_lhs"], params["equality_rhs"])
-        self._key_attrs = (_key_attribute(params["equality_lhs"]), _key_attribute(params["equality_rhs"]))
+        self._key_attrs_given = (_key_attribute(params["equality_lhs"]),
+                                 _key_attribute(params["equality_rhs"]))
+        self._key_attrs = self._key_attrs_given
         self._assigned = params["output"]  # the output clause as given (`setup` builds on it)
         self._output = _output_function(self._assigned)
         left_outer = self.algorithm in ("leftOuter", "outer")
@@ -261,6 +270,18 @@ class Join(Operator):
                 items = exprs if isinstance(exprs, (list, tuple)) else [exprs]
                 problems += attribute_problems([(side, e) for e in items], ports.input_schemas[port])
         return problems
+
+    def _collection_key(self, port: int) -> bool:
+        """A declared input schema types one of the port's equality attributes as a collection
+        (list, set, map, tuple): its values cannot be dict keys as they are."""
+        schema_of = getattr(self.context, "input_schema", None)
+        schema = schema_of(port) if callable(schema_of) else None
+        exprs = self._equality_exprs[port]
+        if schema is None or exprs is None:
+            return False
+        names = [e for e in (exprs if isinstance(exprs, (list, tuple)) else [exprs])
+                 if isinstance(e, str)]
+        return any((schema.type_of(n) or "").startswith(_COLLECTIONS) for n in names)
 
     def _schema_problems(self, ports: PortLayout) -> list[str]:
         """An attribute of the declared output that nothing gives: not assigned, and in
@@ -314,10 +335,17 @@ class Join(Operator):
         schema = declared_output(self.context)
         if schema is not None and not callable(self._assigned):
             self._output = _projected(self._output, schema)
+        # SPL compares list, set, map and tuple keys by value: when either side declares one,
+        # both sides key by the frozen form (a dict cannot hold the values as they are), and
+        # the key is never read inline
+        frozen = self._keys is not None and (self._collection_key(0) or self._collection_key(1))
+        self._key_attrs = (None, None) if frozen else self._key_attrs_given
         for side in self._sides:
             side.clear()
             side.outer = self._outer[side.port]
             side.key_of = self._keys[side.port] if self._keys is not None else None
+            if frozen and side.key_of is not None:
+                side.key_of = _frozen(side.key_of)
             if n_out > 1 and side.outer:
                 side.unmatched_port = 1 if side.port == 0 or self.algorithm == "rightOuter" else 2
             side.window = windows[side.port]
@@ -762,3 +790,11 @@ def _projected(output: Callable[[Any, Any], Any], schema: Schema) -> Callable[[A
         return {name: out[name] if name in out else fresh(value) for name, value in defaults}
 
     return project
+
+
+_COLLECTIONS = ("list", "set", "map", "blist", "bset", "bmap", "tuple")
+
+
+def _frozen(key_of: Callable[[Any], Any]) -> Callable[[Any], Hashable]:
+    """``key_of`` whose value is frozen (`freeze_key`: lists as tuples...), so it can key a dict."""
+    return lambda t: freeze_key(key_of(t))
