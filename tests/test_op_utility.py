@@ -646,6 +646,8 @@ def test_throttle_holds_its_input_back_while_its_buffer_is_full() -> None:
 def test_a_beacon_starts_a_consistent_region_and_a_reset_replays_its_iterations() -> None:
     """Beacon is replayable (its state is the iteration count): a region may start at it, and
     an operator failing once is healed by a reset with nothing lost or repeated."""
+    from tests.test_parallel_checkpoints import Output
+
 
     class FailOnce(Operator):
         failed = False
@@ -656,31 +658,13 @@ def test_a_beacon_starts_a_consistent_region_and_a_reset_replays_its_iterations(
                 raise RuntimeError("once")
             self.submit(tup)
 
-    class Kept(Operator):
-        transactional = True
-
-        def __init__(self) -> None:
-            self.rows: list[int] = []
-
-        def on_tuple(self, tup: Any, port: int) -> None:
-            self.rows.append(tup["i"])
-
-        def snapshot(self) -> Any:
-            return list(self.rows)
-
-        def restore(self, state: Any) -> None:
-            self.rows = list(state)
-
-        def reset_to_initial_state(self) -> None:
-            self.rows = []
-
     g = Graph("beacon-region")
     src = g.source("src", Beacon(iterations=300, period=0.01, output={"i": lambda k: k}),
                    schema=Schema(i="int64"))
     g.consistent_region([src], period=0.2)
     passed = g.operator("fail", FailOnce(), [src], [Schema(i="int64")])
-    kept = Kept()
+    kept = Output()  # transactional: a reset takes back what followed the checkpoint
     g.sink("kept", kept, [passed])
     job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore())
     assert run_until_crash(job, None)
-    assert FailOnce.failed and kept.rows == list(range(300))
+    assert FailOnce.failed and [t["i"] for t in kept.rows] == list(range(300))
