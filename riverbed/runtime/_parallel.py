@@ -72,6 +72,7 @@ from ..core import OperatorError, RestoreRefused
 from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
 from ._clock import RealClock, TimerHandle, VirtualClock
 from ._parallel_merge import Merge
+from ._parallel_metrics import fold_member_metrics
 from ._parallel_split import SplitFailed, Splitter
 from ._parallel_wire import (
     CHECKPOINT,
@@ -182,6 +183,8 @@ class ParallelHost:
         self.processes = spec.worker_processes()
         members = set(spec.members)
         self.runners = {n: job.runners[n] for n in spec.members}
+        # Each channel's latest report of its operators' metrics (`fold_member_metrics`).
+        self._member_metrics: dict[int, dict[str, dict[str, Any]]] = {}
         self.capacity = self.runners[spec.members[0]].odef.queue_batches or REGION_FEEDS
         kind = "process" if spec.process else "channel"
         self._metrics = [ChannelMetrics(spec.name, i, kind, capacity=self.capacity)
@@ -576,7 +579,8 @@ class ParallelHost:
         ch.outstanding += 1
         self._kick()
         try:
-            writer.write(frame(dumps((FEED, self.job.clock.now(), entries))))
+            # (whether it took a place: the worker's answer gives that place back, and only that)
+            writer.write(frame(dumps((FEED, self.job.clock.now(), entries, 1 if tuples else 0))))
             await writer.drain()
         except ConnectionError:
             # The worker is gone: its reader tells why (it read what the worker sent last).
@@ -604,8 +608,12 @@ class ParallelHost:
             if kind == METRICS_OUT:
                 continue
             assert kind in (OUT, EMIT), msg
-            _, fed, exits, deadline, finished, _worker_metrics, reports, finals, cpu = msg
+            _, fed, exits, deadline, finished, member_metrics, reports, finals, cpu = msg
             ch.metrics.cpu_seconds = round(cpu, 3)
+            if member_metrics:
+                self._member_metrics[ch.index] = member_metrics
+                fold_member_metrics(self.runners, self._member_metrics.values(),
+                                    first=self.spec.members[0], merged=self._merges)
             if reports:
                 self._report(ch.index, reports)
             if finals:  # known at once: a checkpoint starting now takes them for this channel

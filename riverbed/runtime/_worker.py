@@ -63,6 +63,8 @@ from ._replica import Replicas, place
 
 __all__ = ["STOP_SIGNALS", "serve"]
 
+METRICS_EVERY = 8  # answers between two reports of the operators' metrics
+
 # The signals that stop a job: the job's alone to handle (`serve`).
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
@@ -188,7 +190,7 @@ class _Served:
     replicas. Channels never share state: a process hosting several runs each exactly as a
     process of its own would, one message or one batch at a time."""
 
-    __slots__ = ("channel", "conn", "name", "replicas", "send", "sync", "wall_clock")
+    __slots__ = ("answers", "channel", "conn", "name", "replicas", "send", "sync", "wall_clock")
 
     def __init__(self, conn: Connection, sync: _ChannelGraph, replicas: Replicas, *, channel: int,
                  name: str, wall_clock: bool) -> None:
@@ -199,14 +201,19 @@ class _Served:
         self.channel = channel
         self.name = name
         self.wall_clock = wall_clock
+        self.answers = 0
 
     def answer(self, kind: int, fed: Any) -> None:
         sync = self.sync
         finished = sync.finished
         reports, finals = sync.take()
-        self.send(dumps((kind, fed, _exits(sync), _deadline(sync), finished,
-                         _metrics(sync) if finished else None, reports, finals,
-                         time.process_time())))
+        self.answers += 1
+        # The operators' own metrics (errors, late tuples, counters, watermark) with every
+        # METRICS_EVERY-th answer and the last: the job's status, console and Prometheus show
+        # the channels' operators from them.
+        metrics = _metrics(sync) if finished or self.answers % METRICS_EVERY == 0 else None
+        self.send(dumps((kind, fed, _exits(sync), _deadline(sync), finished, metrics, reports,
+                         finals, time.process_time())))
 
     def step(self) -> None:
         """One batch of each live replica, and what left the region (``EMIT``)."""
@@ -241,7 +248,7 @@ class _Served:
                     sync.barrier(item)
                 else:
                     feed(operator, port, item)
-            self.answer(OUT, 1)
+            self.answer(OUT, msg[3])  # a place in the queue back, if the message took one
         elif kind == TICK:
             sync.advance(msg[1])
             self.answer(OUT, 0)

@@ -1,0 +1,60 @@
+"""A parallel region's operators, as the job's metrics show them: what their instances in the
+channels counted, reported by the workers (every few answers and at the end), folded into the
+job's own `OperatorMetrics` of each member.
+
+The job counts two things itself: the tuples it hands the region (the first member's
+``tuples_processed``, current at every batch) and what leaves the region through its merges
+(the output ports that leave it: what downstream sees, merged). Everything else an instance
+counts happens in its worker: errors and late tuples, marks, what it submitted inside the
+region, its watermark and its own counters. Those are summed over the channels (a watermark:
+the lowest of them, once every channel reported one), so a region of width 2 reads as width 1
+does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Mapping
+from typing import Any
+
+from ..core import Counter
+
+__all__ = ["fold_member_metrics"]
+
+_INPUT_FIELDS = ("window_puncts_processed", "final_puncts_processed", "tuples_dropped_late", "errors")
+
+
+def fold_member_metrics(runners: Mapping[str, Any], reports: Iterable[Mapping[str, Mapping[str, Any]]],
+                        *, first: str, merged: Container[tuple[str, int]]) -> None:
+    """Set each member's metrics in ``runners`` to the sum of the channels' ``reports`` (one
+    per channel: operator name -> `OperatorMetrics.as_dict`); ``first``: the member whose
+    input tuples the job counts itself; ``merged``: the (operator, port) outputs leaving the
+    region, which the job counts at the merge."""
+    by_operator: dict[str, list[Mapping[str, Any]]] = {}
+    for report in reports:
+        for name, metrics in report.items():
+            by_operator.setdefault(name, []).append(metrics)
+    for name, reported in by_operator.items():
+        runner = runners.get(name)
+        if runner is None:
+            continue
+        target = runner.metrics
+        fields = _INPUT_FIELDS if name == first else (*_INPUT_FIELDS, "tuples_processed")
+        for i, port in enumerate(target.inputs):
+            for field in fields:
+                setattr(port, field, sum(m["inputs"][i][field] for m in reported
+                                         if i < len(m["inputs"])))
+        for i, port in enumerate(target.outputs):
+            if (name, i) in merged:
+                continue
+            for field in port.__slots__:
+                setattr(port, field, sum(m["outputs"][i][field] for m in reported
+                                         if i < len(m["outputs"])))
+        marks = [m["watermark"] for m in reported]
+        if marks and None not in marks:
+            target.watermark = min(marks)
+        totals: dict[str, int] = {}
+        for m in reported:
+            for counter, value in m["counters"].items():
+                totals[counter] = totals.get(counter, 0) + value
+        for counter, value in totals.items():
+            target.counters.setdefault(counter, Counter()).value = value

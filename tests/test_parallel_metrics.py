@@ -1,0 +1,79 @@
+"""The metrics of operators in a parallel region are their channels' (summed): errors, late
+tuples, their own counters and their watermark read as at width 1 (they read 0 and None)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from riverbed.graph import Graph, Operator, Schema
+from riverbed.runtime import Job, VirtualClock, run_virtual
+from riverbed.runtime._parallel import parent_fds
+from riverbed.testing import ListSink, ListSource
+
+S = 1_000_000_000
+READING = Schema(sensor="int64", v="int64", ts="int64")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    yield
+    assert multiprocessing.active_children() == []
+    assert parent_fds() == frozenset()
+
+
+class Panes(Operator):
+    """Counts its triggers with its own counter; a reading of v == 7 raises (error port)."""
+
+    def setup(self) -> None:
+        self.triggers = self.context.counter("triggers")
+
+    def on_window_event(self, event: Any, port: int) -> None:
+        if event.type.name == "TRIGGER":
+            if any(t["v"] == 7 for t in event.tuples):
+                raise ValueError("seven")
+            self.triggers.inc()
+            self.submit({"sensor": event.partition, "n": len(event.tuples)})
+
+
+def readings() -> list[Any]:
+    out: list[Any] = []
+    for i in range(400):
+        ts = i * S // 4
+        if i % 50 == 49:
+            ts -= 30 * S  # late: behind the drop point
+        out.append({"sensor": i % 5, "v": i % 13, "ts": ts})
+    return out
+
+
+def member_metrics(width: int | None) -> Any:
+    g = Graph("metrics")
+    s = g.source("s", ListSource(readings()), schema=READING, event_time="ts")
+    window = s.window("timeInterval, intervalDuration(5), partitioned", partition_by="sensor")
+    if width is None:
+        out, errors = g.operator("panes", Panes(), [window], [None], error_port=True)
+    else:
+        with g.parallel(width, partition_by="sensor"):
+            out, errors = g.operator("panes", Panes(), [window], [None], error_port=True)
+    g.sink("out", ListSink(), [out])
+    g.sink("errors", ListSink(), [errors])
+    clock = VirtualClock()
+    job = Job(g, clock=clock)
+    metrics = run_virtual(job.run(), clock)
+    if width is not None:  # watermark-only messages take no place in a channel's queue
+        assert [m.batches_in_flight for m in job.channel_metrics()] == [0] * width
+    return metrics.operators["panes"]
+
+
+def test_a_region_reports_its_operators_metrics_as_width_one_does() -> None:
+    alone, wide = member_metrics(None), member_metrics(2)
+    port, wide_port = alone.inputs[0], wide.inputs[0]
+    assert port.tuples_dropped_late > 0 and port.errors > 0 and alone.counters["triggers"].value > 0
+    assert (wide_port.tuples_processed, wide_port.tuples_dropped_late, wide_port.errors) == (
+        port.tuples_processed, port.tuples_dropped_late, port.errors)
+    assert wide.counters["triggers"].value == alone.counters["triggers"].value
+    assert wide.watermark == alone.watermark
+    assert wide.outputs[0].tuples_submitted == alone.outputs[0].tuples_submitted
