@@ -202,6 +202,20 @@ class _LoggedStore:
             raise _unreadable(exc) from exc
 
 
+def _json_lines(script: str) -> Callable[[str], None]:
+    """The command's own messages (a failure, an invalid graph, an abort) as error events,
+    for a log pipeline reading stderr as JSON lines: ``{"event": "riverbed run", "message":
+    ...}``, the message whole (its lines in one string)."""
+    import structlog
+
+    logger = structlog.get_logger().bind(script=script)
+
+    def say(message: str) -> None:
+        logger.error("riverbed run", message=message.removeprefix("riverbed run: "))
+
+    return say
+
+
 def _unreadable(exc: Exception) -> RestoreRefused:
     """Damage that keeps the store from being read at all (not one checkpoint, skipped): the
     job does not start, and says so in one line (exit 2), instead of failing with a traceback
@@ -259,6 +273,8 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             return EXIT_INVALID
     try:
         logs = configure_logging(log_format, log_level)  # type: ignore[arg-type]
+        if logs == "json" and echo is None:  # stderr stays JSON lines: the failures too
+            err = _json_lines(script)
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise ScriptError(f"--metrics-port {metrics_port}: expected a TCP port, 0 to 65535")
         if not (math.isfinite(status_interval) and status_interval > 0):

@@ -209,3 +209,26 @@ def test_ctrl_c_at_a_terminal_stops_a_supervised_job_cleanly(tmp_path: Path) -> 
     events = [e["event"] for e in _log_lines("".join(seen) + rest)]
     assert proc.returncode == 0, rest
     assert "stopping" in events and "aborting" not in events
+
+
+def test_with_json_logs_a_failure_is_a_json_line_too(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+class S(Source):
+    def generate(self):
+        return iter([{"v": 1}])
+class Boom(Operator):
+    def on_tuple(self, t, port):
+        raise ValueError("boom\\nsecond line")
+g = Graph("fail")
+g.sink("boom", Boom(), [g.source("s", S())])
+graph = g
+""")
+    proc = _riverbed("run", script, "--no-status", "--log-format", "json")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    lines = err.splitlines()
+    assert lines and all(line.startswith("{") for line in lines), err
+    failure = _log_lines(err)[-1]
+    assert (failure["event"], failure["level"]) == ("riverbed run", "error")
+    assert failure["message"] == ("job 'fail' failed:\n  operator 'boom', input port 0: ValueError: "
+                                  "boom\nsecond line on tuple {'v': 1}")
