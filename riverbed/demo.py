@@ -17,11 +17,13 @@ from .windows import EventType, StreamWindow, StreamWindowEvent, WindowError
 __all__ = ["main"]
 
 _STEP_NS = 100_000_000  # one reading every 100 ms of simulated time
+_READING = {"sensor": "rstring", "temp": "float64", "seq": "int64"}  # what the readings hold
 
 
 def main(clause: str, sensors: int, readings: int, flavor: str, seed: int) -> int:
     try:
-        window: StreamWindow[dict[str, Any]] = StreamWindow(clause, flavor=flavor)
+        window: StreamWindow[dict[str, Any]] = StreamWindow(clause, flavor=flavor,
+                                                            attribute_types=_READING)
     except WindowError as exc:
         print(f"riverbed demo: {exc}", file=sys.stderr)
         return 2
@@ -45,11 +47,16 @@ def main(clause: str, sensors: int, readings: int, flavor: str, seed: int) -> in
     rng = random.Random(seed)
     temps = [20.0 + rng.uniform(-2, 2) for _ in range(sensors)]
     window.activate(0)
-    for i in range(readings):
-        window.advance_time(i * _STEP_NS)
-        s = rng.randrange(sensors)
-        temps[s] += rng.gauss(0, 0.5)
-        window.insert({"sensor": f"s{s}", "temp": round(temps[s], 2), "seq": i})
+    try:
+        for i in range(readings):
+            window.advance_time(i * _STEP_NS)
+            s = rng.randrange(sensors)
+            temps[s] += rng.gauss(0, 0.5)
+            window.insert({"sensor": f"s{s}", "temp": round(temps[s], 2), "seq": i})
+    except WindowError as exc:  # a clause naming an attribute the readings do not have
+        print(f"riverbed demo: {exc}; the demo's readings have "
+              f"{', '.join(f'{t} {n}' for n, t in _READING.items())}", file=sys.stderr)
+        return 2
     window.final_mark()
     summary = ", ".join(f"{t.name}={n}" for t, n in counts.items() if n)
     print(f"riverbed demo: done: {summary}")
