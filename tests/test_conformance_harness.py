@@ -80,6 +80,8 @@ def test_a_step_tuple_is_copied_for_each_host() -> None:
      "step 0: a partition key is a string, number, boolean or null"),
     ([{"at": float("nan")}], {}, "step 0: at: expected a finite number of seconds"),
     ([{"at": True}], {}, "step 0: at: expected seconds as a number"),
+    ([{"at": 1e300}], {}, "step 0: at: 1e+300 seconds is beyond the clock's range (int64 "
+                          "nanoseconds: at most 9223372036 seconds)"),
     ("steps", {}, "'steps' must be a list"),
     ([], {"window": "tumbling, count(2), partitioned"}, "a partitioned window needs 'partition_by'"),
     ([], {"runtime": "python"}, "'runtime' is one of any, java, cpp"),

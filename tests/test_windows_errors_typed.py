@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -35,3 +36,16 @@ def test_an_unknown_punctuation_is_a_punctuation_error(window: Any) -> None:
     with pytest.raises(PunctuationError, match="unknown punctuation 'bogus'; expected 'window' or 'final'"):
         window.punctuate("bogus")
     assert issubclass(PunctuationError, ValueError)  # (what it was before)
+
+
+@pytest.mark.parametrize(("clause", "what"), [
+    ("sliding, time(1e300)", "time(1e+300): the duration"),
+    ("tumbling, count(2), partitioned, partitionAge(1e12)", "partitionAge(1000000000000.0): the age"),
+])
+def test_a_duration_beyond_the_clock_is_a_clause_error(clause: str, what: str) -> None:
+    """The clock counts int64 nanoseconds: a longer duration failed the job later with
+    "int too large to convert to float" and no operator named."""
+    with pytest.raises(WindowClauseError, match=rf"{re.escape(what)} is beyond the clock's range "
+                                                r"\(at most 9223372036 seconds, about 292 years\)"):
+        parse_window_clause(clause)
+    assert parse_window_clause("sliding, time(9223372036)") is not None

@@ -49,6 +49,16 @@ def seconds_to_ns(seconds: float) -> int:
     return whole * NS_PER_SECOND + int((seconds - whole) * NS_PER_SECOND)
 
 
+_MAX_SECONDS = (2**63 - 1) // NS_PER_SECOND  # a duration the clock's int64 nanoseconds hold
+
+
+def _check_in_range(seconds: float, what: str) -> None:
+    """A duration must fit the clock (int64 nanoseconds: about 292 years)."""
+    if seconds > _MAX_SECONDS:
+        raise WindowClauseError(f"{what} is beyond the clock's range (at most {_MAX_SECONDS} "
+                                "seconds, about 292 years)")
+
+
 def _check_number(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise WindowClauseError(f"{what}: expected a number, got {value!r}")
@@ -100,6 +110,7 @@ class Time:
         value = _check_number(self.seconds, f"time({self.seconds!r})")
         if value <= 0 or seconds_to_ns(value) <= 0:
             raise WindowClauseError(f"time({self.seconds!r}): the duration must be > 0 seconds")
+        _check_in_range(value, f"time({self.seconds!r}): the duration")
 
     @property
     def ns(self) -> int:
@@ -155,6 +166,7 @@ class PartitionAge:
         value = _check_number(self.seconds, f"partitionAge({self.seconds!r})")
         if value <= 0 or seconds_to_ns(value) <= 0:
             raise WindowClauseError(f"partitionAge({self.seconds!r}): the age must be > 0 seconds")
+        _check_in_range(value, f"partitionAge({self.seconds!r}): the age")
 
     @property
     def ns(self) -> int:
