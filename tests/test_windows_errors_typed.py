@@ -49,3 +49,17 @@ def test_a_duration_beyond_the_clock_is_a_clause_error(clause: str, what: str) -
                                                 r"\(at most 9223372036 seconds, about 292 years\)"):
         parse_window_clause(clause)
     assert parse_window_clause("sliding, time(9223372036)") is not None
+
+
+def test_a_sliding_time_snapshot_without_arrival_times_is_refused() -> None:
+    """Its tuples would never leave (each leaves by its arrival time)."""
+    from riverbed.windows import SnapshotError
+
+    window: StreamWindow[Any] = StreamWindow("sliding, time(2)")
+    window.activate(0)
+    window.insert({"a": 1})
+    window.insert({"a": 2})
+    snapshot = window.snapshot()
+    snapshot["partitions"][0]["arrivals"] = []
+    with pytest.raises(SnapshotError, match=r"partition #0: 0 arrival times for 2 tuples"):
+        StreamWindow("sliding, time(2)").restore(snapshot)

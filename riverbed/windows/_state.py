@@ -34,7 +34,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._config import WindowConfig
+from ._config import TIME, WindowConfig
 from ._errors import SnapshotError
 from ._keys import decode_partition_key, encode_partition_key
 from ._partition import Partition
@@ -155,7 +155,8 @@ def decode_partition(config: WindowConfig, data: Any, where: str = "partition sn
     arrivals = _field(data, "arrivals", list, where)
     if config.sliding and values and len(values) != len(tuples):
         raise SnapshotError(f"{where}: {len(values)} delta values for {len(tuples)} tuples")
-    if arrivals and len(arrivals) != len(tuples):
+    timed = config.sliding and config.ev == TIME  # each tuple leaves by its arrival time
+    if (arrivals or timed) and len(arrivals) != len(tuples):
         raise SnapshotError(f"{where}: {len(arrivals)} arrival times for {len(tuples)} tuples")
     if any(isinstance(a, bool) or not isinstance(a, int) for a in arrivals):
         raise SnapshotError(f"{where}: arrival times must be integer nanoseconds")
