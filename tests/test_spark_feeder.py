@@ -243,3 +243,41 @@ def test_the_feeder_process_imports_only_what_it_needs() -> None:
             " 'riverbed.spark_bridge._deploy', 'riverbed.runtime._logging') if m in sys.modules)))\n")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("held", ["delay", "throttle", "time-panes"])
+def test_the_driver_stage_ends_as_the_runtime_does(tmp_path: Path, held: str) -> None:
+    """The driver stage's host starts at the first row's stamped time (it started at its row
+    kind: time panes 4 ns off), and once the input is over, time runs on to the timers still
+    armed: a Delay or Throttle releases what it held (they were lost, the run exiting 0)."""
+    from riverbed.graph import Schema
+    from riverbed.operators import Aggregate, Beacon, Count, Delay, FileSink, Max, Min, Throttle
+    from riverbed.runtime import VirtualClock, run_graph
+    from riverbed.spark_bridge._driver import DriverStage
+    from tests.spark_fakes import FakeBatch
+
+    def graph(out: Path) -> FrozenGraph:
+        g = Graph("held")
+        src = g.source("beacon", Beacon(iterations=300, period=0.01, output={"i": lambda n: n}),
+                       schema=Schema(i="int64"))
+        if held == "time-panes":
+            op = g.operator("op", Aggregate({"n": Count(), "lo": Min("i"), "hi": Max("i")}),
+                            [src.window("tumbling, time(1)")])
+        else:
+            op = g.operator("op", Delay(0.25) if held == "delay" else Throttle(70.0), [src])
+        g.sink("file", FileSink(str(out), format="csv"), [op])
+        return g.freeze()
+
+    run_graph(graph(tmp_path / "ref.csv"), clock=VirtualClock())
+    frozen = graph(tmp_path / "out.csv")
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    _Publisher(str(spool), f"{ROW_DDL}, stream INT", 1000, _Spark(spool, keep=True)).run(  # type: ignore[arg-type]
+        [dump_payload((frozen, "beacon", 0, None))], [0], 10, 20)
+    stage = DriverStage(frozen, ["op", "file"], [("beacon", 0)], [1], state_dir=None)
+    for batch_id, path in enumerate(_visible(spool)):
+        stage.process(FakeBatch(pq.read_table(path)), batch_id)
+    stage.close()
+    expected = (tmp_path / "ref.csv").read_text()
+    assert expected.count("\n") == (2 if held == "time-panes" else 300)  # (final flushes no pane)
+    assert (tmp_path / "out.csv").read_text() == expected

@@ -93,6 +93,13 @@ class StampClock:
     def set(self, now: int) -> None:
         self._now = max(self._now, now)
 
+    def next_when(self) -> int | None:
+        """When the earliest live timer is due (None: no timer)."""
+        heap = self._heap
+        while heap and heap[0][2].cancelled:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
 
 class SyncGraph:
     """Some operators of a graph (``members``, in graph order) driven one item at a time.
@@ -277,6 +284,13 @@ class SyncGraph:
             if on_timer is not None:
                 on_timer(timer.when)
         clock.set(now)
+
+    def run_out(self) -> None:
+        """Every input ended: time moves on to each timer still armed, in order, until every
+        member has ended (a Delay or Throttle releases what it holds, then final) or no timer
+        is left. A host whose input is over calls it; without it, what they held was lost."""
+        while not self.finished and (due := self.clock.next_when()) is not None:
+            self.advance(due)
 
     def call(self, operator: str, action: Callable[[OperatorCore], Any]) -> Any:
         """Run ``action`` on a member's core between two items (a host-level call on its

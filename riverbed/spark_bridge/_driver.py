@@ -47,6 +47,11 @@ class ChannelMerge:
 
     def final(self, chan: int) -> bool:
         self.finals.add(chan)
+        return self.ended
+
+    @property
+    def ended(self) -> bool:
+        """Every group sent final: the stream is over."""
         return len(self.finals) == self.channels
 
     def window(self, chan: int) -> bool:
@@ -133,10 +138,11 @@ class DriverStage:
     def process_rows(self, rows: list[tuple[Any, ...]], batch_id: int) -> None:
         host = self.host
         if host is None:
-            first = rows[0][2] if rows else 0
+            first = rows[0][3] if rows else 0  # the first row's stamped time
             host = self.host = SyncGraph(self.graph, self.members, now=first)
         run: list[Any] = []  # consecutive tuples of one stream with one stamped time
         run_of = (-1, 0)  # their (stream, time)
+        ended = False  # a stream's final came in this batch
 
         def feed_run() -> None:
             stream, time = run_of
@@ -168,6 +174,7 @@ class DriverStage:
             elif kind == KIND_FINAL:
                 if self.merges[stream].final(chan):
                     host.feed(op, port, Punct.FINAL)
+                    ended = True
             elif kind == KIND_WINDOW:
                 if self.merges[stream].window(chan):
                     host.feed(op, port, Punct.WINDOW)
@@ -175,6 +182,8 @@ class DriverStage:
                 raise ValueError(f"row of unknown kind {kind} in stream {op}.out[{port}]")
         if run:
             feed_run()
+        if ended and all(m.ended for m in self.merges):
+            host.run_out()  # the input is over: what Delay or Throttle still hold comes out now
         host.take_exits()  # the driver stage ends the graph: nothing leaves it
         self.rows += len(rows)
         self.batches += 1
