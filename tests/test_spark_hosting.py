@@ -194,3 +194,18 @@ def test_a_source_that_also_feeds_other_operators_is_not_keyed() -> None:
     with pytest.raises(TranslationError, match=r"operator 'src': cannot run keyed: its stream also feeds"):
         plan(g.freeze(), "keyed")
     assert plan(g.freeze()).mode == "driver"
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (["--max-records", "-5"], "--max-records -5: expected a number of records >= 1"),
+    (["--max-records", "0"], "--max-records 0: expected a number of records >= 1"),
+    (["--trigger", "bogus"], "--trigger 'bogus': expected an interval such as '1 second'"),
+    (["--master", "foo"], "--master 'foo': expected local, local[N], local[*], yarn"),
+])
+def test_bad_spark_options_are_refused_before_spark_starts(option: list[str], message: str,
+                                                          capsys: Any) -> None:
+    """They hung (a negative --max-records), divided by zero, or failed in Spark with a trace."""
+    from riverbed.cli import main
+
+    assert main(["spark", "run", "examples/sensors.py", *option]) == 2
+    assert message in capsys.readouterr().err

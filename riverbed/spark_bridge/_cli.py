@@ -7,6 +7,7 @@ are invalid (nothing was deployed); 3 Spark or Java is missing.
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
     streams (name -> `SparkInput`); the graph itself stays what ``riverbed run`` runs. With
     ``spark_inputs``, even ``explain`` starts Spark: the inputs are Spark streams."""
     try:
+        _check_options(master, trigger, max_records)
         parsed = parse_params(params)
         graph, namespace = load_script(script, parsed)
         outputs = _hook(namespace, "spark_outputs", SparkOutput, parsed)
@@ -89,6 +91,25 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
             signal.signal(sig, handler)
     echo(f"done: {d.stage.batches} micro-batches, {d.stage.rows} rows into the driver stage")
     return EXIT_OK
+
+
+_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|yarn|(spark|k8s|mesos)://\S+")
+_UNITS = ("ms|millis|milli|millisecond|milliseconds|s|sec|secs|second|seconds|m|min|mins|minute|"
+          "minutes|h|hour|hours|d|day|days")
+_INTERVAL = re.compile(rf"\s*(interval\s+)?(\d+(\.\d+)?\s*({_UNITS})\s*)+", re.IGNORECASE)
+
+
+def _check_options(master: str, trigger: str | None, max_records: int) -> None:
+    """Refuse what Spark would refuse later with a stack trace, or hang on (exit 2)."""
+    if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1:
+        raise ScriptError(f"--max-records {max_records}: expected a number of records >= 1 a "
+                          "micro-batch")
+    if trigger is not None and not _INTERVAL.fullmatch(trigger):
+        raise ScriptError(f"--trigger {trigger!r}: expected an interval such as '1 second', "
+                          "'500 milliseconds' or '2 minutes'")
+    if not _MASTER.fullmatch(master):
+        raise ScriptError(f"--master {master!r}: expected local, local[N], local[*], yarn, or a "
+                          "spark://, k8s:// or mesos:// URL")
 
 
 def _hook(namespace: dict[str, Any], name: str, kind: type, *args: Any) -> dict[str, Any]:
