@@ -209,3 +209,16 @@ def test_bad_spark_options_are_refused_before_spark_starts(option: list[str], me
 
     assert main(["spark", "run", "examples/sensors.py", *option]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_spark_checkpoint_directory_belongs_to_one_job(tmp_path: Any) -> None:
+    """Another job's directory restored that job's offsets: the run did nothing, exit 0."""
+    from riverbed.spark_bridge._deploy import _claim
+    from riverbed.spark_bridge._errors import TranslationError
+
+    place = str(tmp_path / "ck")
+    _claim(place, "sensors")
+    _claim(place, "sensors")  # its own again: a restart
+    with pytest.raises(TranslationError, match=r"the checkpoint '.*ck' was written by job 'sensors', "
+                                               r"and this job is 'stocks'"):
+        _claim(place, "stocks")

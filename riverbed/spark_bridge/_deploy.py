@@ -162,6 +162,26 @@ class _Fixed:
 
 
 _GROUPS_FILE = "riverbed-key-groups.json"
+_JOB_FILE = "riverbed-job.json"
+
+
+def _claim(checkpoint: str, job: str) -> None:
+    """The checkpoint directory belongs to one job: another job's would restore its offsets
+    and state (Spark finds every source read already, and the run does nothing)."""
+    path = os.path.join(checkpoint, _JOB_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            owner = json.load(f).get("job")
+        if owner != job:
+            raise TranslationError(None, f"the checkpoint {checkpoint!r} was written by job "
+                                         f"{owner!r}, and this job is {job!r}: restoring it would "
+                                         "continue another job; give this job a checkpoint "
+                                         "directory of its own")
+        return
+    os.makedirs(checkpoint, exist_ok=True)
+    with open(f"{path}.tmp", "w") as f:
+        json.dump({"job": job}, f)
+    os.replace(f"{path}.tmp", path)
 
 
 def _saved_groups(checkpoint: str) -> dict[str, Any] | None:
@@ -287,6 +307,7 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
             groups: int | None, inputs: Mapping[str, SparkInput] | None) -> Deployment:
     from pyspark.sql import functions as F
 
+    _claim(checkpoint, frozen.name)
     saved = _saved_groups(checkpoint)
     n_groups = groups or (saved["asked"] if saved else int(spark.conf.get("spark.sql.shuffle.partitions")))
     inputs = dict(inputs or {})
