@@ -222,3 +222,17 @@ def test_a_spark_checkpoint_directory_belongs_to_one_job(tmp_path: Any) -> None:
     with pytest.raises(TranslationError, match=r"the checkpoint '.*ck' was written by job 'sensors', "
                                                r"and this job is 'stocks'"):
         _claim(place, "stocks")
+
+
+def test_a_failed_querys_message_is_the_riverbed_error_a_task_raised() -> None:
+    """Spark wraps a task's Python traceback in its own message and stack trace: the command
+    says what ``riverbed run`` says (operator, port, tuple), not Spark's first line."""
+    from riverbed.spark_bridge._cli import failure_of
+
+    spark = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted.\n"
+             "Traceback (most recent call last):\n  File \"x.py\", line 3, in f\n"
+             "riverbed.core._errors.OperatorError: operator 'agg', input port 0: "
+             "ZeroDivisionError: division by zero on tuple {'v': 0}\n\tat org.apache.spark...")
+    assert failure_of(spark) == ("operator 'agg', input port 0: ZeroDivisionError: division by "
+                                 "zero on tuple {'v': 0}")
+    assert failure_of("[INVALID] something Spark says\nat ...") == "[INVALID] something Spark says"

@@ -84,13 +84,29 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
             echo("riverbed spark: stopping the query (a restart resumes from its checkpoint)")
             d.stop()
     except Exception as exc:  # a failed query: Spark's StreamingQueryException
-        print(f"riverbed spark: the query failed: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"riverbed spark: the query failed: {failure_of(str(exc))}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     echo(f"done: {d.stage.batches} micro-batches, {d.stage.rows} rows into the driver stage")
     return EXIT_OK
+
+
+# The riverbed error a task raised, as the Python traceback inside Spark's message ends with it:
+# its class (module-qualified or not), then what it says (an operator's error names it).
+_RIVERBED_ERROR = re.compile(r"^(?:[\w.]+\.)?(OperatorError|SchemaViolation|KeyGroupError|"
+                             r"JobError|PartReadError|FileSourceError): (.+)$", re.MULTILINE)
+
+
+def failure_of(message: str) -> str:
+    """What a failed query's message says went wrong: the riverbed error a task raised (the
+    operator, port and tuple, as ``riverbed run`` names them) when the message carries one,
+    else its first line (Spark's own)."""
+    found: list[tuple[str, str]] = _RIVERBED_ERROR.findall(message)
+    if found:
+        return found[-1][1]
+    return message.splitlines()[0] if message else "(no message)"
 
 
 _MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|yarn|(spark|k8s|mesos)://\S+")
