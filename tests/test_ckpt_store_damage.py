@@ -428,7 +428,8 @@ def test_a_store_too_damaged_to_read_stops_run_in_one_line(
     under --restarts, no crash loop): ``riverbed run`` refuses to start, exit 2."""
     ckpt, out = tmp_path / "ckpt", tmp_path / "alerts.jsonl"
     args = ["run", "examples/sensors.py", "-p", "seconds=1", "-p", f"out={out}", "--no-status",
-            "--virtual-clock", "--checkpoint-dir", str(ckpt), "--checkpoint-period", "100ms"]
+            "--virtual-clock", "--checkpoint-dir", str(ckpt), "--checkpoint-period", "100ms",
+            "--log-format", "console"]  # (JSON off a terminal: the message would be an event)
     monkeypatch.chdir(ROOT)
     assert main(args) == 0
     capsys.readouterr()
