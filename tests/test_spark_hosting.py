@@ -236,3 +236,17 @@ def test_a_failed_querys_message_is_the_riverbed_error_a_task_raised() -> None:
     assert failure_of(spark) == ("operator 'agg', input port 0: ZeroDivisionError: division by "
                                  "zero on tuple {'v': 0}")
     assert failure_of("[INVALID] something Spark says\nat ...") == "[INVALID] something Spark says"
+
+
+def test_a_ctrl_c_while_spark_starts_is_one_line(monkeypatch: Any, capsys: Any) -> None:
+    """It printed Python's KeyboardInterrupt traceback from inside the session start."""
+    from riverbed.spark_bridge import _session
+    from riverbed.spark_bridge._cli import spark_command
+
+    def interrupted(master: str) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_session, "spark_session", interrupted)
+    assert spark_command("run", "examples/sensors.py") == 130
+    err = capsys.readouterr().err
+    assert err == "riverbed spark: interrupted while Spark started; nothing was deployed\n"

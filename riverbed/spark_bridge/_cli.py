@@ -2,7 +2,8 @@
 
 Exit codes as for ``riverbed run``: 0 the query ended (its sources did) or
 was stopped; 1 it failed; 2 the script, its parameters or the translation
-are invalid (nothing was deployed); 3 Spark or Java is missing.
+are invalid (nothing was deployed); 3 Spark or Java is missing; 130 interrupted (Ctrl-C) before
+the query ran.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ._plan import plan
 __all__ = ["EXIT_NO_SPARK", "spark_command"]
 
 EXIT_NO_SPARK = 3
+EXIT_INTERRUPTED = 130  # a Ctrl-C before the query ran (the shell's convention for SIGINT)
 
 
 def spark_command(action: str, script: str, *, params: Sequence[str] = (), master: str = "local[2]",
@@ -56,6 +58,9 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
     except SparkSetupError as exc:
         print(f"riverbed spark: {exc}", file=sys.stderr)
         return EXIT_NO_SPARK
+    except KeyboardInterrupt:
+        print("riverbed spark: interrupted while Spark started; nothing was deployed", file=sys.stderr)
+        return EXIT_INTERRUPTED
     try:
         inputs = _hook(namespace, "spark_inputs", SparkInput, spark, parsed) if make_inputs else {}
         if action == "explain":
@@ -67,6 +72,10 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
     except (ScriptError, TranslationError) as exc:
         print(f"riverbed spark: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("riverbed spark: interrupted while the query was deployed; it did not start",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     echo(d.plan.explain())
     echo(f"checkpoint: {d.checkpoint}")
 
@@ -81,7 +90,9 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
             if d.await_termination(0.5):  # waits on the query; True once it ended
                 break
         if requested:
-            echo("riverbed spark: stopping the query (a restart resumes from its checkpoint)")
+            echo("riverbed spark: stopping the query" + (
+                " (its checkpoint is temporary: a run starts over)" if d.temporary else
+                f" (a run with --checkpoint {d.checkpoint} resumes from it)"))
             d.stop()
     except Exception as exc:  # a failed query: Spark's StreamingQueryException
         print(f"riverbed spark: the query failed: {failure_of(str(exc))}", file=sys.stderr)

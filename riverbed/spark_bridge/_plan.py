@@ -327,7 +327,9 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
     p.driver = [op.name for op in graph.operators
                 if op.kind != "source" and op.name not in (*hosted, *chain)]
     for name in chain:
-        p.notes[name] = "stateless: runs in the source's task (mapInPandas), before the key routing"
+        p.notes[name] = ("stateless (it snapshots nothing: state kept in plain attributes would "
+                         "start over in each task): runs in the source's task (mapInPandas), "
+                         "before the key routing")
     for n, stage in enumerate(stages, 1):
         head = graph.operator(stage.members[0])
         inp = head.inputs[0]
