@@ -74,6 +74,7 @@ def test_a_region_reports_its_operators_metrics_as_width_one_does() -> None:
     assert port.tuples_dropped_late > 0 and port.errors > 0 and alone.counters["triggers"].value > 0
     assert (wide_port.tuples_processed, wide_port.tuples_dropped_late, wide_port.errors) == (
         port.tuples_processed, port.tuples_dropped_late, port.errors)
+    assert wide_port.final_puncts_processed == port.final_puncts_processed == 1  # (not per channel)
     assert wide.counters["triggers"].value == alone.counters["triggers"].value
     assert wide.watermark == alone.watermark
     assert wide.outputs[0].tuples_submitted == alone.outputs[0].tuples_submitted

@@ -20,6 +20,15 @@ from ..core import Counter
 
 __all__ = ["fold_member_metrics"]
 
+def _total(field: str, values: list[int]) -> int:
+    """The region's count from its channels': tuples, errors and late tuples are each
+    channel's own, so they add up; punctuation and watermarks reach (or leave) every channel
+    alike, so the region saw as many as one channel did."""
+    if "punct" in field or "watermark" in field:
+        return max(values, default=0)
+    return sum(values)
+
+
 _INPUT_FIELDS = ("window_puncts_processed", "final_puncts_processed", "tuples_dropped_late", "errors")
 
 
@@ -41,14 +50,14 @@ def fold_member_metrics(runners: Mapping[str, Any], reports: Iterable[Mapping[st
         fields = _INPUT_FIELDS if name == first else (*_INPUT_FIELDS, "tuples_processed")
         for i, port in enumerate(target.inputs):
             for field in fields:
-                setattr(port, field, sum(m["inputs"][i][field] for m in reported
-                                         if i < len(m["inputs"])))
+                setattr(port, field, _total(field, [m["inputs"][i][field] for m in reported
+                                                    if i < len(m["inputs"])]))
         for i, port in enumerate(target.outputs):
             if (name, i) in merged:
                 continue
             for field in port.__slots__:
-                setattr(port, field, sum(m["outputs"][i][field] for m in reported
-                                         if i < len(m["outputs"])))
+                setattr(port, field, _total(field, [m["outputs"][i][field] for m in reported
+                                                    if i < len(m["outputs"])]))
         marks = [m["watermark"] for m in reported]
         if marks and None not in marks:
             target.watermark = min(marks)
