@@ -7,15 +7,13 @@ operator of a parallel region has 16 batches in flight to each channel's process
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from riverbed.graph import INBOX_BATCHES, Graph, GraphError, Operator, Schema, Source
 from riverbed.runtime import Job, run_graph
-from riverbed.runtime._parallel import REGION_FEEDS, parent_fds
+from riverbed.runtime._parallel import REGION_FEEDS
 from riverbed.testing import ListSink
 
 ROW = Schema(k="int64", v="int64")
@@ -37,11 +35,7 @@ class Pass(Operator):
         self.submit(tup, 0)
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert multiprocessing.active_children() == []
-    assert parent_fds() == frozenset()
+pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
 
 
 def _graph(queue_batches: int | None, n: int = 20_000) -> tuple[Graph, ListSink]:

@@ -11,12 +11,10 @@ lines (nothing lost, nothing twice).
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,6 @@ from riverbed.checkpoint import MemoryStore
 from riverbed.core import RestoreRefused
 from riverbed.graph import Graph, Operator, Schema, Source
 from riverbed.runtime import Job, JobError, VirtualClock
-from riverbed.runtime._parallel import parent_fds
 from riverbed.runtime._parallel_wire import channel_of
 from riverbed.testing import run_until_crash
 from riverbed.windows import EventType, StreamWindowEvent
@@ -35,11 +32,7 @@ S = 1_000_000_000
 SCHEMA = Schema(sensor="int64", value="int64", seq="int64")
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert multiprocessing.active_children() == []
-    assert parent_fds() == frozenset()
+pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
 
 
 class Readings(Source):

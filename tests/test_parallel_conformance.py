@@ -4,25 +4,17 @@ at widths 2 and 3 the same per pane and partition (channels have no order among 
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from riverbed.conformance import Case, CaseError, Event
 from riverbed.runtime import replay_in_runtime
-from riverbed.runtime._parallel import parent_fds
 from riverbed.runtime._parallel_trace import replay_in_parallel, unsupported
 from tests.test_conformance import CASES_DIR, EXTRA_DIR, selected
 
-
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert multiprocessing.active_children() == []
-    assert parent_fds() == frozenset()
+pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
 
 
 def _by_key(events: list[Event]) -> dict[tuple[str, str], list[Event]]:

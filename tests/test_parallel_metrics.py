@@ -3,26 +3,19 @@ tuples, their own counters and their watermark read as at width 1 (they read 0 a
 
 from __future__ import annotations
 
-import multiprocessing
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from riverbed.graph import Graph, Operator, Schema
 from riverbed.runtime import Job, VirtualClock, run_virtual
-from riverbed.runtime._parallel import parent_fds
 from riverbed.testing import ListSink, ListSource
 
 S = 1_000_000_000
 READING = Schema(sensor="int64", v="int64", ts="int64")
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert multiprocessing.active_children() == []
-    assert parent_fds() == frozenset()
+pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
 
 
 class Panes(Operator):

@@ -3,25 +3,18 @@ outcome is already known."""
 
 from __future__ import annotations
 
-import multiprocessing
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from riverbed.graph import Graph, Operator, Schema, Source
 from riverbed.runtime import JobError, run_graph
-from riverbed.runtime._parallel import parent_fds
 from riverbed.runtime._parallel_wire import channel_of
 
 READING = Schema(k="rstring", v="int64", ts="int64")
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert multiprocessing.active_children() == []
-    assert parent_fds() == frozenset()
+pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
 
 
 class LateStranger(Source):

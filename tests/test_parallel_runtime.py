@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import os
 import runpy
 import signal
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ import pytest
 from riverbed.core import OperatorError
 from riverbed.graph import Graph, Operator, Punct, Schema, Source
 from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
-from riverbed.runtime._parallel import ChannelError, parent_fds
+from riverbed.runtime._parallel import ChannelError
 from riverbed.runtime._parallel_wire import channel_of
 from riverbed.windows import EventType, StreamWindowEvent
 
@@ -30,11 +28,7 @@ READING = Schema(k="rstring", v="int64", ts="int64")
 WIDTHS = [1, 2, 3]
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert multiprocessing.active_children() == []
-    assert parent_fds() == frozenset()
+pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
 
 
 def _gone(pid: int | None) -> bool:

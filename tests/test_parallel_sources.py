@@ -9,10 +9,8 @@ the job naming it.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +18,6 @@ import pytest
 from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, GraphError, GraphValidationError, Operator, Punct, Schema, Source
 from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
-from riverbed.runtime._parallel import parent_fds
 from riverbed.runtime._parallel_wire import channel_of
 from riverbed.windows import EventType, StreamWindowEvent
 
@@ -28,11 +25,7 @@ READING = Schema(k="rstring", v="int64", ts="int64")
 KEYS = 29
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert multiprocessing.active_children() == []
-    assert parent_fds() == frozenset()
+pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
 
 
 def _reading(i: int) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import asyncio
 import io
 import multiprocessing
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ import pytest
 from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, GraphError, GraphValidationError, Operator, Punct, Schema, Source
 from riverbed.runtime import Job, VirtualClock, run_graph
-from riverbed.runtime._parallel import parent_fds
 from riverbed.testing import run_until_crash
 from tests.test_parallel_checkpoints import (
     SCHEMA,
@@ -36,11 +34,7 @@ from tests.test_parallel_checkpoints import (
 S = 1_000_000_000
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert multiprocessing.active_children() == []
-    assert parent_fds() == frozenset()
+pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
 
 
 class Pass(Operator):
