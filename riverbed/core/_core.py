@@ -296,11 +296,7 @@ class OperatorCore:
 
     def input_schema(self, port: int = 0) -> Any:
         """The declared schema of the streams input ``port`` takes (None: undeclared)."""
-        for c in self.odef.inputs[port].connections:
-            schema = self.graph.stream_schema(c.operator, c.port)
-            if schema is not None:
-                return schema
-        return None
+        return self.graph.input_schema(self.name, port)
 
     def request_checkpoint(self) -> int | None:
         """Ask the job for a checkpoint now (SPL operator-driven regions); its id, or None."""

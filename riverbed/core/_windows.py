@@ -54,8 +54,7 @@ def build_window(odef: OperatorDef, port: int, graph: FrozenGraph, *, event_time
         wanted = op.window_events
         w.register_listener(listener, pane_events if wanted is None else pane_events & wanted)
         return w
-    c = inp.connections[0]
-    schema = graph.stream_schema(c.operator, c.port)
+    schema = graph.input_schema(odef.name, port)
     types = schema.as_dict() if schema is not None else dict(inp.attribute_types or {})
     w = StreamWindow(inp.window, flavor=inp.flavor, partition_by=inp.partition_by,
                      attribute_types=types, default_partition=_default_key(types, inp.partition_by))

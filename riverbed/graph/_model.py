@@ -173,6 +173,12 @@ class FrozenGraph:
     def stream_schema(self, name: str, port: int) -> Schema | None:
         return self.operator(name).outputs[port]
 
+    def input_schema(self, name: str, port: int) -> Schema | None:
+        """The schema of the streams operator ``name``'s input ``port`` takes (its first
+        connection's: the streams of one port carry one schema, rule ``fan-in-schema``)."""
+        c = self.operator(name).inputs[port].connections[0]
+        return self.stream_schema(c.operator, c.port)
+
     def guarantee(self) -> tuple[str, list[str]]:
         """What checkpointing can promise for this graph, and why not more.
 

@@ -142,6 +142,14 @@ class PortLayout:
     outputs: int
     output_schemas: tuple[Schema | None, ...] = ()
 
+    def input_schema(self, port: int = 0) -> Schema | None:
+        """Input ``port``'s declared schema; None when undeclared or the port is not there."""
+        return self.input_schemas[port] if port < len(self.input_schemas) else None
+
+    def output_schema(self, port: int = 0) -> Schema | None:
+        """Data output ``port``'s declared schema; None when undeclared or not there."""
+        return self.output_schemas[port] if port < len(self.output_schemas) else None
+
 
 class Operator:
     """Base class of operators: override the handlers the operator needs.

@@ -64,7 +64,7 @@ from ._aggregate_math import SumAccumulator, freeze
 from ._aggregate_rows import Column, RowBuilder, compile_rows, expression_key, reads_scope
 from ._aggregate_runs import FloatRuns, RunRows, compile_run_rows
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import declared_output, result_submit, results_submit
+from ._utility_support import attribute_problems, declared_output, result_submit, results_submit
 
 __all__ = ["Aggregate"]
 
@@ -399,18 +399,13 @@ class Aggregate(Operator):
     def check_ports(self, ports: PortLayout) -> list[str]:
         """The window port 0 needs for this Aggregate's parameters, and the attributes it reads
         against a declared input schema (`Operator.check_ports`: at `Graph.freeze`)."""
-        spec = ports.windows[0] if ports.windows else None
-        problems = self._window_problems(spec)
-        schema = ports.input_schemas[0] if ports.input_schemas else None
-        self._columns = self._with_declared(ports.output_schemas[0] if ports.output_schemas else None)
-        if schema is not None:
-            missing: dict[str, str] = {}  # each once, where it is named first
-            for what, attr in self._attributes_read():
-                if schema.type_of(attr) is None:
-                    missing.setdefault(attr, what)
-            problems += [f"{what} reads attribute {attr!r}, which the input schema {schema} "
-                         f"does not have" for attr, what in missing.items()]
-        return problems
+        problems = self._window_problems(ports.windows[0] if ports.windows else None)
+        self._columns = self._with_declared(ports.output_schema())
+        reads: dict[str, str] = {}  # each attribute once, where it is named first
+        for what, attr in self._attributes_read():
+            reads.setdefault(attr, what)
+        return problems + attribute_problems([(what, attr) for attr, what in reads.items()],
+                                             ports.input_schema())
 
     def _with_declared(self, output: Schema | None) -> list[tuple[str, int, Any]]:
         """The output clause, and for each attribute of the declared ``output`` it does not

@@ -264,30 +264,33 @@ class Join(Operator):
         (`Operator.check_ports`: at `Graph.freeze`)."""
         problems = (self._port_problems((len(ports.windows), ports.outputs), ports.windows)
                     + self._schema_problems(ports))
-        for port, (side, exprs) in enumerate(zip(("equality_lhs", "equality_rhs"),
-                                                 self._equality_exprs, strict=True)):
-            if port < len(ports.input_schemas) and exprs is not None:
-                items = exprs if isinstance(exprs, (list, tuple)) else [exprs]
-                problems += attribute_problems([(side, e) for e in items], ports.input_schemas[port])
+        for port, side in enumerate(("equality_lhs", "equality_rhs")):
+            problems += attribute_problems([(side, e) for e in self._equality_items(port)],
+                                           ports.input_schema(port))
         return problems
+
+    def _equality_items(self, port: int) -> list[Any]:
+        """Port ``port``'s equality key as given: its attribute names and functions."""
+        exprs = self._equality_exprs[port]
+        if exprs is None:
+            return []
+        return list(exprs) if isinstance(exprs, (list, tuple)) else [exprs]
 
     def _collection_key(self, port: int) -> bool:
         """A declared input schema types one of the port's equality attributes as a collection
         (list, set, map, tuple): its values cannot be dict keys as they are."""
         schema_of = getattr(self.context, "input_schema", None)
         schema = schema_of(port) if callable(schema_of) else None
-        exprs = self._equality_exprs[port]
-        if schema is None or exprs is None:
+        if schema is None:
             return False
-        names = [e for e in (exprs if isinstance(exprs, (list, tuple)) else [exprs])
-                 if isinstance(e, str)]
-        return any((schema.type_of(n) or "").startswith(_COLLECTIONS) for n in names)
+        return any((schema.type_of(e) or "").startswith(_COLLECTIONS)
+                   for e in self._equality_items(port) if isinstance(e, str))
 
     def _schema_problems(self, ports: PortLayout) -> list[str]:
         """An attribute of the declared output that nothing gives: not assigned, and in
         neither input's declared schema (an outer join fills a missing side's attributes with
         their types' defaults, but an attribute neither side has is always missing)."""
-        schema = ports.output_schemas[0] if ports.output_schemas else None
+        schema = ports.output_schema()
         inputs = ports.input_schemas[:2]
         if schema is None or len(inputs) < 2 or None in inputs or callable(self._assigned):
             return []

@@ -339,6 +339,5 @@ class Custom(ShapedOperator):
 
 def _clause_problems(clauses: list[OutputClause], ports: PortLayout) -> list[str]:
     """What each output clause breaks against its port's declared schema (`check_ports`)."""
-    outputs = ports.output_schemas
-    return [m for i, clause in enumerate(clauses) if i < len(outputs)
-            for m in clause.problems(outputs[i], ports.input_schemas)]
+    return [m for i, clause in enumerate(clauses)
+            for m in clause.problems(ports.output_schema(i), ports.input_schemas)]

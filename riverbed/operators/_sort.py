@@ -209,8 +209,8 @@ class Sort(Operator):
         (`Operator.check_ports`: at `Graph.freeze`)."""
         problems = _port_problems((len(ports.windows), ports.outputs),
                                   ports.windows[0] if ports.windows else None)
-        schema = ports.input_schemas[0] if ports.input_schemas else None
-        return problems + attribute_problems([("sort_by", n) for n in self._sort_names], schema)
+        return problems + attribute_problems([("sort_by", n) for n in self._sort_names],
+                                             ports.input_schema())
 
     def setup(self) -> None:
         try:

@@ -442,11 +442,8 @@ class DeDuplicate(ShapedOperator):
         self._n = 0
 
     def check_ports(self, ports: PortLayout) -> list[str]:
-        problems = super().check_ports(ports) + attribute_problems(
-            self._reads, ports.input_schemas[0] if ports.input_schemas else None)
-        outputs = ports.output_schemas
-        return problems + self.clause.problems(outputs[0] if outputs else None,
-                                               ports.input_schemas)
+        return (super().check_ports(ports) + attribute_problems(self._reads, ports.input_schema())
+                + self.clause.problems(ports.output_schema(), ports.input_schemas))
 
     def setup(self) -> None:
         self._duplicates = port_shape(self, self.port_ranges).outputs == 2

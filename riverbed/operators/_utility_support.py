@@ -251,9 +251,9 @@ def declared_output(context: Any, port: int = 0) -> Schema | None:
 
 
 def output_schema(op: Operator, port: int) -> Schema | None:
-    """The schema declared for output ``port`` (None: undeclared)."""
-    schema = _definition(op).outputs[port]
-    return schema if isinstance(schema, Schema) else None
+    """`declared_output` of a host that must describe the operator's ports (it says so)."""
+    _definition(op)
+    return declared_output(op.context, port)
 
 
 def batch_submit(op: Operator, port: int = 0) -> Callable[[Iterable[Any]], None]:

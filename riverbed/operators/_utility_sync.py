@@ -90,10 +90,8 @@ class _Synchroniser(ShapedOperator):
     def check_ports(self, ports: PortLayout) -> list[str]:
         problems = super().check_ports(ports)
         found, keys = self._partition_problems(len(ports.windows))
-        schemas = ports.input_schemas
-        return problems + found + [m for port, expr in keys.items() if port < len(schemas)
-                                   for m in attribute_problems([(f"partitionBy of input port "
-                                                                 f"{port}", expr)], schemas[port])]
+        return problems + found + [m for port, expr in keys.items() for m in attribute_problems(
+            [(f"partitionBy of input port {port}", expr)], ports.input_schema(port))]
 
     def _partition_problems(self, n: int) -> tuple[list[str], dict[int, Any]]:
         """What the partitionBy parameters break for ``n`` input ports, and the key of each port."""
@@ -185,8 +183,7 @@ class Barrier(_Synchroniser):
         self._build: Callable[..., Any] = self.clause.bind(None)
 
     def check_ports(self, ports: PortLayout) -> list[str]:
-        outputs = ports.output_schemas
-        return super().check_ports(ports) + self.clause.problems(outputs[0] if outputs else None,
+        return super().check_ports(ports) + self.clause.problems(ports.output_schema(),
                                                                  ports.input_schemas)
 
     def setup(self) -> None:
@@ -267,9 +264,8 @@ class DynamicFilter(ShapedOperator):
         n = len(ports.windows)
         if 2 <= n <= 3 and (n == 3) != (self.remove_key is not None):
             problems.append(self._remove_key_problem(n))
-        schemas = ports.input_schemas
-        return problems + [m for port, what, expr in self._reads if port < len(schemas)
-                           for m in attribute_problems([(what, expr)], schemas[port])]
+        return problems + [m for port, what, expr in self._reads
+                           for m in attribute_problems([(what, expr)], ports.input_schema(port))]
 
     def _remove_key_problem(self, inputs: int) -> str:
         return (f"remove_key (removeKey) goes with a third input port (the removals), and only "

@@ -110,7 +110,7 @@ class Beacon(Source):
         self._template: dict[str, Any] = {}
 
     def check_ports(self, ports: PortLayout) -> list[str]:
-        schema = ports.output_schemas[0] if ports.output_schemas else None
+        schema = ports.output_schema()
         return [] if schema is None else self._unknown(schema)
 
     def _unknown(self, schema: Schema) -> list[str]:
