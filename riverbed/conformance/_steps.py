@@ -22,7 +22,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..windows import EVENT_TIME_MAX, seconds_to_ns
+from ..windows import EVENT_TIME_MAX, MAX_SECONDS, seconds_to_ns
 
 __all__ = [
     "NS_PER_SECOND",
@@ -114,17 +114,14 @@ Step = (TupleStep | AtStep | PunctStep | WatermarkStep | EvictPartitionStep | Ch
         | RestartStep)
 
 
-_MAX_SECONDS = (2**63 - 1) // NS_PER_SECOND
-
-
 def _seconds(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise CaseError(f"{where}: expected seconds as a number, got {json.dumps(value)}")
     if not math.isfinite(value):
         raise CaseError(f"{where}: expected a finite number of seconds, got {value!r}")
-    if abs(value) > _MAX_SECONDS:  # (its nanoseconds overflow: infinity once multiplied)
+    if abs(value) > MAX_SECONDS:  # (its nanoseconds overflow: infinity once multiplied)
         raise CaseError(f"{where}: {value!r} seconds is beyond the clock's range (int64 "
-                        f"nanoseconds: at most {_MAX_SECONDS} seconds)")
+                        f"nanoseconds: at most {MAX_SECONDS} seconds)")
     return value
 
 

@@ -31,6 +31,7 @@ from ._flavor import Flavor
 from ._keys import decode_partition_key, encode_partition_key
 from ._policy import (
     EVENT_TIME_MAX,
+    MAX_SECONDS,
     NS_PER_SECOND,
     Count,
     Delta,
@@ -53,6 +54,7 @@ from ._window import StreamWindow
 
 __all__ = [
     "EVENT_TIME_MAX",
+    "MAX_SECONDS",
     "NS_PER_SECOND",
     "Count",
     "Delta",

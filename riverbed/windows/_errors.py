@@ -59,6 +59,9 @@ class WindowStateError(WindowError, RuntimeError):
 class PunctuationError(WindowError, ValueError):
     """A punctuation kind the window does not know (``punctuate`` takes "window" or "final")."""
 
+    def __init__(self, kind: object) -> None:
+        super().__init__(f"unknown punctuation {kind!r}; expected 'window' or 'final'")
+
 
 class SnapshotError(WindowError, ValueError):
     """A snapshot cannot be restored: corrupt, foreign, or for another window."""

@@ -86,19 +86,13 @@ class ListenerRegistry:
         on_error, before = self.on_error, self.before
         if on_error is None:
             return handle
-        if before is None:
-            def guarded(event: StreamWindowEvent[Any]) -> None:
-                try:
-                    handle(event)
-                except Exception as exc:  # a listener's failure: the host decides (the module)
-                    on_error(event, exc, None)
-        else:
-            def guarded(event: StreamWindowEvent[Any]) -> None:
-                token = before()
-                try:
-                    handle(event)
-                except Exception as exc:
-                    on_error(event, exc, token)
+
+        def guarded(event: StreamWindowEvent[Any]) -> None:
+            token = before() if before is not None else None
+            try:
+                handle(event)
+            except Exception as exc:  # a listener's failure: the host decides (see the module)
+                on_error(event, exc, token)
 
         guarded.__wrapped__ = handle  # type: ignore[attr-defined]
         return guarded

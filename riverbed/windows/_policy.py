@@ -23,6 +23,7 @@ from enum import Enum
 from ._errors import WatermarkError, WindowClauseError
 
 __all__ = [
+    "MAX_SECONDS",
     "Count",
     "Delta",
     "PartitionAge",
@@ -49,13 +50,13 @@ def seconds_to_ns(seconds: float) -> int:
     return whole * NS_PER_SECOND + int((seconds - whole) * NS_PER_SECOND)
 
 
-_MAX_SECONDS = (2**63 - 1) // NS_PER_SECOND  # a duration the clock's int64 nanoseconds hold
+MAX_SECONDS = (2**63 - 1) // NS_PER_SECOND  # the longest span the clock's int64 nanoseconds hold
 
 
 def _check_in_range(seconds: float, what: str) -> None:
     """A duration must fit the clock (int64 nanoseconds: about 292 years)."""
-    if seconds > _MAX_SECONDS:
-        raise WindowClauseError(f"{what} is beyond the clock's range (at most {_MAX_SECONDS} "
+    if seconds > MAX_SECONDS:
+        raise WindowClauseError(f"{what} is beyond the clock's range (at most {MAX_SECONDS} "
                                 "seconds, about 292 years)")
 
 

@@ -621,7 +621,7 @@ class TimeIntervalWindow(Generic[T]):
         forwarding a final mark (E23); that flushes every pane.
         """
         if kind not in ("window", "final"):
-            raise PunctuationError(f"unknown punctuation {kind!r}; expected 'window' or 'final'")
+            raise PunctuationError(kind)
 
     # ---------------------------------------------- host symmetry with StreamWindow
 

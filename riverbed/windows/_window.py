@@ -298,7 +298,7 @@ class StreamWindow(WindowEngine[T]):
         elif kind == "final":
             self.final_mark()
         else:
-            raise PunctuationError(f"unknown punctuation {kind!r}; expected 'window' or 'final'")
+            raise PunctuationError(kind)
 
     def window_mark(self) -> None:
         """A window mark: tumbles a ``punct()`` window; ignored by every other window (R37)."""
