@@ -175,12 +175,7 @@ class _LoggedStore:
         self.store.save(checkpoint_id, states, job=job, time_ns=time_ns)
 
     def newest_id(self) -> int | None:
-        from .checkpoint import CheckpointError  # (loaded already: the store is one of its)
-
-        try:
-            return self.store.newest_id()  # type: ignore[no-any-return]
-        except CheckpointError as exc:
-            raise _unreadable(exc) from exc
+        return self._read(self.store.newest_id)  # type: ignore[no-any-return]
 
     def load(self, checkpoint_id: int) -> Any:
         return self.store.load(checkpoint_id)
@@ -190,16 +185,23 @@ class _LoggedStore:
         return self.store.keep_last  # type: ignore[no-any-return]
 
     def latest_good(self) -> Any:
-        from .checkpoint import CheckpointError
-
         def skipped(checkpoint_id: int, error: Exception) -> None:
             self.log.warning("checkpoint skipped", checkpoint=checkpoint_id, reason=str(error),
                              action="falling back to the previous checkpoint")
 
+        return self._read(lambda: self.store.latest_good(on_skip=skipped))
+
+    @staticmethod
+    def _read(read: Callable[[], Any]) -> Any:
+        """``read()``; damage that keeps the store from being read at all (not one checkpoint,
+        skipped) is `RestoreRefused`: the job does not start, and says so in one line (exit 2)
+        instead of a traceback, and under --restarts again at each restart."""
+        from .checkpoint import CheckpointError  # (loaded already: the store is one of its)
+
         try:
-            return self.store.latest_good(on_skip=skipped)
+            return read()
         except CheckpointError as exc:
-            raise _unreadable(exc) from exc
+            raise RestoreRefused(f"{exc} (nothing was restored, nothing ran)") from exc
 
 
 def _json_lines(script: str) -> Callable[[str], None]:
@@ -214,13 +216,6 @@ def _json_lines(script: str) -> Callable[[str], None]:
         logger.error("riverbed run", message=message.removeprefix("riverbed run: "))
 
     return say
-
-
-def _unreadable(exc: Exception) -> RestoreRefused:
-    """Damage that keeps the store from being read at all (not one checkpoint, skipped): the
-    job does not start, and says so in one line (exit 2), instead of failing with a traceback
-    and, under --restarts, again at each restart."""
-    return RestoreRefused(f"{exc} (nothing was restored, nothing ran)")
 
 
 @contextlib.contextmanager

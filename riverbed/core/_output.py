@@ -148,16 +148,14 @@ class OutputPort:
         """Where the port stands now, for `rewind`."""
         return len(self.buf), len(self.at), self.watermarks, len(self.pending)
 
-    def rewind(self, position: tuple[int, int, int, int]) -> bool:
+    def rewind(self, position: tuple[int, int, int, int]) -> None:
         """Take back what was submitted since `position` (a failed window event's partial
-        output). False, changing nothing, if a batch was sealed since: it is out of reach."""
+        output); nothing if a batch was sealed since: it is out of reach."""
         n_buf, n_at, watermarks, n_pending = position
-        if len(self.pending) != n_pending or len(self.buf) < n_buf:
-            return False
-        del self.buf[n_buf:]
-        del self.at[n_at:]
-        self.watermarks = watermarks
-        return True
+        if len(self.pending) == n_pending and len(self.buf) >= n_buf:
+            del self.buf[n_buf:]
+            del self.at[n_at:]
+            self.watermarks = watermarks
 
     def reset(self) -> None:
         """Drop what was submitted and not handed over."""

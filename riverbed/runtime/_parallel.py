@@ -795,16 +795,16 @@ class ParallelHost:
 
     def _after_death(self) -> str:
         """What a channel's death leads to, for its error: a reset, or the job's end."""
-        heals = self.region is not None and self.region.heals
-        if heals and (self.job.stopping or self.job.suspended):
-            last = self.region.last_committed if self.region is not None else None
+        region = self.region
+        if region is None or not region.heals:
+            return ("the job stops (put the region in a consistent region, or run with "
+                    "--checkpoint-dir and replayable sources, to restart it instead)")
+        if self.job.stopping or self.job.suspended:
+            last = region.last_committed
             return ("the job was stopping, so it ends here without draining; run again with "
                     "the same checkpoint directory to resume from "
                     + (f"checkpoint {last}" if last is not None else "the start"))
-        if heals:
-            return "its consistent region resets from its last checkpoint"
-        return ("the job stops (put the region in a consistent region, or run with "
-                "--checkpoint-dir and replayable sources, to restart it instead)")
+        return "its consistent region resets from its last checkpoint"
 
     def _failed(self, ch: _Channel, msg: tuple[Any, ...]) -> BaseException:
         _, op, port, text, error_type, message = msg

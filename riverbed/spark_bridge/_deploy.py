@@ -165,32 +165,40 @@ _GROUPS_FILE = "riverbed-key-groups.json"
 _JOB_FILE = "riverbed-job.json"
 
 
-def _claim(checkpoint: str, job: str) -> None:
-    """The checkpoint directory belongs to one job: another job's would restore its offsets
-    and state (Spark finds every source read already, and the run does nothing)."""
-    path = os.path.join(checkpoint, _JOB_FILE)
-    if os.path.exists(path):
-        with open(path) as f:
-            owner = json.load(f).get("job")
-        if owner != job:
-            raise TranslationError(None, f"the checkpoint {checkpoint!r} was written by job "
-                                         f"{owner!r}, and this job is {job!r}: restoring it would "
-                                         "continue another job; give this job a checkpoint "
-                                         "directory of its own")
-        return
-    os.makedirs(checkpoint, exist_ok=True)
-    with open(f"{path}.tmp", "w") as f:
-        json.dump({"job": job}, f)
-    os.replace(f"{path}.tmp", path)
-
-
-def _saved_groups(checkpoint: str) -> dict[str, Any] | None:
-    path = os.path.join(checkpoint, _GROUPS_FILE)
+def _read_record(checkpoint: str, name: str) -> dict[str, Any] | None:
+    """One of the small JSON records riverbed keeps in the checkpoint directory (None: none)."""
+    path = os.path.join(checkpoint, name)
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        saved: dict[str, Any] = json.load(f)
-    return saved
+        record: dict[str, Any] = json.load(f)
+    return record
+
+
+def _write_record(checkpoint: str, name: str, record: dict[str, Any]) -> None:
+    """Write a record whole or not at all (a crash leaves the old one, or none)."""
+    os.makedirs(checkpoint, exist_ok=True)
+    path = os.path.join(checkpoint, name)
+    with open(f"{path}.tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(f"{path}.tmp", path)
+
+
+def _claim(checkpoint: str, job: str) -> None:
+    """The checkpoint directory belongs to one job: another job's would restore its offsets
+    and state (Spark finds every source read already, and the run does nothing)."""
+    record = _read_record(checkpoint, _JOB_FILE)
+    if record is None:
+        _write_record(checkpoint, _JOB_FILE, {"job": job})
+    elif record.get("job") != job:
+        raise TranslationError(None, f"the checkpoint {checkpoint!r} was written by job "
+                                     f"{record.get('job')!r}, and this job is {job!r}: restoring "
+                                     "it would continue another job; give this job a checkpoint "
+                                     "directory of its own")
+
+
+def _saved_groups(checkpoint: str) -> dict[str, Any] | None:
+    return _read_record(checkpoint, _GROUPS_FILE)
 
 
 def _key_groups(checkpoint: str, saved: dict[str, Any] | None, asked: int, groups: int,
@@ -204,10 +212,7 @@ def _key_groups(checkpoint: str, saved: dict[str, Any] | None, asked: int, group
                                          f"{groups}")
         return [int(x) for x in saved["labels"]]
     labels: list[int] = choose()
-    path = os.path.join(checkpoint, _GROUPS_FILE)
-    with open(f"{path}.tmp", "w") as f:
-        json.dump({"asked": asked, "groups": groups, "labels": labels}, f)
-    os.replace(f"{path}.tmp", path)
+    _write_record(checkpoint, _GROUPS_FILE, {"asked": asked, "groups": groups, "labels": labels})
     return labels
 
 
