@@ -1,6 +1,7 @@
 """Parallel regions in the asyncio runtime: each channel a worker process, results as with width 1.
 
-Every test checks that the job left no worker process and no socket behind (`_no_leftovers`).
+Every test checks that the job left no worker process and no socket behind
+(`no_worker_leftovers`, tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ from riverbed.operators import FileSink
 from riverbed.runtime import Job, JobError, VirtualClock
 from riverbed.runtime._parallel_wire import channel_of
 from tests.test_parallel_checkpoints import by_key_lines
-from tests.test_parallel_replica_checkpoints import (  # _no_leftovers: autouse, here too
+from tests.test_parallel_replica_checkpoints import (  # _open_gate: autouse, here too
     _GATE,
     Gate,
-    _no_leftovers,  # noqa: F401
+    _open_gate,  # noqa: F401  (and through it no_worker_leftovers)
     _until_gate,
     build,
 )
