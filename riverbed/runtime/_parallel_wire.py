@@ -22,8 +22,9 @@ its operators took at barriers, ``finals`` ``(operator, state)`` of those that e
 the worker's CPU seconds so far; or
 ``(METRICS_OUT, metrics)``; or ``(FAILED, operator, port, tuple_text, error_type, message)``.
 A worker whose channel has replicated sources (`_replica`) also sends, unasked, ``(EMIT,
-producing, exits, deadline, finished, metrics, reports, finals, cpu)`` after each batch they
-produced (``producing``: a replica still runs), answering nothing.
+producing, exits, deadline, finished, metrics, reports, finals, cpu)`` for the batches they
+produced since its last message (up to 16, or 10 ms of them; ``producing``: a replica still
+runs), answering nothing.
 
 A watermark travels as a bare int (an item is otherwise a list, a `Punct` or a barrier):
 unpickling a frozen dataclass costs 50 us, and an event-time stream carries many.

@@ -93,6 +93,7 @@ class Replicas:
                 self._live[core.name] = (core, sync.call(core.name, _generate))
         self.emitted = 0
         self.suspend = False  # a stop ends the replicas without final (the job suspends)
+        self.pulling = False  # in a replica's generate(): the channel's operators are idle
 
     @property
     def live(self) -> bool:
@@ -117,10 +118,13 @@ class Replicas:
                 sync.end(name)
 
     def _pull(self, name: str, it: Iterator[Any]) -> list[Any]:
+        self.pulling = True
         try:
             return list(itertools.islice(it, self.batch))
         except Exception as exc:
             raise OperatorError(name, None, None, exc) from exc
+        finally:
+            self.pulling = False
 
     def _emit(self, name: str, chunk: list[Any]) -> bool:
         """Emit ``chunk``; True when a final among it ended the replica."""

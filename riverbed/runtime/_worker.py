@@ -64,6 +64,8 @@ from ._replica import Replicas, place
 __all__ = ["STOP_SIGNALS", "serve"]
 
 METRICS_EVERY = 8  # answers between two reports of the operators' metrics
+EMIT_BATCHES = 16  # replica batches whose output one EMIT carries at most (`_Hold`)
+EMIT_SECONDS = 0.01  # and the longest the first of them waits for it, in wall time
 
 # The signals that stop a job: the job's alone to handle (`serve`).
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
@@ -185,15 +187,65 @@ def _failure(exc: BaseException) -> tuple[Any, ...]:
     return (FAILED, None, None, None, type(exc).__name__, f"{exc} ({text.strip()})")
 
 
+class _Hold:
+    """When a worker sends what its replicas produced: not after every batch.
+
+    Each message costs the job's process a wake-up, a read, an unpickling and a merge step,
+    whatever it carries: sent after every replica batch, that was half of what the job's
+    process spent on a replicated region (W2: ~70 us a message), CPU taken from the workers
+    on a machine with as many cores as channels. So a channel sends once `EMIT_BATCHES`
+    batches' output waits, or once the first of it waited `EMIT_SECONDS`.
+
+    The wait is a one-shot ``ITIMER_REAL`` timer, because a replica may block in its
+    ``generate()`` (a tail waiting for its file to grow) and what it produced before must not
+    wait with it. The timer's handler runs between two bytecodes of the process's one thread:
+    inside a replica's ``generate()`` (`Replicas.pulling`), every channel of the process is
+    idle between two of its steps, so the handler sends what each holds; elsewhere it only
+    marks them due, and each sends after its batch. SA_RESTART is set, so a C library blocked
+    in a restartable call (a plain socket read) does not see EINTR: the handler then runs when
+    the call returns. Python's own waits (``time.sleep``, ``select``, locks) are interrupted,
+    run the handler and resume."""
+
+    __slots__ = ("armed", "failed", "served")
+
+    def __init__(self, served: list[_Served]) -> None:
+        self.served = served
+        self.armed = False
+        self.failed: BaseException | None = None
+        signal.signal(signal.SIGALRM, self._fire)
+        signal.siginterrupt(signal.SIGALRM, False)
+
+    def arm(self) -> None:
+        if not self.armed:
+            self.armed = True
+            signal.setitimer(signal.ITIMER_REAL, EMIT_SECONDS)
+
+    def _fire(self, signum: int, frame: Any) -> None:
+        self.armed = False
+        idle = any(s.replicas.pulling for s in self.served)
+        for s in self.served:
+            if not s.held:
+                continue
+            if not idle:
+                s.due = True
+                continue
+            try:
+                s.answer(EMIT, s.replicas.live)
+            except BaseException as exc:  # raised after the pull, not in the replica's code
+                self.failed = exc
+                return
+
+
 class _Served:
     """One channel this worker process hosts: its socket to the job, its operators, its
     replicas. Channels never share state: a process hosting several runs each exactly as a
     process of its own would, one message or one batch at a time."""
 
-    __slots__ = ("answers", "channel", "conn", "name", "replicas", "send", "sync", "wall_clock")
+    __slots__ = ("answers", "channel", "conn", "due", "held", "hold", "name", "replicas", "send",
+                 "sync", "wall_clock")
 
-    def __init__(self, conn: Connection, sync: _ChannelGraph, replicas: Replicas, *, channel: int,
-                 name: str, wall_clock: bool) -> None:
+    def __init__(self, conn: Connection, sync: _ChannelGraph, replicas: Replicas, hold: _Hold, *,
+                 channel: int, name: str, wall_clock: bool) -> None:
         self.conn = conn
         self.send = conn.send_bytes
         self.sync = sync
@@ -202,12 +254,17 @@ class _Served:
         self.name = name
         self.wall_clock = wall_clock
         self.answers = 0
+        self.hold = hold
+        self.held = 0  # replica batches whose output waits in ``sync`` for the next answer
+        self.due = False  # `_Hold`'s timer fired while it held some: sent after this batch
 
     def answer(self, kind: int, fed: Any) -> None:
         sync = self.sync
         finished = sync.finished
         reports, finals = sync.take()
         self.answers += 1
+        self.held = 0
+        self.due = False
         # The operators' own metrics (errors, late tuples, counters, watermark) with every
         # METRICS_EVERY-th answer and the last: the job's status, console and Prometheus show
         # the channels' operators from them.
@@ -216,12 +273,23 @@ class _Served:
                          finals, time.process_time())))
 
     def step(self) -> None:
-        """One batch of each live replica, and what left the region (``EMIT``)."""
+        """One batch of each live replica; what left the region goes out (``EMIT``) with up
+        to `EMIT_BATCHES` batches' worth, or when `_Hold`'s timer says so; a checkpoint's
+        states, an operator's end and the replicas' end at once."""
+        sync = self.sync
         if self.wall_clock:
-            self.sync.advance(time.time_ns())
+            sync.advance(time.time_ns())
         replicas = self.replicas
         replicas.step()
-        self.answer(EMIT, replicas.live)
+        hold = self.hold
+        if hold.failed is not None:
+            raise hold.failed  # the timer's send failed (the job hung up, most likely)
+        self.held += 1
+        if (self.due or self.held >= EMIT_BATCHES or not replicas.live or sync.reports
+                or sync.finals):
+            self.answer(EMIT, replicas.live)
+        else:
+            hold.arm()
 
     def receive(self) -> bool:
         """Handle the job's next message (it blocks until one comes); False: the job hung up."""
@@ -306,6 +374,7 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
             os.close(fd)
     conns = [Connection(sock.detach()) for sock in socks]
     served: list[_Served] = []
+    hold = _Hold(served)
     failing = [conns[0]]  # the socket of the channel at work: a failure is told there
     try:
         for i, (conn, channel) in enumerate(zip(conns, channels, strict=True)):
@@ -323,7 +392,7 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
             replicas.suspend = suspend
             if checkpoint is not None and region is not None:
                 sync.start_checkpoint(CheckpointBarrier(checkpoint, region))
-            one = _Served(conn, sync, replicas, channel=channel, name=f"{name}[{channel}]",
+            one = _Served(conn, sync, replicas, hold, channel=channel, name=f"{name}[{channel}]",
                           wall_clock=wall_clock)
             one.answer(OUT, 0)
             served.append(one)
