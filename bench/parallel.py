@@ -235,10 +235,11 @@ def run_once(workload: str, readings: Columns, variant: Variant, dicts: bool,
     wall = time.perf_counter()
     asyncio.run(job.run())
     wall = time.perf_counter() - wall
+    cpu = time.process_time() - cpu  # the job's: the collected results' digest comes after
     for rec in records or ():
         digest.add(rec)
-    return {"wall": wall, "main_cpu": time.process_time() - cpu,
-            "worker_cpu": _children_cpu() - children, "summary": digest.summary()}
+    return {"wall": wall, "main_cpu": cpu, "worker_cpu": _children_cpu() - children,
+            "summary": digest.summary()}
 
 
 def transport_costs(readings: Sequence[Reading], batch: int = 1000, rounds: int = 200) -> dict[str, float]:
