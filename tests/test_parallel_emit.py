@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import threading
+import time
 from typing import Any
 
 import pytest
 
 from riverbed.graph import Graph, Operator, Source
-from riverbed.runtime import Job
+from riverbed.runtime import Job, JobError
 from riverbed.runtime._parallel_wire import channel_of
 
 pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
@@ -66,56 +69,125 @@ def test_a_fast_replica_sends_many_batches_a_message() -> None:
     assert all(0 < m < (n // BATCH) // 4 for m in messages), messages
 
 
-class Events(list[Any]):
-    """An Event per channel, shared by the job's process and the workers it forks (the host
-    copies each operator it runs: the copy must hold the same Events)."""
+class Shared(list[Any]):
+    """Events or pipes per channel, shared by the job's process and the workers it forks (the
+    host copies each operator it runs: the copy must hold the same objects)."""
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Events:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Shared:
         return self
 
 
 class WaitsForTheJob(Source):
-    """A replica that produces 20 batches at once, then waits until the job has seen every
-    one of its tuples (a tail waiting for its file to grow), 20 s at most; a wait that timed
-    out is told by the tuple after it."""
+    """A replica that produces ``batches`` batches at once, then waits until the job has seen
+    every one of its tuples (a tail waiting for its file to grow), 20 s at most, on an Event or
+    in a blocking read of a pipe (a C call the kernel restarts after a signal); a wait that
+    timed out is told by the tuple after it. The other channel's replica, with ``busy_other``,
+    only produces, slowly (its operators busy, 20 ms a batch, while this one's output waits:
+    the wait for it ends while they work)."""
 
-    def __init__(self, seen: Events) -> None:
-        self.seen = seen  # set by the job's sink
+    def __init__(self, seen: Shared, how: str, busy_other: bool, batches: int) -> None:
+        self.seen, self.how, self.busy_other, self.batches = seen, how, busy_other, batches
 
     def generate(self) -> Any:
         me = self.context.channel  # type: ignore[attr-defined]
         key = _key(me)
-        for i in range(20 * BATCH):
-            yield {"k": key, "i": i, "late": False}
-        late = not self.seen[me].wait(20)
-        yield {"k": key, "i": 20 * BATCH, "late": late}
+        if self.busy_other and me == 1:
+            for i in range(10 * BATCH):  # the first batch is quick, the others are not
+                yield {"k": key, "i": i, "busy": i >= BATCH}
+            return
+        for i in range(self.batches * BATCH):
+            yield {"k": key, "i": i, "busy": False}
+        started = time.monotonic()
+        if self.how == "event":
+            self.seen[me].wait(20)
+        else:
+            os.read(self.seen[me][0], 1)  # the test writes it after 20 s if the sink did not
+        late = time.monotonic() - started > 10
+        yield {"k": key, "i": self.batches * BATCH, "late": late, "busy": False}
+
+
+class Busy(Operator):
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if tup["busy"]:
+            end = time.perf_counter() + 0.0002  # 20 ms a batch of BATCH
+            while time.perf_counter() < end:
+                pass
+        self.submit(tup)
 
 
 class SaysWhenAllCame(Collect):
-    def __init__(self, seen: Events) -> None:
+    def __init__(self, seen: Shared, how: str, batches: int) -> None:
         super().__init__()
-        self.seen = seen
+        self.seen, self.how, self.batches = seen, how, batches
         self.count = [0, 0]
 
     def on_tuple(self, tup: Any, port: int) -> None:
         super().on_tuple(tup, port)
         channel = channel_of(tup["k"], 2)
         self.count[channel] += 1
-        if self.count[channel] == 20 * BATCH:
-            self.seen[channel].set()
+        if self.count[channel] == self.batches * BATCH:
+            if self.how == "event":
+                self.seen[channel].set()
+            else:
+                os.write(self.seen[channel][1], b"x")
 
 
-def test_what_a_replica_produced_does_not_wait_while_the_replica_waits() -> None:
-    fork = multiprocessing.get_context("fork")
-    seen = Events([fork.Event(), fork.Event()])
+@pytest.mark.parametrize(("how", "processes", "busy_other"),
+                         [("event", 2, False), ("pipe", 2, False), ("event", 1, True),
+                          ("pipe", 1, True)])
+def test_what_a_replica_produced_does_not_wait_while_the_replica_waits(
+        how: str, processes: int, busy_other: bool) -> None:
+    if how == "event":
+        fork = multiprocessing.get_context("fork")
+        seen = Shared([fork.Event(), fork.Event()])
+    else:
+        seen = Shared([os.pipe(), os.pipe()])
+    batches = 2 if busy_other else 20
     g = Graph("tail")
-    sink = SaysWhenAllCame(seen)
-    with g.parallel(2, partition_by="k"):
-        src = g.source("tail", WaitsForTheJob(seen))
+    sink = SaysWhenAllCame(seen, how, batches)
+    with g.parallel(2, partition_by="k").processes(processes):
+        src = g.source("tail", WaitsForTheJob(seen, how, busy_other, batches))
+        out = g.operator("busy", Busy(), [src])
+    g.sink("sink", sink, [out])
+    # A blocked read must end even if the output never came: the test then fails, not hangs.
+    failsafe = threading.Timer(20, lambda: [os.write(w, b"x") for _, w in seen]) \
+        if how == "pipe" else None
+    if failsafe is not None:
+        failsafe.start()
+    try:
+        asyncio.run(Job(g, batch_size=BATCH).run())
+    finally:
+        if failsafe is not None:
+            failsafe.cancel()
+            for r, w in seen:
+                os.close(r)
+                os.close(w)
+    waited = [t for t in sink.tuples if "late" in t]
+    # Each waiting replica's batches held at its wait reached the job while it waited: no wait
+    # timed out (4 batches after 16 sent in one message; with a busy other channel in the same
+    # process, the wait for the output ends while that channel works, and the output goes
+    # while the replica waits).
+    assert len(waited) == (1 if busy_other else 2) and not any(t["late"] for t in waited)
+
+
+class FailsAfter(Source):
+    def generate(self) -> Any:
+        key = _key(self.context.channel)  # type: ignore[attr-defined]
+        for i in range(15 * BATCH):
+            yield {"k": key, "i": i}
+        raise RuntimeError("the input broke")
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_what_replicas_produced_before_one_failed_reaches_the_job(width: int) -> None:
+    g = Graph("fails")
+    sink = Collect()
+    with g.parallel(width, partition_by="k"):
+        src = g.source("src", FailsAfter())
     g.sink("sink", sink, [src])
-    asyncio.run(Job(g, batch_size=BATCH).run())
-    lasts = [t for t in sink.tuples if t["i"] == 20 * BATCH]
-    # Each replica's last 4 batches (after 16 sent in one message) reached the job while the
-    # replica waited: no wait timed out.
-    assert len(lasts) == 2 and not any(t["late"] for t in lasts)
-    assert sorted(len(v) for v in _numbers_by_key(sink.tuples).values()) == [20 * BATCH + 1] * 2
+    with pytest.raises(JobError, match="the input broke"):
+        asyncio.run(Job(g, batch_size=BATCH).run())
+    # The 15 batches of the replica that failed were held, not sent: they are sent before the
+    # failure, as without a region (where the sink gets them all too).
+    got = _numbers_by_key(sink.tuples)
+    assert any(v == list(range(15 * BATCH)) for v in got.values()), {k: len(v) for k, v in got.items()}

@@ -431,6 +431,9 @@ def test_the_status_view_and_the_metrics_show_each_channel_and_its_process() -> 
     assert (f'riverbed_channel_alive{{channel="1",job="endless",pid="{pids[1]}",region="parallel0"}} 1.0'
             in text)
     assert 'riverbed_channel_tuples_in_total{channel="0",job="endless",region="parallel0"}' in text
+    assert 'riverbed_channel_worker_messages_total{channel="1",job="endless",region="parallel0"}' in text
+    assert 'riverbed_channel_cpu_seconds_total{channel="0",job="endless",region="parallel0"}' in text
+    assert all("messages=" in line for line in channel_lines)
 
 
 def test_the_log_names_each_channel_started_and_ended() -> None:

@@ -100,7 +100,8 @@ class JobCollector:
 
 
 def _channel_metrics(job_name: str, job: Any) -> Iterator[Metric]:
-    """Parallel regions: each channel's worker process, tuples in and out, its bounded queue."""
+    """Parallel regions: each channel's worker process, tuples in and out, its bounded queue,
+    the messages its worker sent and its CPU time."""
     channels: list[Any] = getattr(job, "channel_metrics", list)()
     if not channels:
         return
@@ -115,6 +116,11 @@ def _channel_metrics(job_name: str, job: Any) -> Iterator[Metric]:
                                   "Batches sent to the channel and not yet answered.", labels=labels)
     waits = CounterMetricFamily("riverbed_channel_backpressure_waits",
                                 "Times the split waited for room in the channel's queue.", labels=labels)
+    messages = CounterMetricFamily("riverbed_channel_worker_messages",
+                                   "Messages read from the channel's worker.", labels=labels)
+    cpu = CounterMetricFamily("riverbed_channel_cpu_seconds",
+                              "CPU seconds of the channel's worker process, as it last said.",
+                              labels=labels)
     for m in channels:
         values = [job_name, m.region, str(m.channel)]
         alive.add_metric([*values, str(m.pid)], 1 if m.alive else 0)
@@ -122,7 +128,9 @@ def _channel_metrics(job_name: str, job: Any) -> Iterator[Metric]:
         tuples_out.add_metric(values, m.tuples_out)
         in_flight.add_metric(values, m.batches_in_flight)
         waits.add_metric(values, m.backpressure_waits)
-    yield from (alive, tuples_in, tuples_out, in_flight, waits)
+        messages.add_metric(values, m.worker_messages)
+        cpu.add_metric(values, m.cpu_seconds)
+    yield from (alive, tuples_in, tuples_out, in_flight, waits, messages, cpu)
 
 
 def _region_metrics(metrics: Any) -> Iterator[Metric]:

@@ -35,6 +35,7 @@ import contextlib
 import gc
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Hashable, Sequence
@@ -196,44 +197,51 @@ class _Hold:
     on a machine with as many cores as channels. So a channel sends once `EMIT_BATCHES`
     batches' output waits, or once the first of it waited `EMIT_SECONDS`.
 
-    The wait is a one-shot ``ITIMER_REAL`` timer, because a replica may block in its
-    ``generate()`` (a tail waiting for its file to grow) and what it produced before must not
-    wait with it. The timer's handler runs between two bytecodes of the process's one thread:
-    inside a replica's ``generate()`` (`Replicas.pulling`), every channel of the process is
-    idle between two of its steps, so the handler sends what each holds; elsewhere it only
-    marks them due, and each sends after its batch. SA_RESTART is set, so a C library blocked
-    in a restartable call (a plain socket read) does not see EINTR: the handler then runs when
-    the call returns. Python's own waits (``time.sleep``, ``select``, locks) are interrupted,
-    run the handler and resume."""
+    The wait is kept by a thread, because a replica may block in its ``generate()`` (a tail
+    waiting for its file to grow, a socket, a queue, a child process) and what it produced
+    before must not wait with it. The process's thread holds ``gate`` at all times but inside
+    a replica's ``generate()`` (`Replicas` releases it for each pull), where every channel of
+    the process is idle between two of its steps: once the wait is over, the thread marks the
+    channels holding output due (each sends after its batch), takes the gate at the next pull
+    and sends what is still held. A signal timer was tried first: its handler does not run
+    while a C call restarts under SA_RESTART (a blocking read), and a replica's own alarm
+    would cancel or replace it."""
 
-    __slots__ = ("armed", "failed", "served")
+    __slots__ = ("armed", "deadline", "gate", "served", "wake")
 
     def __init__(self, served: list[_Served]) -> None:
         self.served = served
+        self.gate = threading.Lock()
+        self.gate.acquire()  # the process's thread's but inside a replica's pull
         self.armed = False
-        self.failed: BaseException | None = None
-        signal.signal(signal.SIGALRM, self._fire)
-        signal.siginterrupt(signal.SIGALRM, False)
+        self.deadline = 0.0
+        self.wake = threading.Event()
+        threading.Thread(target=self._run, name="riverbed-hold", daemon=True).start()
 
     def arm(self) -> None:
+        """Output waits: it goes out `EMIT_SECONDS` from now at the latest."""
         if not self.armed:
             self.armed = True
-            signal.setitimer(signal.ITIMER_REAL, EMIT_SECONDS)
+            self.deadline = time.monotonic() + EMIT_SECONDS
+            self.wake.set()
 
-    def _fire(self, signum: int, frame: Any) -> None:
-        self.armed = False
-        idle = any(s.replicas.pulling for s in self.served)
-        for s in self.served:
-            if not s.held:
-                continue
-            if not idle:
-                s.due = True
-                continue
-            try:
-                s.answer(EMIT, s.replicas.live)
-            except BaseException as exc:  # raised after the pull, not in the replica's code
-                self.failed = exc
-                return
+    def _run(self) -> None:
+        wake, gate = self.wake, self.gate
+        while True:
+            wake.wait()
+            wake.clear()
+            time.sleep(max(0.0, self.deadline - time.monotonic()))
+            for s in self.served:
+                if s.held:
+                    s.due = True
+            with gate:
+                self.armed = False
+                for s in self.served:
+                    if s.held:
+                        try:
+                            s.answer(EMIT, s.replicas.live)
+                        except OSError:  # the job hung up: the process's thread finds out too
+                            return
 
 
 class _Served:
@@ -241,8 +249,8 @@ class _Served:
     replicas. Channels never share state: a process hosting several runs each exactly as a
     process of its own would, one message or one batch at a time."""
 
-    __slots__ = ("answers", "channel", "conn", "due", "held", "hold", "name", "replicas", "send",
-                 "sync", "wall_clock")
+    __slots__ = ("answers", "channel", "conn", "done", "due", "held", "hold", "name", "replicas",
+                 "send", "sync", "wall_clock")
 
     def __init__(self, conn: Connection, sync: _ChannelGraph, replicas: Replicas, hold: _Hold, *,
                  channel: int, name: str, wall_clock: bool) -> None:
@@ -256,14 +264,15 @@ class _Served:
         self.answers = 0
         self.hold = hold
         self.held = 0  # replica batches whose output waits in ``sync`` for the next answer
-        self.due = False  # `_Hold`'s timer fired while it held some: sent after this batch
+        self.done = 0  # how many of ``sync.exits`` those batches made
+        self.due = False  # `_Hold`'s wait is over: what is held goes out after this batch
 
     def answer(self, kind: int, fed: Any) -> None:
         sync = self.sync
         finished = sync.finished
         reports, finals = sync.take()
         self.answers += 1
-        self.held = 0
+        self.held = self.done = 0
         self.due = False
         # The operators' own metrics (errors, late tuples, counters, watermark) with every
         # METRICS_EVERY-th answer and the last: the job's status, console and Prometheus show
@@ -281,15 +290,20 @@ class _Served:
             sync.advance(time.time_ns())
         replicas = self.replicas
         replicas.step()
-        hold = self.hold
-        if hold.failed is not None:
-            raise hold.failed  # the timer's send failed (the job hung up, most likely)
         self.held += 1
         if (self.due or self.held >= EMIT_BATCHES or not replicas.live or sync.reports
                 or sync.finals):
             self.answer(EMIT, replicas.live)
         else:
-            hold.arm()
+            self.done = len(sync.exits)
+            self.hold.arm()
+
+    def send_done(self) -> None:
+        """Send what the batches that completed produced and still wait for (the job failed
+        in a later one: what they produced must reach it, as it would without a region)."""
+        if self.done:
+            exits, self.done = pack_exits(self.sync.exits[:self.done]), 0
+            self.send(dumps((EMIT, True, exits, None, False, None, [], [], time.process_time())))
 
     def receive(self) -> bool:
         """Handle the job's next message (it blocks until one comes); False: the job hung up."""
@@ -388,7 +402,8 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
             for core in sync.cores:
                 place(core, channel, width)
             sync.stopping = stopping  # the job was asked to stop already: replicas end at once
-            replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch)
+            replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch,
+                                gate=hold.gate)
             replicas.suspend = suspend
             if checkpoint is not None and region is not None:
                 sync.start_checkpoint(CheckpointBarrier(checkpoint, region))
@@ -401,6 +416,8 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
         return  # the job went away
     except Exception as exc:  # an operator failed: tell the job, which stops
         with contextlib.suppress(OSError, EOFError):
+            for one in served:
+                one.send_done()
             failing[0].send_bytes(dumps(_failure(exc)))
             # Read on until the job hangs up on every channel: exiting now would make the job's
             # writes fail and the sockets close before it read why.
