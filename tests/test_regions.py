@@ -10,7 +10,7 @@ import pytest
 
 from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, GraphValidationError, Operator, Schema, Source
-from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
+from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
 from riverbed.testing import run_until_crash
 from riverbed.windows import EventType, StreamWindowEvent
 
@@ -258,6 +258,56 @@ def test_a_failing_source_resets_its_region() -> None:
     job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore())
     assert run_until_crash(job, None)
     assert out.rows == reference(300) and job.metrics.regions["r"].resets == 1
+
+
+class FlakyGenerated(Source):
+    """A replayable ``generate()`` source (the README's first style) that fails once at
+    reading 150, then, replayed, goes on; its state is the offset."""
+
+    replayable = True
+    failed = False
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.offset = 0
+
+    def generate(self) -> Any:
+        while self.offset < self.n:
+            i = self.offset
+            if i == 150 and not FlakyGenerated.failed:
+                FlakyGenerated.failed = True
+                raise ConnectionError("the feed went away")
+            self.offset += 1
+            yield {"sensor": i % 4, "value": i % 13, "seq": i}
+
+    def snapshot(self) -> Any:
+        return self.offset
+
+    def restore(self, state: Any) -> None:
+        self.offset = state
+
+
+def test_a_failing_generate_source_resets_its_region() -> None:
+    FlakyGenerated.failed = False
+    g = Graph("regions")
+    src = g.source("readings", FlakyGenerated(300), schema=SCHEMA)
+    sums = g.operator("sums", WindowSum(), [src.window("tumbling, count(5), partitioned",
+                                                       partition_by="sensor")])
+    out = Output()
+    g.sink("out", out, [sums])
+    g.consistent_region(src, name="r", period=0.35)
+    job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore(), batch_size=10)
+    assert run_until_crash(job, None)
+    assert out.rows == reference(300) and job.metrics.regions["r"].resets == 1
+
+
+def test_a_failing_generate_source_outside_a_region_names_itself() -> None:
+    FlakyGenerated.failed = False
+    g = Graph("plain")
+    src = g.source("readings", FlakyGenerated(300), schema=SCHEMA)
+    g.sink("out", Output(), [src])
+    with pytest.raises(JobError, match="operator 'readings': ConnectionError: the feed went away"):
+        run_graph(g, clock=VirtualClock())
 
 
 def test_a_checkpoint_that_takes_longer_than_drain_timeout_resets_the_region() -> None:

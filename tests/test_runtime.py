@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from riverbed.core import OperatorError
 from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Schema, Source, Watermark
 from riverbed.operators import Aggregate, Count
 from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
@@ -672,6 +673,25 @@ def test_a_final_item_ends_a_generated_source_on_every_host(event_time: str | No
     tuples = [t["n"] for *_, entry in fed if type(entry) is list for t in entry]
     assert tuples == [0, 1]
     assert type(fed[0][3]) is list and fed[1][3] is None  # the window mark between the two
+
+
+def test_what_a_generated_source_raises_names_it_on_every_host() -> None:
+    """A ``generate()`` that raises while it is read (not when it is made) names its source,
+    as an async source's failure does: in the runtime and in Spark's feeder host."""
+    from riverbed.spark_bridge._source import generated_items
+
+    class Breaks(Source):
+        def generate(self) -> Any:
+            yield {"n": 0}
+            raise KeyError("x")
+
+    g = Graph("breaks")
+    src = g.source("src", Breaks())
+    g.sink("sink", Collect(), [src])
+    with pytest.raises(JobError, match="operator 'src': KeyError: 'x'"):
+        run_graph(g, clock=VirtualClock())
+    with pytest.raises(OperatorError, match="operator 'src': KeyError"):
+        list(generated_items(g.freeze(), "src"))
 
 
 @pytest.mark.parametrize("bad", [2.5e10, "10", True, 2**63])

@@ -214,11 +214,13 @@ class OperatorRunner:
                     raise  # cancelled from outside (abort), not a stop request
             return
         items = core.guard(src.generate)
-        it: Iterator[Any] = iter(items)
+        it: Iterator[Any] = core.guard(iter, None, items)
         size = self._job.batch_size
         while not self._job.stopping:
             core.serve_barrier()
-            chunk = list(itertools.islice(it, size))
+            # What generate() raises names the source (and may heal its region), as an async
+            # source's failure does: it is the source's own code running here.
+            chunk = core.guard(list, None, itertools.islice(it, size))
             if not chunk or core.emit_items(chunk):
                 return
             await self.flush()

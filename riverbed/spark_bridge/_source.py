@@ -150,7 +150,7 @@ def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterato
     items = iter(core.guard(core.op.generate))  # type: ignore[attr-defined]
     ended = False
     while not ended:
-        batch = list(itertools.islice(items, chunk))
+        batch = core.guard(list, None, itertools.islice(items, chunk))  # names the source
         if not batch:
             break
         ended = host.emit(name, batch)  # as in the runtime: a final item ends the source
