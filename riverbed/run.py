@@ -218,16 +218,29 @@ def _json_lines(script: str) -> Callable[[str], None]:
     return say
 
 
+class _AbortedEarly(BaseException):
+    """A second SIGINT/SIGTERM outside the job's loop (a ``build()`` that hangs on a network or
+    a database): the command ends at once, as a second signal does once the job runs. A
+    BaseException, as KeyboardInterrupt is: a script's ``except Exception`` must not eat it."""
+
+
 @contextlib.contextmanager
 def _early_signals() -> Iterator[list[int]]:
     """Catch SIGINT/SIGTERM from the start of the command, not only once the job's loop runs:
     a stop asked for while the graph loads is honoured when the job starts (its default
-    action would kill the process mid-start-up, unlike a stop at any later instant)."""
+    action would kill the process mid-start-up, unlike a stop at any later instant); a second
+    one aborts there and then (`_AbortedEarly`)."""
     early: list[int] = []
     previous: dict[int, Any] = {}
+
+    def caught(number: int, _frame: Any) -> None:
+        early.append(number)
+        if len(early) > 1:
+            raise _AbortedEarly
+
     try:
         for wanted in (signal.SIGINT, signal.SIGTERM):
-            previous[wanted] = signal.signal(wanted, lambda number, _frame: early.append(number))
+            previous[wanted] = signal.signal(wanted, caught)
     except ValueError:  # not the main thread: nothing to catch early
         pass
     try:
@@ -243,11 +256,17 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
         checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None,
         console: str | None = None) -> int:
     """The ``riverbed run`` command; returns the exit code."""
-    with _early_signals() as early:
-        return _run(script, params=params, log_format=log_format, log_level=log_level,
-                    metrics_port=metrics_port, status=status, status_interval=status_interval,
-                    virtual_clock=virtual_clock, checkpoint_dir=checkpoint_dir,
-                    checkpoint_period=checkpoint_period, echo=echo, early=early, console=console)
+    try:
+        with _early_signals() as early:
+            return _run(script, params=params, log_format=log_format, log_level=log_level,
+                        metrics_port=metrics_port, status=status, status_interval=status_interval,
+                        virtual_clock=virtual_clock, checkpoint_dir=checkpoint_dir,
+                        checkpoint_period=checkpoint_period, echo=echo, early=early,
+                        console=console)
+    except _AbortedEarly:
+        (echo or (lambda msg: print(msg, file=sys.stderr)))(
+            f"riverbed run: {script}: aborted by a second signal")
+        return EXIT_ABORTED
 
 
 def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", log_level: str = "info",

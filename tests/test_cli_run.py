@@ -232,3 +232,23 @@ graph = g
     assert (failure["event"], failure["level"]) == ("riverbed run", "error")
     assert failure["message"] == ("job 'fail' failed:\n  operator 'boom', input port 0: ValueError: "
                                   "boom\nsecond line on tuple {'v': 1}")
+
+
+def test_a_second_signal_while_build_hangs_aborts_the_command(tmp_path: Path) -> None:
+    """A ``build()`` waiting on a network or a database: the first signal is kept for the job
+    (it stops it as it starts), the second ends the command there and then (exit 3)."""
+    script = _script(tmp_path, (
+        "import sys, time\n"
+        "def build(params):\n"
+        "    print('building', flush=True)\n"
+        "    time.sleep(120)\n"
+        "    g = Graph('late')\n"
+        "    return g\n"))
+    proc = _riverbed("run", script, "--no-status")
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "building"  # in build(): no sleeping to get there
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert "aborted by a second signal" in err and "Traceback" not in err
