@@ -252,3 +252,45 @@ def test_a_second_signal_while_build_hangs_aborts_the_command(tmp_path: Path) ->
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
     assert "aborted by a second signal" in err and "Traceback" not in err
+
+
+def test_another_graphs_checkpoint_of_the_same_job_name_is_refused_in_one_line(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+
+    def graph(source: str) -> str:
+        path = tmp_path / f"{source}.py"
+        path.write_text(
+            "from riverbed.graph import Graph, Operator, Source\n"
+            "class Items(Source):\n"
+            "    replayable = True\n"
+            "    def __init__(self): self.i = 0\n"
+            "    def generate(self):\n"
+            "        while True:\n"
+            "            self.i += 1\n"
+            "            yield {'i': self.i}\n"
+            "    def snapshot(self): return self.i\n"
+            "    def restore(self, state): self.i = state\n"
+            "class Drop(Operator):\n"
+            "    def on_tuple(self, tup, port): pass\n"
+            "def build(params):\n"
+            "    g = Graph('same')\n"
+            f"    g.sink('out', Drop(), [g.source({source!r}, Items())])\n"
+            "    return g\n")
+        return str(path)
+
+    first = _riverbed("run", graph("a"), "--checkpoint-dir", str(ckpt), "--no-status",
+                      "--log-format", "json")
+    assert first.stderr is not None
+    for line in first.stderr:  # wait for the job to run: read its log, no sleeping
+        if '"job started"' in line:
+            break
+    first.send_signal(signal.SIGTERM)  # a stop suspends it: a checkpoint of graph a
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    second = _riverbed("run", graph("b"), "--checkpoint-dir", str(ckpt), "--no-status",
+                       "--restarts", "2")
+    _, err = second.communicate(timeout=60)
+    # Refused before anything ran, once (not restarted): it was exit 1 blaming operator 'b'.
+    assert second.returncode == 2, err
+    assert "no state for operator(s) b" in err and "different graph" in err
+    assert "Traceback" not in err and err.count("different graph") == 1

@@ -148,7 +148,7 @@ def test_a_crash_at_any_instant_then_restart_gives_the_uninterrupted_output(cras
 
 def test_restoring_a_checkpoint_of_another_graph_is_refused() -> None:
     store = MemoryStore(keep_last=1000)
-    store.save(1, {"readings": None}, job="other", time_ns=0)
+    store.save(1, {"readings": None}, job="ckpt", time_ns=0)  # this job's name, not its graph
     job = Job(build(10, Output()), clock=VirtualClock(), checkpoints=store)
     with pytest.raises(JobError, match="has no state for operator"):
         run_virtual(job.run(), job.clock)  # type: ignore[arg-type]

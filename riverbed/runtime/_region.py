@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..core import OperatorError, RegionMetrics, RestoreRefused, reusable_state, state_to_restore
+from ..core import RegionMetrics, RestoreRefused, reusable_state, state_to_restore
 from ..graph import CheckpointBarrier, ConsistentRegion
 
 if TYPE_CHECKING:
@@ -134,16 +134,19 @@ class Region:
         latest = self.store.latest_good()
         if latest is None:
             return
-        missing = [r.name for r in self.members if r.name not in latest.states]
-        if missing:
-            raise OperatorError(missing[0], None, None, ValueError(
-                f"checkpoint {latest.id} has no state for operator(s) {', '.join(missing)}: "
-                "it was taken from a different graph"))
+        # Refused before anything ran, in one line (`riverbed run` exits 2, and a supervisor
+        # does not restart it): another job's store, then another graph's.
         if latest.job != self.job.name:
             raise RestoreRefused(
                 f"checkpoint {latest.id} was taken by job {latest.job!r}, and this job is "
                 f"{self.job.name!r}: restoring it would continue another job's state; give this "
                 "job a checkpoint directory of its own (or the name it had)")
+        missing = [r.name for r in self.members if r.name not in latest.states]
+        if missing:
+            raise RestoreRefused(
+                f"checkpoint {latest.id} has no state for operator(s) {', '.join(missing)}: it "
+                "was taken from a different graph of the same job name; give this graph a "
+                "checkpoint directory of its own")
         self._keep(latest.id, latest.states)  # before a restore could change them
         for h in self.hosts:
             h.restore_on_start(latest)  # refuses a checkpoint taken with another width
