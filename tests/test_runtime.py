@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import tracemalloc
 from typing import Any
@@ -715,3 +717,45 @@ def test_a_source_yielding_a_watermark_is_told_how_to_set_one() -> None:
                                        r"Watermark; a source sets a manual watermark with "
                                        r"context.set_watermark\(value\)"):
         run_graph(g, clock=VirtualClock())
+
+
+def test_a_slow_operator_with_a_full_inbox_lets_the_loop_run_on_the_wall_clock() -> None:
+    """Taking an entry and delivering its output do not suspend when nothing waits, so a slow
+    operator with a full inbox kept the event loop until its inbox was empty: a stop, a signal,
+    the status view and the timers waited (a second at 10 ms a batch of a 100-batch inbox). On
+    the wall clock it gives the loop a turn every 50 ms."""
+    import time
+
+    n, batch = 4000, 20
+
+    class Items(Source):
+        def generate(self) -> Any:
+            return ({"n": i} for i in range(n))
+
+    class Slow(Operator):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            end = time.perf_counter() + 0.0005  # 10 ms a batch
+            while time.perf_counter() < end:
+                pass
+            self.count += 1
+
+    slow = Slow()
+    g = Graph("slow")
+    g.sink("slow", slow, [g.source("items", Items())], queue_batches=100)
+    job = Job(g, batch_size=batch)
+    seen: list[int] = []
+
+    async def main() -> None:
+        run = asyncio.ensure_future(job.run())
+        await asyncio.sleep(0.1)  # a timer due while the sink works through its inbox
+        seen.append(slow.count)
+        job.abort()
+        with contextlib.suppress(JobError, asyncio.CancelledError):
+            await run
+
+    asyncio.run(main())
+    # Without its turns, the timer ran only once the sink's 100 queued batches were done.
+    assert seen[0] < n // 4, seen

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core import OperatorCore, OperatorError, OutputPort, SchemaViolation
 from ..graph import EventTime, OperatorDef, Source
 from ._channel import Inbox
-from ._clock import Clock, TimerHandle
+from ._clock import Clock, RealClock, TimerHandle
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -32,6 +33,7 @@ __all__ = ["Delivery", "OperatorRunner", "deliver"]
 _TICK = object()  # a control item: the core's next deadline is due
 _WAKE = object()  # a control item: look at the core again (a deferred final was released)
 _HOST = -1  # the connection number of the runner's own control items
+TURN_SECONDS = 0.05  # the longest an operator keeps the event loop on the wall clock (_turn)
 
 
 class _Partial(tuple[list[Any], list[tuple[Inbox, int]]]):
@@ -71,6 +73,14 @@ class OperatorRunner:
         self._task: asyncio.Task[None] | None = None
         self._restore: Any = None
         self.region: Region | None = None  # its consistent region, if it is in one
+        # How long the operator may keep the event loop while its inbox holds entries (or a
+        # source while downstream has room): an entry taken and its output delivered do not
+        # suspend when nothing waits, so a slow operator with a full inbox kept the loop for
+        # its whole inbox (8 batches: 16 s at 2 ms a tuple), and Ctrl-C, SIGTERM, the status
+        # view and the timers waited that long. On the wall clock it yields every TURN_SECONDS
+        # (a look at the loop's clock an entry); on a virtual clock, never: the tasks'
+        # interleaving, and so a fan-in's order, stays the same from run to run.
+        self._turn = TURN_SECONDS if isinstance(job.clock, RealClock) else math.inf
 
     @property
     def name(self) -> str:
@@ -168,6 +178,8 @@ class OperatorRunner:
                 self._arm()
                 await self.flush()
                 inbox = self.inbox
+                turn, loop_time = self._turn, asyncio.get_running_loop().time
+                turn_ends = loop_time() + turn
                 while core.running:
                     if core.input_paused:  # the operator is full: only its own timers run
                         conn, payload = await inbox.get_host(_HOST)
@@ -182,6 +194,9 @@ class OperatorRunner:
                         core.handle(conn, payload)
                     await self.flush()
                     self._arm()
+                    if loop_time() >= turn_ends:  # its turn is over: the loop's (see _turn)
+                        await asyncio.sleep(0)
+                        turn_ends = loop_time() + turn
             # The inputs (or the source) ended: a barrier still asked of a source goes out first
             # (the checkpoint holds it still open), then the maximum watermark and final, and
             # only once they are delivered does the operator report that it finished.
@@ -216,6 +231,8 @@ class OperatorRunner:
         items = core.guard(src.generate)
         it: Iterator[Any] = core.guard(iter, None, items)
         size = self._job.batch_size
+        turn, loop_time = self._turn, asyncio.get_running_loop().time
+        turn_ends = loop_time() + turn
         while not self._job.stopping:
             core.serve_barrier()
             # What generate() raises names the source (and may heal its region), as an async
@@ -224,6 +241,9 @@ class OperatorRunner:
             if not chunk or core.emit_items(chunk):
                 return
             await self.flush()
+            if loop_time() >= turn_ends:  # its turn is over: the loop's (see _turn)
+                await asyncio.sleep(0)
+                turn_ends = loop_time() + turn
 
     async def _guarded_run(self, src: Source) -> None:
         try:
