@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import json
 import math
 import os
@@ -68,14 +69,21 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
     return params
 
 
-def load_graph(script: str | Path, params: dict[str, Any]) -> FrozenGraph:
+def load_graph(script: str | Path, params: dict[str, Any],
+               warn: Callable[[str], None] | None = None) -> FrozenGraph:
     """Run the script and freeze the graph it builds."""
-    return load_script(script, params)[0]
+    return load_script(script, params, warn)[0]
 
 
-def load_script(script: str | Path, params: dict[str, Any]) -> tuple[FrozenGraph, dict[str, Any]]:
+def _warn_on_stderr(message: str) -> None:
+    print(f"riverbed: warning: {message}", file=sys.stderr)
+
+
+def load_script(script: str | Path, params: dict[str, Any],
+                warn: Callable[[str], None] | None = None) -> tuple[FrozenGraph, dict[str, Any]]:
     """Run the script; the graph it builds, frozen, and the script's namespace (for the hooks
-    other hosts look for, such as ``spark_inputs``)."""
+    other hosts look for, such as ``spark_inputs``). ``warn`` hears of a ``-p`` that looks like
+    a misspelling of one ``build`` read (stderr by default)."""
     path = Path(script)
     if not path.is_file():
         raise ScriptError(f"{path}: no such graph script")
@@ -94,6 +102,8 @@ def load_script(script: str | Path, params: dict[str, Any]) -> tuple[FrozenGraph
             raise
         except Exception as exc:
             raise ScriptError(f"{path}: build(params) failed: {_build_failure(exc, read)}") from exc
+        for message in _misspelled(read):
+            (warn or _warn_on_stderr)(message)
     elif params:
         raise ScriptError(f"{path}: --param given but the script has no build(params) function")
     else:
@@ -107,12 +117,14 @@ def load_script(script: str | Path, params: dict[str, Any]) -> tuple[FrozenGraph
 
 
 class _ReadParams(dict[str, Any]):
-    """The ``-p`` values, remembering which ones ``build`` read (to name them when it fails)."""
+    """The ``-p`` values, remembering which ones ``build`` read (to name them when it fails) and
+    which it asked for and did not get (a misspelled ``-p``, `_misspelled`)."""
 
     def __init__(self, params: dict[str, Any]) -> None:
         super().__init__(params)
         self.read: list[str] = []
         self.missing: list[str] = []
+        self.defaulted: list[str] = []  # asked with get() and not given: their default went
 
     def __getitem__(self, name: str) -> Any:
         if name not in self:
@@ -124,7 +136,26 @@ class _ReadParams(dict[str, Any]):
     def get(self, name: str, default: Any = None) -> Any:
         if name in self:
             self.read.append(name)
+        else:
+            self.defaulted.append(name)
         return super().get(name, default)
+
+
+def _misspelled(params: _ReadParams) -> list[str]:
+    """``-p`` names ``build`` never read that are close to one it did read (``-p sensor=5``
+    where it reads ``sensors``): the run would silently go on with that one's default. A name
+    with no close match is left alone: an operator may read it later (``context.params``)."""
+    asked = set(params.read) | set(params.missing) | set(params.defaulted)
+    out = []
+    for name in params:
+        if name in asked:
+            continue
+        close = difflib.get_close_matches(name, sorted(asked), n=1, cutoff=0.75)
+        if close:
+            used = "" if close[0] in params else " (it used its default)"
+            out.append(f"-p {name}={dict.get(params, name)!r}: build() never read {name!r}; did "
+                       f"you mean {close[0]!r}{used}?")
+    return out
 
 
 def _build_failure(exc: Exception, params: _ReadParams) -> str:
@@ -299,7 +330,11 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
         period_default = checkpoint_dir is not None and checkpoint_period is None
         period = None if checkpoint_dir is None else parse_period(checkpoint_period or
                                                                   DEFAULT_CHECKPOINT_PERIOD)
-        graph = load_graph(script, parse_params(params))
+        import structlog
+
+        warnings = structlog.get_logger().bind(script=script)
+        graph = load_graph(script, parse_params(params),
+                           warn=lambda message: warnings.warning("parameter", message=message))
     except (ScriptError, GraphError, GraphValidationError, ValueError) as exc:
         err(f"riverbed run: {exc}")
         return EXIT_INVALID

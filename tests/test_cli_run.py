@@ -294,3 +294,17 @@ def test_another_graphs_checkpoint_of_the_same_job_name_is_refused_in_one_line(t
     assert second.returncode == 2, err
     assert "no state for operator(s) b" in err and "different graph" in err
     assert "Traceback" not in err and err.count("different graph") == 1
+
+
+def test_a_misspelled_parameter_is_named_with_the_one_build_asked_for(tmp_path: Path) -> None:
+    out = tmp_path / "a.jsonl"
+    proc = _riverbed("run", "examples/sensors.py", "-p", "sensor=5", "-p", "seconds=0.2",
+                     "-p", "secnds=2", "-p", f"out={out}", "-p", "nothing_like_it=1",
+                     "--no-status", "--log-format", "json")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    said = [e["message"] for e in _log_lines(err) if e["event"] == "parameter"]
+    assert said == [
+        "-p sensor=5: build() never read 'sensor'; did you mean 'sensors' (it used its "
+        "default)?",
+        "-p secnds=2: build() never read 'secnds'; did you mean 'seconds'?"]
