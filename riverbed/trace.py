@@ -31,6 +31,12 @@ def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
     if host not in HOSTS:
         err(f"riverbed trace: unknown host {host!r}; use --host windows, runtime or spark")
         return 2
+    if out_dir is not None:  # before any case runs: a Spark replay takes a while
+        try:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            err(f"riverbed trace: --out {out_dir}: {exc.strerror or exc}")
+            return 2
     status = 0
     files: list[tuple[Path, list[Case]]] = []
     for raw in paths:

@@ -117,11 +117,14 @@ def test_cli_prints_one_json_event_per_line() -> None:
 
 def test_cli_out_dir_writes_one_file_per_case(tmp_path: Path) -> None:
     paths = [CASES_DIR / "A-tumbling-count1.json", CASES_DIR / "A-sliding-count1.json"]
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "out" / "new"  # made, as a missing directory (a traceback before)
     result = _trace_cli("--out", str(out), *map(str, paths))
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["A-sliding-count1.jsonl", "A-tumbling-count1.jsonl"]
+    (tmp_path / "file").write_text("")
+    result = _trace_cli("--out", str(tmp_path / "file"), *map(str, paths))
+    assert result.returncode == 2 and "riverbed trace: --out" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(("step", "message"), [
