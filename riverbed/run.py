@@ -75,6 +75,27 @@ def load_graph(script: str | Path, params: dict[str, Any],
     return load_script(script, params, warn)[0]
 
 
+def _console_address(text: str) -> tuple[str, int]:
+    """``--console``'s address, parsed, and bound once and let go (a port taken, a host this
+    machine does not have): `ScriptError` before the graph script runs."""
+    import socket
+
+    from .console import ConsoleError, parse_address
+
+    try:
+        host, port = parse_address(text)
+    except ConsoleError as exc:
+        raise ScriptError(f"--console {text}: {exc}") from None
+    if port:
+        try:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            socket.create_server((host, port), family=family).close()
+        except OSError as exc:
+            raise ScriptError(f"--console {text}: cannot listen on {host}:{port}: "
+                              f"{exc.strerror or exc}") from None
+    return host, port
+
+
 def _warn_on_stderr(message: str) -> None:
     print(f"riverbed: warning: {message}", file=sys.stderr)
 
@@ -308,18 +329,12 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
     """The command's body (`run` catches early signals around it)."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
     address: tuple[str, int] | None = None
-    if console is not None:  # checked before the script runs: a typo costs no graph load
-        from .console import ConsoleError, parse_address
-
-        try:
-            address = parse_address(console)
-        except ConsoleError as exc:
-            err(f"riverbed run: --console {console}: {exc}")
-            return EXIT_INVALID
     try:
         logs = configure_logging(log_format, log_level)  # type: ignore[arg-type]
         if logs == "json" and echo is None:  # stderr stays JSON lines: the failures too
             err = _json_lines(script)
+        if console is not None:  # before the script runs: a typo or a taken port loads nothing
+            address = _console_address(console)
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise ScriptError(f"--metrics-port {metrics_port}: expected a TCP port, 0 to 65535")
         if not (math.isfinite(status_interval) and status_interval > 0):

@@ -117,6 +117,24 @@ def test_run_with_a_bad_console_address_exits_2_at_once_before_the_graph_loads(t
         assert code == 2
         assert said == [f"riverbed run: --console {bad}: {why}"]  # one line, and nothing else
         assert not loaded.exists()
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # a port another server holds
+        number = taken.getsockname()[1]
+        said = []
+        code = run(str(script), status=False, console=f"127.0.0.1:{number}", echo=said.append)
+        assert code == 2 and len(said) == 1, said
+        assert said[0].startswith(f"riverbed run: --console 127.0.0.1:{number}: cannot listen on")
+        assert not loaded.exists()
+
+
+def test_a_bad_console_address_with_json_logs_is_a_json_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "graph.py"
+    script.write_text("def build(params):\n    raise RuntimeError('the graph was loaded')\n")
+    code = run(str(script), status=False, console="abc", log_format="json")
+    assert code == 2
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [line["event"] for line in lines] == ["riverbed run"]
+    assert "--console abc" in lines[0]["message"]
 
 
 def test_run_serves_the_console_while_the_job_runs_and_stops_it_after(tmp_path: Path) -> None:
