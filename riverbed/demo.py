@@ -21,11 +21,21 @@ _READING = {"sensor": "rstring", "temp": "float64", "seq": "int64"}  # what the 
 
 
 def main(clause: str, sensors: int, readings: int, flavor: str, seed: int) -> int:
+    if sensors < 1 or readings < 0:
+        print(f"riverbed demo: --sensors {sensors} --readings {readings}: expected at least one "
+              "sensor and no negative number of readings", file=sys.stderr)
+        return 2
     try:
         window: StreamWindow[dict[str, Any]] = StreamWindow(clause, flavor=flavor,
                                                             attribute_types=_READING)
     except WindowError as exc:
-        print(f"riverbed demo: {exc}", file=sys.stderr)
+        if clause.strip().lower().startswith("timeinterval"):
+            print(f"riverbed demo: {clause}: a timeInterval window closes its panes by "
+                  "watermarks, which the demo's readings do not carry; the demo runs sliding and "
+                  "tumbling windows, e.g. --window 'tumbling, time(2), partitioned'",
+                  file=sys.stderr)
+        else:
+            print(f"riverbed demo: {exc}", file=sys.stderr)
         return 2
     if window.is_partitioned:
         window.register_partitioner("sensor")

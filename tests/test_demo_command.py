@@ -25,3 +25,29 @@ def test_a_clause_the_readings_cannot_take_is_one_line_and_exit_2(
     assert "Traceback" not in err and message in err
     if "foo" in clause:
         assert err.strip().endswith("the demo's readings have rstring sensor, float64 temp, int64 seq")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--sensors", "0"], "expected at least one sensor"),
+    (["--readings", "-5"], "no negative number of readings"),
+    (["--window", "timeInterval, intervalDuration(10)"], "e.g. --window 'tumbling, time(2)"),
+])
+def test_what_the_demo_cannot_run_is_one_line_and_exit_2(
+        args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", *args]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_reader_that_stops_early_ends_the_demo_quietly() -> None:
+    import subprocess
+    import sys
+
+    demo = subprocess.Popen([sys.executable, "-m", "riverbed", "demo", "--readings", "20000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert demo.stdout is not None and demo.stderr is not None
+    demo.stdout.readline()  # as `| head -1` does, then it goes away
+    demo.stdout.close()
+    err = demo.stderr.read().decode()
+    assert demo.wait(timeout=60) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
