@@ -424,8 +424,11 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             nonlocal signals, aborted
             signals += 1
             if signals == 1:
+                hint = ("a checkpoint, then every operator ends where it is (no final "
+                        "punctuation: a restart goes on from there)" if job.regions else
+                        "sources end, final punctuation drains the graph")
                 log.info("stopping", signal=signal.Signals(signum).name,
-                         hint="sources end, final punctuation drains the graph; signal again to abort")
+                         hint=f"{hint}; signal again to abort")
                 job.stop()
             else:
                 aborted = True

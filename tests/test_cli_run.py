@@ -287,6 +287,8 @@ def test_another_graphs_checkpoint_of_the_same_job_name_is_refused_in_one_line(t
     first.send_signal(signal.SIGTERM)  # a stop suspends it: a checkpoint of graph a
     _, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
+    stopping = next(e for e in _log_lines(err) if e["event"] == "stopping")
+    assert str(stopping["hint"]).startswith("a checkpoint, then every operator ends where it is")
     second = _riverbed("run", graph("b"), "--checkpoint-dir", str(ckpt), "--no-status",
                        "--restarts", "2")
     _, err = second.communicate(timeout=60)

@@ -203,6 +203,30 @@ def test_too_many_consecutive_resets_fail_the_job_naming_operator_tuple_and_atte
     assert job.metrics.regions["r"].resets == 3
 
 
+def test_the_job_wide_region_is_named_as_the_jobs_in_messages_and_logs() -> None:
+    """``--checkpoint-dir`` without declared regions makes one region of the whole job, named
+    '': its messages said "consistent region ''" and its log events ``region=''``."""
+    logged: list[dict[str, Any]] = []
+
+    class Log:
+        def info(self, event: str, **fields: Any) -> None:
+            logged.append({"event": event, **fields})
+
+        warning = info
+
+    g = Graph("whole")
+    src = g.source("readings", Readings(200), schema=SCHEMA)
+    sums = g.operator("sums", WindowSum({37}, always=True),
+                      [src.window("tumbling, count(5), partitioned", partition_by="sensor")])
+    g.sink("out", Output(), [sums])
+    job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore(), checkpoint_period=0.35,
+              logger=Log())
+    with pytest.raises(JobError) as info:
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    assert "the job's consistent region failed 6 times in a row" in str(info.value)
+    assert {e["region"] for e in logged if e["event"] == "region reset"} == {"(job)"}
+
+
 def test_two_regions_checkpoint_on_their_own_and_a_failure_resets_only_its_region() -> None:
     def graph(out_a: Output, out_b: Output, fail_b: set[int]) -> Graph:
         g = Graph("two")

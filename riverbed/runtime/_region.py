@@ -121,6 +121,17 @@ class Region:
         self.hosts = [h for h in job.parallel if h.members[0] in self.member_names]
         self.hosted = frozenset(n for h in self.hosts for n in h.members)
 
+    @property
+    def label(self) -> str:
+        """The region as messages name it: the job-wide region (``--checkpoint-dir``, name '')
+        is "the job's consistent region", not "consistent region ''"."""
+        return f"consistent region {self.name!r}" if self.name else "the job's consistent region"
+
+    @property
+    def log_name(self) -> str:
+        """The region in log fields: "(job)" for the job-wide region, whose name is ''."""
+        return self.name or "(job)"
+
     # ------------------------------------------------------------ restore on start
 
     def restore_latest(self) -> None:
@@ -294,7 +305,7 @@ class Region:
                 return  # the stop took its own checkpoint; later ones would hold ended operators
             pending = self.pending
             if pending is not None and clock.now() - pending.started > self.drain_timeout * 1e9:
-                self.fail(None, TimeoutError(f"checkpoint {pending.id} of region {self.name!r} "
+                self.fail(None, TimeoutError(f"checkpoint {pending.id} of {self.label} "
                                              f"took over drain_timeout={self.drain_timeout:g} s"))
                 continue
             if due is not None and clock.now() >= due:
@@ -318,13 +329,13 @@ class Region:
             self.state = RegionState.FAILED
             self.metrics.state = self.state.value
             self.job.fail_job(RegionFailed(
-                f"consistent region {self.name!r} failed {self._consecutive} times in a row "
+                f"{self.label} failed {self._consecutive} times in a row "
                 f"(max_consecutive_reset_attempts={self.max_attempts}) without a checkpoint in "
                 f"between; the last failure: {exc}"))
             return
         self._failed_at = self.job.clock.now()
         self.state = RegionState.RESETTING
-        self.job.log_region("region reset", region=self.name, attempt=self._consecutive,
+        self.job.log_region("region reset", region=self.log_name, attempt=self._consecutive,
                             reason=str(exc), to_checkpoint=self.last_committed)
         self._resetting = self.job.spawn(self._reset(), f"{self.job.name}/{self.name}/reset")
 
@@ -343,7 +354,7 @@ class Region:
             self._resetting = None
             self.state = RegionState.PROCESSING
             self.fail(None, exc if not isinstance(exc, TimeoutError) else TimeoutError(
-                f"reset of region {self.name!r} took over reset_timeout={self.reset_timeout:g} s"))
+                f"reset of {self.label} took over reset_timeout={self.reset_timeout:g} s"))
             return
         self.state = RegionState.PROCESSING
         self.metrics.resets += 1
@@ -351,7 +362,7 @@ class Region:
         if self._failed_at is not None:
             self.metrics.last_recovery_ms = (self.job.clock.now() - self._failed_at) / 1e6
         self._resetting = None
-        self.job.log_region("region recovered", level="info", region=self.name,
+        self.job.log_region("region recovered", level="info", region=self.log_name,
                             checkpoint=self.last_committed, resets=self.metrics.resets,
                             recovery_ms=round(self.metrics.last_recovery_ms, 1),
                             **{k: round(v, 1) for k, v in self._phases.items()})
