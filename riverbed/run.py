@@ -133,8 +133,14 @@ def load_script(script: str | Path, params: dict[str, Any],
         return graph.freeze(), namespace
     if isinstance(graph, FrozenGraph):
         return graph, namespace
-    raise ScriptError(f"{path}: define build(params) returning a riverbed Graph, or a module-level "
-                      f"'graph'; got {type(graph).__name__}")
+    if callable(build):
+        raise ScriptError(f"{path}: build(params) returned {type(graph).__name__}, not a riverbed "
+                          "Graph (a missing 'return g'?)")
+    if graph is None:
+        raise ScriptError(f"{path}: the script defines neither build(params) nor a module-level "
+                          "'graph': define build(params) returning a riverbed Graph")
+    raise ScriptError(f"{path}: its module-level 'graph' is a {type(graph).__name__}, not a "
+                      "riverbed Graph")
 
 
 class _ReadParams(dict[str, Any]):

@@ -173,3 +173,14 @@ def test_checkpoints_the_store_lost_are_logged_by_the_job(
     assert lost["kind"] == "lost" and lost["checkpoints"] == [newest + 1, newest + 2]
     finished = next(e for e in logs if e["event"] == "job finished")
     assert finished["restored_from"] == newest
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("x = 1\n", "the script defines neither build(params) nor a module-level 'graph'"),
+    ("def build(params):\n    g = Graph('g')\n", "build(params) returned NoneType, not a riverbed "
+                                                  "Graph (a missing 'return g'?)"),
+    ("graph = 'g'\n", "its module-level 'graph' is a str, not a riverbed Graph"),
+])
+def test_a_script_without_a_graph_says_what_it_lacks(tmp_path: Path, body: str, message: str) -> None:
+    code, said = _run(_script(tmp_path, body))
+    assert code == EXIT_INVALID and len(said) == 1 and message in said[0], said

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from riverbed.graph import Schema
+from riverbed.graph import Schema, SchemaError
 
 RANGES = {"int8": (-(2**7), 2**7 - 1), "int16": (-(2**15), 2**15 - 1),
           "int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1),
@@ -40,3 +40,12 @@ def test_the_batch_check_names_the_first_invalid_tuple_by_position() -> None:
     assert first_invalid([good, [1, 2.0]]) == 1
     bad = {"a": "x", "b": 2.0}
     assert first_invalid([good, bad, good, bad]) == 1
+
+
+@pytest.mark.parametrize(("types", "message"), [
+    ({"temp": "float"}, "attribute 'temp': unknown type 'float'"),
+    ({"a": "int64", "b": "list<floatt>"}, "attribute 'b': unknown type 'floatt'"),
+])
+def test_an_unknown_type_names_its_attribute(types: dict[str, str], message: str) -> None:
+    with pytest.raises(SchemaError, match=message):
+        Schema(types)

@@ -142,7 +142,10 @@ class Schema:
             if not isinstance(spl_type, str):
                 raise SchemaError(f"attribute {name!r}: the type must be an SPL type name, "
                                   f"got {spl_type!r}")
-            _checker(spl_type)
+            try:
+                _checker(spl_type)
+            except SchemaError as exc:
+                raise SchemaError(f"attribute {name!r}: {exc}") from None
         object.__setattr__(self, "attributes", tuple(items.items()))
 
     @classmethod
