@@ -587,6 +587,10 @@ def checkpoints_command(action: str, directory: str, checkpoint_id: int | None,
                     out(f"{directory}: no checkpoints")
                 for entry in infos:
                     out(line(entry))
+                if infos and all(entry.status != "ok" for entry in infos):
+                    out(f"{directory}: no good checkpoint: a job restarted on it starts from its "
+                        "initial state (riverbed checkpoints repair may recover some)")
+                    return EXIT_FAILED  # a script checking the store before a restart sees it
                 return EXIT_OK
             wanted = checkpoint_id if checkpoint_id is not None else (infos[-1].id if infos else None)
             if wanted is None:

@@ -17,6 +17,7 @@ import pytest
 from riverbed.checkpoint import RocksDBStore, StoreIOError
 from riverbed.checkpoint._layout import state_key
 from riverbed.graph import Graph, Operator, Source
+from riverbed.run import checkpoints_command
 from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,6 +125,11 @@ def test_with_no_good_checkpoint_the_job_starts_from_its_initial_state(tmp_path:
         skipped: list[int] = []
         assert store.latest_good(on_skip=lambda cid, err: skipped.append(cid)) is None
         assert sorted(skipped) == sorted(ids)
+    said: list[str] = []  # what `riverbed checkpoints list` tells a script checking the store
+    assert checkpoints_command("list", str(tmp_path / "ckpt"), None, echo=said.append) == 1
+    assert said[-1].endswith("no good checkpoint: a job restarted on it starts from its initial "
+                             "state (riverbed checkpoints repair may recover some)")
+    with RocksDBStore(tmp_path / "ckpt") as store:
         g, count = _graph(20)
         again = Job(g, clock=VirtualClock(), checkpoints=store)
         run_virtual(again.run(), again.clock)  # type: ignore[arg-type]
