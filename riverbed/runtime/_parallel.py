@@ -129,9 +129,11 @@ class ChannelMetrics:
     # The worker process's CPU time (user + system), as it last said: channels sharing a
     # process (a region wider than its ``processes``) each show the process's.
     cpu_seconds: float = 0.0
-    # Messages read from the worker: its answers, and what its replicas produced (a message
-    # carries up to 16 of their batches, `_worker._Served.step`).
+    # Messages read from the worker: its answers, and a message per batch its replicas
+    # produced; and the writes that carried them, as the worker last said (a write carries up
+    # to 16 replica batches' messages, `_worker._Hold`).
     worker_messages: int = 0
+    worker_writes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -611,9 +613,10 @@ class ParallelHost:
             if kind == METRICS_OUT:
                 continue
             assert kind in (OUT, EMIT), msg
-            _, fed, exits, deadline, finished, member_metrics, reports, finals, cpu = msg
+            _, fed, exits, deadline, finished, member_metrics, reports, finals, cpu, writes = msg
             ch.metrics.cpu_seconds = round(cpu, 3)
             ch.metrics.worker_messages += 1
+            ch.metrics.worker_writes = writes
             if member_metrics:
                 self._member_metrics[ch.index] = member_metrics
                 fold_member_metrics(self.runners, self._member_metrics.values(),

@@ -17,14 +17,14 @@ replicated sources end, with final punctuation, or (``suspend``: the stop suspen
 a checkpoint) without it, once they served the stop's barrier (no answer of its own). A barrier entry
 ``(operator, -1, barrier)`` goes to the member itself (its inputs ended: no barrier reaches it).
 Worker -> job, one reply per FEED, TICK, COMMIT or CHECKPOINT: ``(OUT, fed, exits, deadline, finished,
-metrics, reports, finals, cpu)``, ``reports`` the states ``(checkpoint_id, operator, state)``
-its operators took at barriers, ``finals`` ``(operator, state)`` of those that ended, ``cpu``
-the worker's CPU seconds so far; or
+metrics, reports, finals, cpu, writes)``, ``reports`` the states ``(checkpoint_id, operator,
+state)`` its operators took at barriers, ``finals`` ``(operator, state)`` of those that ended,
+``cpu`` the worker's CPU seconds so far, ``writes`` the writes to the socket so far; or
 ``(METRICS_OUT, metrics)``; or ``(FAILED, operator, port, tuple_text, error_type, message)``.
 A worker whose channel has replicated sources (`_replica`) also sends, unasked, ``(EMIT,
-producing, exits, deadline, finished, metrics, reports, finals, cpu)`` for the batches they
-produced since its last message (up to 16, or 10 ms of them; ``producing``: a replica still
-runs), answering nothing.
+producing, exits, deadline, finished, metrics, reports, finals, cpu, writes)`` for each batch
+they produced (``producing``: a replica still runs), answering nothing; up to 16 such
+messages go in one write, within 10 ms of the first (`_worker._Hold`).
 
 A watermark travels as a bare int (an item is otherwise a list, a `Punct` or a barrier):
 unpickling a frozen dataclass costs 50 us, and an event-time stream carries many.

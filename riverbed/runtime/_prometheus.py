@@ -101,7 +101,7 @@ class JobCollector:
 
 def _channel_metrics(job_name: str, job: Any) -> Iterator[Metric]:
     """Parallel regions: each channel's worker process, tuples in and out, its bounded queue,
-    the messages its worker sent and its CPU time."""
+    the messages its worker sent, the writes that carried them, and its CPU time."""
     channels: list[Any] = getattr(job, "channel_metrics", list)()
     if not channels:
         return
@@ -118,6 +118,9 @@ def _channel_metrics(job_name: str, job: Any) -> Iterator[Metric]:
                                 "Times the split waited for room in the channel's queue.", labels=labels)
     messages = CounterMetricFamily("riverbed_channel_worker_messages",
                                    "Messages read from the channel's worker.", labels=labels)
+    writes = CounterMetricFamily("riverbed_channel_worker_writes",
+                                 "Writes that carried the worker's messages, as it last said.",
+                                 labels=labels)
     cpu = CounterMetricFamily("riverbed_channel_cpu_seconds",
                               "CPU seconds of the channel's worker process, as it last said.",
                               labels=labels)
@@ -129,8 +132,9 @@ def _channel_metrics(job_name: str, job: Any) -> Iterator[Metric]:
         in_flight.add_metric(values, m.batches_in_flight)
         waits.add_metric(values, m.backpressure_waits)
         messages.add_metric(values, m.worker_messages)
+        writes.add_metric(values, m.worker_writes)
         cpu.add_metric(values, m.cpu_seconds)
-    yield from (alive, tuples_in, tuples_out, in_flight, waits, messages, cpu)
+    yield from (alive, tuples_in, tuples_out, in_flight, waits, messages, writes, cpu)
 
 
 def _region_metrics(metrics: Any) -> Iterator[Metric]:

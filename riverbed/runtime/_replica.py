@@ -33,7 +33,6 @@ share, not bad input.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -79,8 +78,7 @@ class Replicas:
     """The member sources of one channel, pulled a batch at a time."""
 
     def __init__(self, sync: SyncGraph, *, channel: int, width: int,
-                 key: Callable[[Any], Hashable] | None, batch: int,
-                 gate: threading.Lock | None = None) -> None:
+                 key: Callable[[Any], Hashable] | None, batch: int) -> None:
         self.sync = sync
         self.channel = channel
         self.width = width
@@ -95,9 +93,6 @@ class Replicas:
                 self._live[core.name] = (core, sync.call(core.name, _generate))
         self.emitted = 0
         self.suspend = False  # a stop ends the replicas without final (the job suspends)
-        # Released while a replica's generate() runs: the channel's operators are idle then,
-        # and the worker's `_Hold` may send what they produced (a lock the caller holds).
-        self.gate = gate
 
     @property
     def live(self) -> bool:
@@ -122,16 +117,10 @@ class Replicas:
                 sync.end(name)
 
     def _pull(self, name: str, it: Iterator[Any]) -> list[Any]:
-        gate = self.gate
-        if gate is not None:
-            gate.release()
         try:
             return list(itertools.islice(it, self.batch))
         except Exception as exc:
             raise OperatorError(name, None, None, exc) from exc
-        finally:
-            if gate is not None:
-                gate.acquire()
 
     def _emit(self, name: str, chunk: list[Any]) -> bool:
         """Emit ``chunk``; True when a final among it ended the replica."""

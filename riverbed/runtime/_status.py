@@ -250,14 +250,14 @@ class StatusView:
 def channel_lines(job: Any) -> list[str]:
     """A line per channel of the job's parallel regions and per process group (none for a job
     without): its worker process, what went in and out, its bounded queue, the messages its
-    worker sent, its CPU time."""
+    worker sent and the writes that carried them, its CPU time."""
     lines = []
     for m in getattr(job, "channel_metrics", list)():
         state = "finished" if m.finished else "running" if m.alive else "ended"
         kind = "process" if m.kind == "process" else "channel"
         lines.append(f"{kind} {m.region}[{m.channel}]: pid={m.pid} {state} in={m.tuples_in} "
                      f"out={m.tuples_out} in_flight={m.batches_in_flight}/{m.capacity} "
-                     f"waits={m.backpressure_waits} messages={m.worker_messages} "
+                     f"waits={m.backpressure_waits} messages={m.worker_messages} writes={m.worker_writes} "
                      f"cpu={m.cpu_seconds:.1f}s")
     return lines
 

@@ -58,6 +58,7 @@ from ._parallel_wire import (
     STOP,
     TICK,
     dumps,
+    frame,
     loads,
 )
 from ._replica import Replicas, place
@@ -189,59 +190,53 @@ def _failure(exc: BaseException) -> tuple[Any, ...]:
 
 
 class _Hold:
-    """When a worker sends what its replicas produced: not after every batch.
+    """When a worker writes what its replicas produced: not after every batch.
 
-    Each message costs the job's process a wake-up, a read, an unpickling and a merge step,
-    whatever it carries: sent after every replica batch, that was half of what the job's
+    Each write wakes the job's process, which reads it, unpickles it and merges it, an event
+    loop turn whatever it carries: one after every replica batch took half of what the job's
     process spent on a replicated region (W2: ~70 us a message), CPU taken from the workers
-    on a machine with as many cores as channels. So a channel sends once `EMIT_BATCHES`
-    batches' output waits, or once the first of it waited `EMIT_SECONDS`.
+    on a machine with as many cores as channels. So each batch's message is made at once
+    (framed bytes, `_Served.answer`) and kept; the kept messages go out in one write once
+    `EMIT_BATCHES` of them wait, or `EMIT_SECONDS` after the first, whichever comes first.
 
     The wait is kept by a thread, because a replica may block in its ``generate()`` (a tail
     waiting for its file to grow, a socket, a queue, a child process) and what it produced
-    before must not wait with it. The process's thread holds ``gate`` at all times but inside
-    a replica's ``generate()`` (`Replicas` releases it for each pull), where every channel of
-    the process is idle between two of its steps: once the wait is over, the thread marks the
-    channels holding output due (each sends after its batch), takes the gate at the next pull
-    and sends what is still held. A signal timer was tried first: its handler does not run
-    while a C call restarts under SA_RESTART (a blocking read), and a replica's own alarm
-    would cancel or replace it."""
+    before must not wait with it. The thread only writes bytes the process's thread made,
+    under the channel's write lock: it runs no operator or user code and reads no operator
+    state, so whatever a replica does meanwhile, nothing is shared but the bytes. A signal
+    timer (SIGALRM) and a thread that made the message itself were tried first (see
+    docs/decisions.md)."""
 
-    __slots__ = ("armed", "deadline", "gate", "served", "wake")
+    __slots__ = ("armed", "deadline", "failed", "served", "wake")
 
     def __init__(self, served: list[_Served]) -> None:
         self.served = served
-        self.gate = threading.Lock()
-        self.gate.acquire()  # the process's thread's but inside a replica's pull
         self.armed = False
         self.deadline = 0.0
+        self.failed: BaseException | None = None  # the thread's write failed: raised by `step`
         self.wake = threading.Event()
         threading.Thread(target=self._run, name="riverbed-hold", daemon=True).start()
 
     def arm(self) -> None:
-        """Output waits: it goes out `EMIT_SECONDS` from now at the latest."""
+        """Messages wait: they go out `EMIT_SECONDS` from now at the latest."""
         if not self.armed:
             self.armed = True
             self.deadline = time.monotonic() + EMIT_SECONDS
             self.wake.set()
 
     def _run(self) -> None:
-        wake, gate = self.wake, self.gate
+        wake = self.wake
         while True:
             wake.wait()
             wake.clear()
             time.sleep(max(0.0, self.deadline - time.monotonic()))
+            self.armed = False
             for s in self.served:
-                if s.held:
-                    s.due = True
-            with gate:
-                self.armed = False
-                for s in self.served:
-                    if s.held:
-                        try:
-                            s.answer(EMIT, s.replicas.live)
-                        except OSError:  # the job hung up: the process's thread finds out too
-                            return
+                try:
+                    s.flush()
+                except BaseException as exc:  # the job hung up, most likely
+                    self.failed = exc
+                    return
 
 
 class _Served:
@@ -249,13 +244,13 @@ class _Served:
     replicas. Channels never share state: a process hosting several runs each exactly as a
     process of its own would, one message or one batch at a time."""
 
-    __slots__ = ("answers", "channel", "conn", "done", "due", "held", "hold", "name", "replicas",
-                 "send", "sync", "wall_clock")
+    __slots__ = ("answers", "channel", "conn", "fd", "held", "hold", "kept", "lock", "name",
+                 "replicas", "sync", "torn", "wall_clock", "writes")
 
     def __init__(self, conn: Connection, sync: _ChannelGraph, replicas: Replicas, hold: _Hold, *,
                  channel: int, name: str, wall_clock: bool) -> None:
         self.conn = conn
-        self.send = conn.send_bytes
+        self.fd = conn.fileno()
         self.sync = sync
         self.replicas = replicas
         self.channel = channel
@@ -263,47 +258,77 @@ class _Served:
         self.wall_clock = wall_clock
         self.answers = 0
         self.hold = hold
-        self.held = 0  # replica batches whose output waits in ``sync`` for the next answer
-        self.done = 0  # how many of ``sync.exits`` those batches made
-        self.due = False  # `_Hold`'s wait is over: what is held goes out after this batch
+        self.held = 0  # replica batches whose messages are kept
+        self.kept: list[bytes] = []  # their messages, framed, for the next write
+        self.lock = threading.Lock()  # one writer at a time: this process's thread or `_Hold`'s
+        self.writes = 0
+        self.torn = False  # a write broke off mid-message: nothing more can be read after it
 
-    def answer(self, kind: int, fed: Any) -> None:
+    def answer(self, kind: int, fed: Any, *, keep: bool = False) -> None:
+        """The channel's message (``keep``: kept for a later write, see `_Hold`)."""
         sync = self.sync
         finished = sync.finished
         reports, finals = sync.take()
         self.answers += 1
-        self.held = self.done = 0
-        self.due = False
         # The operators' own metrics (errors, late tuples, counters, watermark) with every
         # METRICS_EVERY-th answer and the last: the job's status, console and Prometheus show
         # the channels' operators from them.
         metrics = _metrics(sync) if finished or self.answers % METRICS_EVERY == 0 else None
-        self.send(dumps((kind, fed, _exits(sync), _deadline(sync), finished, metrics, reports,
-                         finals, time.process_time())))
+        message = frame(dumps((kind, fed, _exits(sync), _deadline(sync), finished, metrics,
+                               reports, finals, time.process_time(), self.writes)))
+        if keep:
+            with self.lock:
+                self.kept.append(message)
+        else:
+            self.write(message)
+
+    def write(self, message: bytes) -> None:
+        """``message`` (framed), after the kept ones, in one write."""
+        with self.lock:
+            kept = self.kept
+            if kept:
+                kept.append(message)
+                message = b"".join(kept)
+                kept.clear()
+            self._write(message)
+        self.held = 0
+
+    def flush(self) -> None:
+        """Write the kept messages, if any (`_Hold`'s thread; the failure path)."""
+        with self.lock:
+            if self.kept:
+                message = b"".join(self.kept)
+                self.kept.clear()
+                self._write(message)
+
+    def _write(self, data: bytes) -> None:
+        self.writes += 1
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except BaseException:
+            self.torn = len(view) < len(data)
+            raise
 
     def step(self) -> None:
-        """One batch of each live replica; what left the region goes out (``EMIT``) with up
-        to `EMIT_BATCHES` batches' worth, or when `_Hold`'s timer says so; a checkpoint's
-        states, an operator's end and the replicas' end at once."""
+        """One batch of each live replica, and its message (``EMIT``): kept (`_Hold`) unless
+        `EMIT_BATCHES` are, or it carries a checkpoint's states, an operator's end or the
+        replicas' end."""
         sync = self.sync
         if self.wall_clock:
             sync.advance(time.time_ns())
         replicas = self.replicas
         replicas.step()
+        hold = self.hold
+        if hold.failed is not None:
+            raise hold.failed
         self.held += 1
-        if (self.due or self.held >= EMIT_BATCHES or not replicas.live or sync.reports
-                or sync.finals):
-            self.answer(EMIT, replicas.live)
-        else:
-            self.done = len(sync.exits)
-            self.hold.arm()
-
-    def send_done(self) -> None:
-        """Send what the batches that completed produced and still wait for (the job failed
-        in a later one: what they produced must reach it, as it would without a region)."""
-        if self.done:
-            exits, self.done = pack_exits(self.sync.exits[:self.done]), 0
-            self.send(dumps((EMIT, True, exits, None, False, None, [], [], time.process_time())))
+        keep = (self.held < EMIT_BATCHES and replicas.live and not sync.reports
+                and not sync.finals)
+        self.answer(EMIT, replicas.live, keep=keep)
+        if keep:
+            hold.arm()
 
     def receive(self) -> bool:
         """Handle the job's next message (it blocks until one comes); False: the job hung up."""
@@ -343,7 +368,7 @@ class _Served:
             sync.start_checkpoint(CheckpointBarrier(msg[2], msg[3]))
             self.answer(OUT, 0)
         elif kind == METRICS:
-            self.send(dumps((METRICS_OUT, _metrics(sync))))
+            self.write(frame(dumps((METRICS_OUT, _metrics(sync)))))
         elif kind == STOP:
             sync.stopping = True  # the replicas end at their next batch
             self.replicas.suspend = msg[1]  # without final: after the stop's barrier
@@ -387,6 +412,7 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
         with contextlib.suppress(OSError):
             os.close(fd)
     conns = [Connection(sock.detach()) for sock in socks]
+    worker = os.getpid()
     served: list[_Served] = []
     hold = _Hold(served)
     failing = [conns[0]]  # the socket of the channel at work: a failure is told there
@@ -402,8 +428,7 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
             for core in sync.cores:
                 place(core, channel, width)
             sync.stopping = stopping  # the job was asked to stop already: replicas end at once
-            replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch,
-                                gate=hold.gate)
+            replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch)
             replicas.suspend = suspend
             if checkpoint is not None and region is not None:
                 sync.start_checkpoint(CheckpointBarrier(checkpoint, region))
@@ -414,11 +439,22 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
         _serve(served, failing)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the job went away
-    except Exception as exc:  # an operator failed: tell the job, which stops
+    except BaseException as exc:  # an operator failed (or a replica called sys.exit): tell the job
+        if os.getpid() != worker:
+            raise  # a child a replica forked, leaving through the worker's frames: not ours
         with contextlib.suppress(OSError, EOFError):
-            for one in served:
-                one.send_done()
-            failing[0].send_bytes(dumps(_failure(exc)))
+            by_conn = {id(one.conn): one for one in served}
+            # What completed batches produced goes first, as it did when each was written at
+            # once, and as the sink gets it without a region; after a torn write, nothing.
+            if not any(one.torn for one in served):
+                for one in served:
+                    one.flush()
+                failure = dumps(_failure(exc))
+                at_work = by_conn.get(id(failing[0]))
+                if at_work is not None:
+                    at_work.write(frame(failure))
+                else:  # it failed before the channel was set up
+                    failing[0].send_bytes(failure)
             # Read on until the job hangs up on every channel: exiting now would make the job's
             # writes fail and the sockets close before it read why.
             open_conns = list(conns)
