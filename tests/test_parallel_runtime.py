@@ -11,6 +11,7 @@ import json
 import os
 import runpy
 import signal
+import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -453,3 +454,48 @@ def test_the_log_names_each_channel_started_and_ended() -> None:
         ("channel_started", 0, pids[0]), ("channel_started", 1, pids[1]),
         ("channel_ended", 0, pids[0]), ("channel_ended", 1, pids[1])]
     assert all(f["finished"] and f["exitcode"] == 0 for e, f in events if e == "channel_ended")
+
+
+@pytest.mark.parametrize("width", [None, 2])
+def test_a_member_fed_from_outside_and_by_another_member_gets_both(width: int | None) -> None:
+    """``b`` reads the stream into the region and ``a``'s output. The stream is read once, from
+    ``a``'s inbox; it was delivered to ``b``'s inbox in the job's process too, which nothing
+    reads: that inbox filled and held the source back for good (the job never ended)."""
+
+    class ByPort(Operator):
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, int]] = []
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            self.submit({"port": port, "v": tup["v"], "k": tup["k"]})
+
+    def graph() -> tuple[Graph, Collect]:
+        g = Graph("twofeeds")
+        src = g.source("src", Readings(20_000), schema=READING)
+        sink = Collect()
+        if width is None:
+            a = g.operator("a", Pass(), [src])
+            b = g.operator("b", ByPort(), [src, a])
+        else:
+            with g.parallel(width, partition_by="k"):
+                a = g.operator("a", Pass(), [src])
+                b = g.operator("b", ByPort(), [src, a])
+        g.sink("sink", sink, [b])
+        return g, sink
+
+    g, sink = graph()
+    job = Job(g, clock=VirtualClock(), batch_size=100)
+
+    async def main() -> None:
+        # A job that hangs is aborted after 120 s of wall time: the test fails, not hangs.
+        loop = asyncio.get_running_loop()
+        watchdog = threading.Timer(120, lambda: loop.call_soon_threadsafe(job.abort))
+        watchdog.start()
+        try:
+            await job.run()
+        finally:
+            watchdog.cancel()
+
+    run_virtual(main(), job.clock)  # type: ignore[arg-type]
+    got = sorted((t["port"], t["v"]) for t in sink.tuples)
+    assert got == sorted((port, v) for port in (0, 1) for v in range(20_000))

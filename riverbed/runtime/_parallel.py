@@ -271,11 +271,22 @@ class ParallelHost:
 
     def wire(self) -> None:
         """After the job wired its runners: the members' outputs lead only out of the region
-        (inside it, the workers deliver between members themselves)."""
+        (inside it, the workers deliver between members themselves), and a stream into the
+        region reaches only the inbox it is read from (`_feeds`: the first member it feeds;
+        the worker hands it to the others). Delivered to another member's inbox as well, it
+        filled that inbox, which nothing reads, and held its producer back for good."""
         inboxes = {id(r.inbox) for r in self.runners.values()}
         for runner in self.runners.values():
             for delivery in runner._deliveries:
                 delivery.targets = [t for t in delivery.targets if id(t[0]) not in inboxes]
+        read = {(id(runner.inbox), conn) for runner, conns in self._feeds
+                for conn, stream in enumerate(conns) if stream is not None}
+        for runner in self.job.runners.values():
+            if runner.name in self.runners:
+                continue
+            for delivery in runner._deliveries:
+                delivery.targets = [t for t in delivery.targets
+                                    if id(t[0]) not in inboxes or (id(t[0]), t[1]) in read]
 
     @property
     def _suspending(self) -> bool:
