@@ -7,6 +7,7 @@ Every test checks that the job left no worker process and no socket behind
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import runpy
@@ -499,3 +500,43 @@ def test_a_member_fed_from_outside_and_by_another_member_gets_both(width: int | 
     run_virtual(main(), job.clock)  # type: ignore[arg-type]
     got = sorted((t["port"], t["v"]) for t in sink.tuples)
     assert got == sorted((port, v) for port in (0, 1) for v in range(20_000))
+
+
+def test_workers_do_not_hold_the_jobs_listening_sockets() -> None:
+    """A worker that outlived a killed job (busy in a process group) held the metrics and
+    console ports it inherited, so the job restarted under ``--restarts`` could not bind them
+    and gave up. The workers close them (`close_in_workers`)."""
+    from riverbed.console import serve_console
+    from riverbed.runtime import serve_metrics
+
+    job, sink = _endless_job(2)
+
+    def sockets(pid: int) -> set[str]:
+        fds = Path(f"/proc/{pid}/fd")
+        links = set()
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):
+                links.add(os.readlink(fd))
+        return {link for link in links if link.startswith("socket:")}
+
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        metrics = serve_metrics(job, 0)
+        console = serve_console(job, job.graph, "127.0.0.1:0")
+        try:
+            run = asyncio.ensure_future(job.run())
+            while len(sink.tuples) < 200:
+                await asyncio.sleep(0.01)
+            listening = {os.readlink(f"/proc/self/fd/{fd}")
+                         for fd in (metrics._server.fileno(), console._fd)}
+            seen["held"] = {pid: sockets(pid) & listening
+                            for pid in (m.pid for m in job.channel_metrics()) if pid}
+            job.stop()
+            await run
+        finally:
+            console.close()
+            metrics.close()
+
+    asyncio.run(main())
+    assert seen["held"] and all(not held for held in seen["held"].values()), seen

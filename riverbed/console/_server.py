@@ -27,6 +27,7 @@ from aiohttp import web
 
 from riverbed.graph import FrozenGraph
 
+from ..runtime import close_in_workers, forget_in_workers
 from ._address import ConsoleError, parse_address
 from ._layout import LayoutError, lay_out
 from ._sampler import MetricsSource, Sampler
@@ -72,6 +73,8 @@ class ConsoleServer:
             raise ConsoleError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; choose another "
                                "port, or 0 for any free one") from exc
         self._host, self._port = host, int(self._socket.getsockname()[1])
+        self._fd = self._socket.fileno()
+        close_in_workers(self._fd)  # a worker that outlives the job must not hold the port
         self._loop = asyncio.new_event_loop()
         self._pages: set[asyncio.Queue[bytes | None]] = set()
         self._started = threading.Event()
@@ -85,6 +88,7 @@ class ConsoleServer:
         if failure is not None:
             self._thread.join()
             self._socket.close()
+            forget_in_workers(self._fd)
             raise ConsoleError(f"cannot serve on {host}:{port}: {failure}") from failure
 
     def _start_failure(self) -> BaseException | None:
@@ -227,6 +231,7 @@ class ConsoleServer:
             with contextlib.suppress(RuntimeError):  # the loop already ended
                 self._loop.call_soon_threadsafe(stop.set)
         self._thread.join()
+        forget_in_workers(self._fd)
 
     def __enter__(self) -> ConsoleServer:
         return self

@@ -24,6 +24,7 @@ from ..core import (
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
 from ._gc import JOB_GC_THRESHOLD
 from ._job import MIN_CHECKPOINT_PERIOD, Job, run_graph
+from ._parallel import close_in_workers, forget_in_workers
 from ._parallel_wire import channel_of
 from ._replica import ReplicaKeyError
 
@@ -72,7 +73,9 @@ __all__ = [
     "StatusView",
     "VirtualClock",
     "channel_of",
+    "close_in_workers",
     "configure_logging",
+    "forget_in_workers",
     "get_logger",
     "render_plain",
     "replay_in_runtime",

@@ -96,7 +96,8 @@ if TYPE_CHECKING:
     from ._region import Region, StoredCheckpoint
     from ._runner import OperatorRunner
 
-__all__ = ["ChannelError", "ChannelMetrics", "ParallelHost", "parent_fds"]
+__all__ = ["ChannelError", "ChannelMetrics", "ParallelHost", "close_in_workers", "forget_in_workers",
+           "parent_fds"]
 
 _HEADER = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
@@ -105,6 +106,20 @@ _LONG = struct.Struct("!Q")
 # deeper than an inbox in one process (8 cost the split shape 15 % of its throughput).
 REGION_FEEDS = 16
 _PARENT_FDS: set[int] = set()  # the job's ends of every open channel, closed in each new worker
+_JOB_ONLY_FDS: set[int] = set()  # the job's listening sockets (`close_in_workers`)
+
+
+def close_in_workers(fd: int) -> None:
+    """A socket of the job's process that no worker it forks may hold: the console's or the
+    metrics endpoint's listening socket. A worker that outlived a killed job (busy in a
+    process group) held the port, so the job restarted under ``--restarts`` could not bind
+    it and gave up."""
+    _JOB_ONLY_FDS.add(fd)
+
+
+def forget_in_workers(fd: int) -> None:
+    """``fd`` was closed (`close_in_workers`): its number may be reused by anything."""
+    _JOB_ONLY_FDS.discard(fd)
 
 
 class ChannelError(RuntimeError):
@@ -491,7 +506,8 @@ class ParallelHost:
             indices = [ch.index for ch in group]
             proc = ctx.Process(target=serve, name=f"riverbed-{self.job.name}-{self.name}-"
                                                   f"{'.'.join(map(str, indices))}",
-                               args=(children, sorted(_PARENT_FDS), self.job.graph, self.spec.members),
+                               args=(children, sorted(_PARENT_FDS | _JOB_ONLY_FDS), self.job.graph,
+                                     self.spec.members),
                                kwargs={"name": f"{self.job.name}/{self.name}", "now": now,
                                        "region": None if region is None else region.name,
                                        "region_members": frozenset() if region is None

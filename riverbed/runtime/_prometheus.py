@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..core import InputPortMetrics
+from ._parallel import close_in_workers, forget_in_workers
 from ._status import MetricsSource
 
 __all__ = ["JobCollector", "MetricsServer", "serve_metrics"]
@@ -198,8 +199,10 @@ class MetricsServer:
         if self._closed:
             return
         self._closed = True
+        fd = self._server.fileno()
         self._server.shutdown()
         self._server.server_close()
+        forget_in_workers(fd)
         self._thread.join()
 
     def __enter__(self) -> MetricsServer:
@@ -255,6 +258,7 @@ def serve_metrics(job: MetricsSource, port: int, host: str = "127.0.0.1") -> Met
         raise OSError(exc.errno, f"metrics endpoint {host}:{port}: {exc.strerror}; choose another port, "
                                  "or 0 for any free one") from exc
     # The poll interval bounds how long close() waits for the thread (the stdlib default is 0.5 s).
+    close_in_workers(server.fileno())  # a worker that outlives the job must not hold the port
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               name=f"riverbed-metrics:{server.server_port}", daemon=True)
     thread.start()
