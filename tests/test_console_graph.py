@@ -189,6 +189,17 @@ def test_regions_fan_in_and_window_ports_are_drawn(tmp_path: Path) -> None:
     assert "consistent region main" in svg
 
 
+def test_an_operator_named_like_a_cluster_is_drawn_as_an_operator(tmp_path: Path) -> None:
+    """Graphviz names its clusters ``cluster_...``; an operator named ``cluster_health`` was
+    taken for one, and the layout failed (`riverbed graph` and ``--console`` exited 2)."""
+    view = load_view(_script(tmp_path, REGIONS.replace('"left"', '"cluster_0"')
+                             .replace('"right"', '"cluster_health"')))
+    svg = draw(view, "svg")
+    texts = _texts(svg)
+    assert "cluster_0" in texts and "cluster_health" in texts
+    assert "consistent region main" in svg
+
+
 def test_without_dot_the_svg_says_how_to_get_it_and_text_formats_still_work(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no dot on it

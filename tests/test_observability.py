@@ -409,3 +409,41 @@ def test_operator_counters_show_in_the_status_line_and_in_prometheus() -> None:
     with serve_metrics(job, 0) as server:
         body = urllib.request.urlopen(server.url, timeout=10).read().decode()
     assert 'riverbed_operator_events_total{job="own",name="negative",operator="check"} 1.0' in body
+
+
+def test_a_scrape_while_an_operator_adds_counters_does_not_fail() -> None:
+    """An operator adds counters on the job's loop (riverbed's MQTT operators do, lazily) while
+    the endpoint's thread scrapes: iterating the live dict failed ("dictionary changed size
+    during iteration"), an HTTP 500 and a traceback on stderr."""
+    import threading
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from riverbed.core import Counter
+    from riverbed.runtime._prometheus import JobCollector
+
+    metrics = hand_metrics()
+    counters = metrics.operators["map"].counters
+
+    class Live:
+        def snapshot_metrics(self) -> JobMetrics:
+            return metrics
+
+    registry = CollectorRegistry()
+    registry.register(JobCollector(Live()))
+    adding = threading.Event()
+    done = threading.Event()
+
+    def add() -> None:
+        adding.set()
+        for i in range(200_000):
+            counters[f"c{i}"] = Counter()
+        done.set()
+
+    threading.Thread(target=add, daemon=True).start()
+    adding.wait()
+    scrapes = 0
+    while not done.is_set() or scrapes == 0:
+        generate_latest(registry)  # raised RuntimeError before
+        scrapes += 1
+    assert scrapes > 0

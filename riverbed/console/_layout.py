@@ -346,7 +346,9 @@ def lay_out(view: GraphView, *, live: bool = False) -> Layout:
         by_name = {op.name: op for op in view.operators}
         for obj in data.get("objects", []):
             name = str(obj.get("name", ""))
-            if name.startswith("cluster_"):
+            # A cluster is a subgraph (it has a bounding box, a node has a position): an
+            # operator may be named cluster_health too.
+            if name.startswith("cluster_") and "bb" in obj and "pos" not in obj:
                 x0, y0, x1, y1 = (float(v) for v in str(obj["bb"]).split(","))
                 (ax, ay), (bx, by) = flip((x0, y1)), flip((x1, y0))
                 label = str(obj.get("label", "")).split("\\n")[0]

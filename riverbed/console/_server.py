@@ -130,6 +130,8 @@ class ConsoleServer:
             sampling.cancel()
             await asyncio.gather(sampling, return_exceptions=True)
             for queue in list(self._pages):
+                if queue.full():  # a page that stopped reading: its oldest sample makes room
+                    queue.get_nowait()
                 queue.put_nowait(None)
             await runner.cleanup()
 

@@ -79,7 +79,9 @@ class JobCollector:
                                   "Counts an operator keeps of its own (context.counter).",
                                   labels=[*_OPERATOR_LABELS, "name"])
         for name, op in metrics.operators.items():
-            for counter_name, counter in op.counters.items():
+            # A copy taken at once (no Python code runs while a dict is listed): an operator
+            # may add a counter on the job's loop while this thread scrapes.
+            for counter_name, counter in list(op.counters.items()):
                 own.add_metric([metrics.job, name, counter_name], counter.value)
             for port, pm in enumerate(op.inputs):
                 labels = [metrics.job, name, str(port)]
