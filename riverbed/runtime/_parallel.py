@@ -274,12 +274,15 @@ class ParallelHost:
         return self.spec.members
 
     def metrics(self) -> list[ChannelMetrics]:
-        """Each channel's metrics, refreshed."""
+        """Each channel's metrics, refreshed. ``alive`` is kept by the job's loop (set when a
+        worker starts, cleared when its death is seen or it is reaped), not asked of the
+        process here: the status view, the console and Prometheus call this from their own
+        threads, and `Process.is_alive` reaps a dead child there (``waitpid``), so the loop's
+        own look at it found no exit code and reported a killed worker as "still running"."""
         for ch in self.channels:
             m = ch.metrics
             m.batches_in_flight = ch.inflight
             m.finished = ch.finished
-            m.alive = ch.process is not None and ch.process.is_alive()
         return list(self._metrics)
 
     # ------------------------------------------------------------------ wiring
@@ -818,6 +821,9 @@ class ParallelHost:
             self._dead.add(id(proc))
             proc.join(1.0)
             code = proc.exitcode
+            for c in self.channels:
+                if c.process is proc:
+                    c.metrics.alive = code is None
         how = ("still running" if code is None else f"killed by signal {-code}" if code < 0
                else f"exit code {code}")
         shared = [c.index for c in self.channels
