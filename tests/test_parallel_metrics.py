@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from riverbed.graph import Graph, Operator, Schema
-from riverbed.runtime import Job, VirtualClock, run_virtual
+from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
 from riverbed.testing import ListSink, ListSource
 
 S = 1_000_000_000
@@ -71,3 +71,54 @@ def test_a_region_reports_its_operators_metrics_as_width_one_does() -> None:
     assert wide.counters["triggers"].value == alone.counters["triggers"].value
     assert wide.watermark == alone.watermark
     assert wide.outputs[0].tuples_submitted == alone.outputs[0].tuples_submitted
+
+
+def test_counts_of_replaced_workers_add_to_the_new_ones_and_their_watermarks_are_past() -> None:
+    """A reset replaces a region's workers, which count from zero; their counts fell back in
+    every view (negative rates in the status view, Prometheus totals reset) while the counts
+    the job keeps itself went on. An error a worker's failure tells counts too (it read 0)."""
+    from riverbed.core import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
+    from riverbed.runtime._parallel_metrics import fold_member_metrics
+
+    g = Graph("fold")
+    s = g.source("s", ListSource([]), schema=READING)
+    a = g.operator("a", Panes(), [s])
+    g.operator("b", Panes(), [a])
+    job = Job(g, clock=VirtualClock())
+
+    def report(errors: int, processed: int, watermark: int, triggers: int) -> dict[str, Any]:
+        m = OperatorMetrics("b", inputs=[InputPortMetrics(tuples_processed=processed,
+                                                          errors=errors)],
+                            outputs=[OutputPortMetrics()], watermark=watermark)
+        m.counters["triggers"] = Counter()
+        m.counters["triggers"].value = triggers
+        return {"b": m.as_dict()}
+
+    old = [report(3, 100, 50, 7), report(1, 80, 40, 5)]  # the workers a reset replaced
+    new = [report(0, 10, 90, 1), report(2, 20, 95, 2)]
+    fold_member_metrics(job.runners, new, first="a", merged=(), retired=old,
+                        failures={("b", 0): 1})
+    b = job.metrics.operators["b"]
+    assert b.inputs[0].errors == 3 + 1 + 0 + 2 + 1
+    assert b.inputs[0].tuples_processed == 100 + 80 + 10 + 20
+    assert b.counters["triggers"].value == 7 + 5 + 1 + 2
+    assert b.watermark == 90  # the new workers' lowest, not the replaced ones'
+
+
+def test_an_error_that_ends_a_workers_operator_is_counted() -> None:
+    g = Graph("fails")
+    s = g.source("s", ListSource([{"sensor": i % 5, "v": i, "ts": i} for i in range(50)]),
+                 schema=READING)
+
+    class Breaks(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            if tup["v"] == 20:
+                raise ValueError("twenty")
+
+    with g.parallel(2, partition_by="sensor"):
+        out = g.operator("breaks", Breaks(), [s])
+    g.sink("out", ListSink(), [out])
+    job = Job(g, clock=VirtualClock())
+    with pytest.raises(JobError, match="twenty"):
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    assert job.metrics.operators["breaks"].inputs[0].errors == 1  # as in the job's process

@@ -205,6 +205,10 @@ class ParallelHost:
         self.runners = {n: job.runners[n] for n in spec.members}
         # Each channel's latest report of its operators' metrics (`fold_member_metrics`).
         self._member_metrics: dict[int, dict[str, dict[str, Any]]] = {}
+        # The last reports of workers a reset replaced, and errors told only by a worker's
+        # failure (by operator and port): both add to what the new workers count.
+        self._retired_metrics: list[dict[str, dict[str, Any]]] = []
+        self._failures: dict[tuple[str, int], int] = {}
         self.capacity = self.runners[spec.members[0]].odef.queue_batches or REGION_FEEDS
         kind = "process" if spec.process else "channel"
         self._metrics = [ChannelMetrics(spec.name, i, kind, capacity=self.capacity)
@@ -364,6 +368,8 @@ class ParallelHost:
         not yet delivered and every report under way; the next `start` forks new workers, which
         restore ``checkpoint`` (None: the initial state)."""
         self._restore = None if checkpoint is None else self._split_states(checkpoint)
+        self._retired_metrics.extend(self._member_metrics.values())  # the new workers count anew
+        self._member_metrics.clear()
         self._reports.clear()
         self._ended.clear()
         self._asked = None
@@ -649,8 +655,7 @@ class ParallelHost:
             ch.metrics.worker_writes = writes
             if member_metrics:
                 self._member_metrics[ch.index] = member_metrics
-                fold_member_metrics(self.runners, self._member_metrics.values(),
-                                    first=self.spec.members[0], merged=self._merges)
+                self._fold()
             if reports:
                 self._report(ch.index, reports)
             if finals:  # known at once: a checkpoint starting now takes them for this channel
@@ -846,8 +851,17 @@ class ParallelHost:
                     + (f"checkpoint {last}" if last is not None else "the start"))
         return "its consistent region resets from its last checkpoint"
 
+    def _fold(self) -> None:
+        fold_member_metrics(self.runners, self._member_metrics.values(),
+                            first=self.spec.members[0], merged=self._merges,
+                            retired=self._retired_metrics, failures=self._failures)
+
     def _failed(self, ch: _Channel, msg: tuple[Any, ...]) -> BaseException:
         _, op, port, text, error_type, message = msg
+        if op is not None and op in self.runners:  # its worker ends before it could count it
+            key = (op, port or 0)  # (no port: a timer's or a mark's failure, the first port's)
+            self._failures[key] = self._failures.get(key, 0) + 1
+            self._fold()
         cause = ChannelError(f"{error_type}: {message}"
                              f"{'' if text is None else f' on tuple {text}'} ({self.where}, "
                              f"channel {ch.index}, pid {ch.metrics.pid})")

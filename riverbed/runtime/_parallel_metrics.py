@@ -33,13 +33,26 @@ _INPUT_FIELDS = ("window_puncts_processed", "final_puncts_processed", "tuples_dr
 
 
 def fold_member_metrics(runners: Mapping[str, Any], reports: Iterable[Mapping[str, Mapping[str, Any]]],
-                        *, first: str, merged: Container[tuple[str, int]]) -> None:
+                        *, first: str, merged: Container[tuple[str, int]],
+                        retired: Iterable[Mapping[str, Mapping[str, Any]]] = (),
+                        failures: Mapping[tuple[str, int], int] | None = None) -> None:
     """Set each member's metrics in ``runners`` to the sum of the channels' ``reports`` (one
     per channel: operator name -> `OperatorMetrics.as_dict`); ``first``: the member whose
     input tuples the job counts itself; ``merged``: the (operator, port) outputs leaving the
-    region, which the job counts at the merge."""
+    region, which the job counts at the merge.
+
+    ``retired``: the last reports of workers a reset replaced. Their counts add to the new
+    workers' (which count from zero), as the counts the job keeps itself go on across resets;
+    their watermarks are past. ``failures``: errors the workers could not count, each told by
+    the failure that ended a worker, by (operator, input port)."""
     by_operator: dict[str, list[Mapping[str, Any]]] = {}
     for report in reports:
+        for name, metrics in report.items():
+            by_operator.setdefault(name, []).append(metrics)
+    current = {name: len(reported) for name, reported in by_operator.items()}
+    for name, _ in failures or ():
+        by_operator.setdefault(name, [])  # a failure before its first report
+    for report in retired:
         for name, metrics in report.items():
             by_operator.setdefault(name, []).append(metrics)
     for name, reported in by_operator.items():
@@ -52,13 +65,15 @@ def fold_member_metrics(runners: Mapping[str, Any], reports: Iterable[Mapping[st
             for field in fields:
                 setattr(port, field, _total(field, [m["inputs"][i][field] for m in reported
                                                     if i < len(m["inputs"])]))
+            if failures:
+                port.errors += failures.get((name, i), 0)
         for i, port in enumerate(target.outputs):
             if (name, i) in merged:
                 continue
             for field in port.__slots__:
                 setattr(port, field, _total(field, [m["outputs"][i][field] for m in reported
                                                     if i < len(m["outputs"])]))
-        marks = [m["watermark"] for m in reported]
+        marks = [m["watermark"] for m in reported[:current.get(name, 0)]]
         if marks and None not in marks:
             target.watermark = min(marks)
         totals: dict[str, int] = {}
