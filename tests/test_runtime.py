@@ -759,3 +759,17 @@ def test_a_slow_operator_with_a_full_inbox_lets_the_loop_run_on_the_wall_clock()
     asyncio.run(main())
     # Without its turns, the timer ran only once the sink's 100 queued batches were done.
     assert seen[0] < n // 4, seen
+
+
+def test_an_event_time_source_that_ended_shows_the_maximum_watermark_it_sent() -> None:
+    """Downstream operators showed the maximum watermark a source sends at its end (E23); the
+    source itself showed its last reading's."""
+    from riverbed.testing import ListSource
+
+    g = Graph("ended")
+    src = g.source("src", ListSource([{"ts": i} for i in range(10)]), schema=Schema(ts="int64"),
+                   event_time="ts", resolution="ms")
+    g.sink("sink", Collect(), [src])
+    metrics = run_graph(g, clock=VirtualClock())
+    assert metrics.operators["src"].watermark == EVENT_TIME_MAX
+    assert metrics.operators["sink"].watermark == EVENT_TIME_MAX

@@ -550,6 +550,8 @@ class OperatorCore:
         """Every input ended: the maximum watermark, then final, on every output port."""
         if self.event_time is not None or self._generates_watermarks:
             self._send_watermark(EVENT_TIME_MAX)  # E23: max watermark right before final
+            if self.odef.kind == "source":  # its own, as downstream's shows the max it heard
+                self._watermark = self.metrics.watermark = EVENT_TIME_MAX
         for out in self.outputs:
             out.control(Punct.FINAL)
 
