@@ -227,7 +227,11 @@ def test_sampler_gives_each_channel_of_a_parallel_region_with_its_rates(tmp_path
     assert [(c["in"], c["in_rate"], c["out"], c["out_rate"], c["in_flight"], c["capacity"], c["waits_rate"])
             for c in second] == [(300, 150.0, 280, 140.0, 3, 4, 1.0), (100, 50.0, 100, 50.0, 0, 4, 0.0)]
     assert (second[1]["alive"], second[1]["finished"]) == (False, True)
-    assert sampler.history()["samples"][-1]["channels"] == second
+    ch0.kind, ch0.cpu_seconds, ch0.worker_messages, ch0.worker_writes = "process", 1.5, 40, 3
+    third = sampler.sample(now=3.0)["channels"][0]  # what the status view and Prometheus show
+    assert (third["kind"], third["cpu_seconds"], third["messages"], third["writes"]) == \
+        ("process", 1.5, 40, 3)
+    assert sampler.history()["samples"][-1]["channels"][1]["kind"] == "channel"
     assert Sampler(_Source(), sampler.view).sample(now=0.0)["channels"] == []  # a job without regions
 
 

@@ -153,8 +153,10 @@ class Sampler:
             old = previous.get(key)
             self._previous_channels[key] = now
             out.append({
-                "region": now["region"], "channel": now["channel"], "pid": now["pid"],
-                "alive": now["alive"], "finished": now["finished"],
+                "region": now["region"], "channel": now["channel"], "kind": now["kind"],
+                "pid": now["pid"], "alive": now["alive"], "finished": now["finished"],
+                "cpu_seconds": now["cpu_seconds"], "messages": now["worker_messages"],
+                "writes": now["worker_writes"],
                 "in": now["tuples_in"], "out": now["tuples_out"],
                 "in_rate": _rate(now["tuples_in"], old["tuples_in"] if old else None, elapsed),
                 "out_rate": _rate(now["tuples_out"], old["tuples_out"] if old else None, elapsed),
