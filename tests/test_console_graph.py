@@ -259,6 +259,21 @@ def test_parallel_regions_are_drawn_with_their_channels_width_and_key(tmp_path: 
 
 
 @needs_dot
+def test_a_process_group_is_drawn_as_one_not_as_a_region_of_one_channel(tmp_path: Path) -> None:
+    script = _script(tmp_path, PARALLEL.replace(
+        '    with g.parallel(2, name="rr"):\n        c = g.operator("enrich", W(), [b])',
+        '    with g.process("slow"):\n        c = g.operator("enrich", W(), [b])'))
+    view = load_view(script)
+    assert [(p.name, p.process) for p in view.parallel] == [("byk", False), ("slow", True)]
+    root = ET.fromstring(draw(view, "svg"))
+    labels = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "parallel-label"]
+    assert labels == ["parallel region byk (4 channels, by k)",
+                      "process group slow (one worker process)"]
+    boxes = {g.get("data-name"): g for g in root.iter(f"{SVG}g") if "operator" in (g.get("class") or "")}
+    assert len(boxes["avg"].findall(f"{SVG}rect[@class='stack']")) == 2  # channels
+    assert boxes["enrich"].findall(f"{SVG}rect[@class='stack']") == []  # one process, no channels
+
+
 def test_parallel_regions_are_drawn_inside_the_consistent_region_holding_them(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "nested.svg"

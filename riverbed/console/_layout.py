@@ -160,6 +160,8 @@ def region_label(region: RegionView) -> str:
 
 
 def parallel_label(region: ParallelView) -> str:
+    if region.process:
+        return f"process group {region.name} (one worker process)"
     return f"parallel region {region.name} ({region.how})"
 
 

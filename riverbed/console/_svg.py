@@ -127,13 +127,14 @@ def render_svg(layout: Layout) -> str:
             out.append(f'<text class="edge-label" id="edge-{edge.index}-label" x="{mx:.1f}" '
                        f'y="{my - 4:.1f}" text-anchor="middle"></text>')
         out.append("</g>")
+    groups = {r.name for r in layout.view.parallel if r.process}  # one worker: no channels
     for index, box in enumerate(layout.boxes):
         op = box.op
         classes = f"operator {op.kind}" + (" invalid" if op.errors else "")
         x0, y0 = box.x - box.width / 2, box.y - box.height / 2
         out.append(f'<g class="{classes}" id="op-{index}" data-name="{escape(op.name)}">'
                    f"<title>{escape(op.name)} ({escape(op.type_name)})</title>")
-        if op.parallel is not None:  # its channels: boxes stacked behind it
+        if op.parallel is not None and op.parallel not in groups:  # its channels, behind it
             for shift in (STACK_STEP * 2, STACK_STEP):
                 out.append(f'<rect class="stack" x="{x0 + shift:.1f}" y="{y0 - shift:.1f}" '
                            f'width="{box.width:.1f}" height="{box.height:.1f}" rx="5"/>')

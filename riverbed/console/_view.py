@@ -101,6 +101,7 @@ class ParallelView:
     width: int
     partition_by: str | None
     members: tuple[str, ...]
+    process: bool = False  # a process group (`Graph.process`): one worker, not channels
 
     @property
     def how(self) -> str:
@@ -110,7 +111,7 @@ class ParallelView:
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "width": self.width, "partition_by": self.partition_by,
-                "members": list(self.members)}
+                "members": list(self.members), "process": self.process}
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +160,8 @@ def _key_text(key: str | Callable[[Any], Any] | None) -> str | None:
 
 
 def _parallel_view(region: ParallelRegion) -> ParallelView:
-    return ParallelView(region.name, region.width, _key_text(region.partition_by), region.members)
+    return ParallelView(region.name, region.width, _key_text(region.partition_by), region.members,
+                        region.process)
 
 
 def _op_view(op: OperatorDef | DeclaredOperator, region: str | None, parallel: str | None,
