@@ -267,7 +267,7 @@ def test_the_console_of_a_parallel_job_draws_its_channels_and_serves_their_metri
     with serve_console(job, job.graph, "127.0.0.1:0", interval=0.05) as server:
         _, _, graph = _get(server.url + "api/graph")
         assert json.loads(graph)["parallel"] == [{"name": "byk", "width": 2, "partition_by": "k",
-                                                  "members": ["mid"]}]
+                                                  "members": ["mid"], "process": False}]
         assert json.loads(graph)["operators"][1]["parallel"] == "byk"
         _, _, svg = _get(server.url + "graph.svg")
         assert b'id="par-0-channels"' in svg and b"parallel region byk (2 channels, by k)" in svg
