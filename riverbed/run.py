@@ -282,18 +282,26 @@ class _AbortedEarly(BaseException):
     BaseException, as KeyboardInterrupt is: a script's ``except Exception`` must not eat it."""
 
 
+class _EarlySignals(list[int]):
+    """The SIGINT/SIGTERMs caught before the job's loop runs; ``aborts``: a second one ends
+    the command there and then (while the script loads; not once stores and servers are
+    open, which only the job's own ending closes: the loop takes the signals soon after)."""
+
+    aborts = True
+
+
 @contextlib.contextmanager
-def _early_signals() -> Iterator[list[int]]:
+def _early_signals() -> Iterator[_EarlySignals]:
     """Catch SIGINT/SIGTERM from the start of the command, not only once the job's loop runs:
     a stop asked for while the graph loads is honoured when the job starts (its default
     action would kill the process mid-start-up, unlike a stop at any later instant); a second
     one aborts there and then (`_AbortedEarly`)."""
-    early: list[int] = []
+    early = _EarlySignals()
     previous: dict[int, Any] = {}
 
     def caught(number: int, _frame: Any) -> None:
         early.append(number)
-        if len(early) > 1:
+        if len(early) > 1 and early.aborts:
             raise _AbortedEarly
 
     try:
@@ -331,7 +339,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
         metrics_port: int | None = None, status: bool = True, status_interval: float = 1.0,
         virtual_clock: bool = False, checkpoint_dir: str | None = None,
         checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None,
-        early: list[int], console: str | None = None) -> int:
+        early: _EarlySignals, console: str | None = None) -> int:
     """The command's body (`run` catches early signals around it)."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
     address: tuple[str, int] | None = None
@@ -359,6 +367,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
     except (ScriptError, GraphError, GraphValidationError, ValueError) as exc:
         err(f"riverbed run: {exc}")
         return EXIT_INVALID
+    early.aborts = False  # stores and servers open from here: the job's ending closes them
     clock = VirtualClock() if virtual_clock else RealClock()
     log = get_logger(graph.name)
     if graph.regions and checkpoint_dir is None:
