@@ -67,7 +67,7 @@ class OperatorMetrics:
             "backpressure_waits": self.backpressure_waits,
             "watermark": self.watermark,
             "finished": self.finished,
-            "counters": {name: c.value for name, c in list(self.counters.items())},  # (threads)
+            "counters": {name: c.value for name, c in self.counters.copy().items()},  # (threads)
         }
 
 

@@ -79,9 +79,10 @@ class JobCollector:
                                   "Counts an operator keeps of its own (context.counter).",
                                   labels=[*_OPERATOR_LABELS, "name"])
         for name, op in metrics.operators.items():
-            # A copy taken at once (no Python code runs while a dict is listed): an operator
-            # may add a counter on the job's loop while this thread scrapes.
-            for counter_name, counter in list(op.counters.items()):
+            # A copy taken at once: an operator may add a counter on the job's loop while this
+            # thread scrapes. (``list(d.items())`` is not one: a collection it triggers may run
+            # Python code, and another thread with it; ``dict.copy`` makes no object a time.)
+            for counter_name, counter in op.counters.copy().items():
                 own.add_metric([metrics.job, name, counter_name], counter.value)
             for port, pm in enumerate(op.inputs):
                 labels = [metrics.job, name, str(port)]
