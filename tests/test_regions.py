@@ -272,16 +272,22 @@ def test_a_failing_source_resets_its_region() -> None:
                 self.submit({"sensor": i % 4, "value": i % 13, "seq": i})
                 self.offset += 1
 
+    _assert_healed_by_its_region(Flaky(300))
+
+
+def _assert_healed_by_its_region(source: Source, **job: Any) -> None:
+    """``source`` fails once in a region of its own: the region resets, and the output is the
+    uninterrupted run's."""
     g = Graph("regions")
-    src = g.source("readings", Flaky(300), schema=SCHEMA)
+    src = g.source("readings", source, schema=SCHEMA)
     sums = g.operator("sums", WindowSum(), [src.window("tumbling, count(5), partitioned",
                                                        partition_by="sensor")])
     out = Output()
     g.sink("out", out, [sums])
     g.consistent_region(src, name="r", period=0.35)
-    job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore())
-    assert run_until_crash(job, None)
-    assert out.rows == reference(300) and job.metrics.regions["r"].resets == 1
+    run = Job(g, clock=VirtualClock(), checkpoints=MemoryStore(), **job)
+    assert run_until_crash(run, None)
+    assert out.rows == reference(300) and run.metrics.regions["r"].resets == 1
 
 
 class FlakyGenerated(Source):
@@ -313,16 +319,7 @@ class FlakyGenerated(Source):
 
 def test_a_failing_generate_source_resets_its_region() -> None:
     FlakyGenerated.failed = False
-    g = Graph("regions")
-    src = g.source("readings", FlakyGenerated(300), schema=SCHEMA)
-    sums = g.operator("sums", WindowSum(), [src.window("tumbling, count(5), partitioned",
-                                                       partition_by="sensor")])
-    out = Output()
-    g.sink("out", out, [sums])
-    g.consistent_region(src, name="r", period=0.35)
-    job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore(), batch_size=10)
-    assert run_until_crash(job, None)
-    assert out.rows == reference(300) and job.metrics.regions["r"].resets == 1
+    _assert_healed_by_its_region(FlakyGenerated(300), batch_size=10)
 
 
 def test_a_failing_generate_source_outside_a_region_names_itself() -> None:
