@@ -169,7 +169,7 @@ class _ReadParams(dict[str, Any]):
 
 
 def _misspelled(params: _ReadParams) -> list[str]:
-    """``-p`` names ``build`` never read that are close to one it did read (``-p sensor=5``
+    """``-p`` names ``build`` never read that are close to one it asked for (``-p sensor=5``
     where it reads ``sensors``): the run would silently go on with that one's default. A name
     with no close match is left alone: an operator may read it later (``context.params``)."""
     asked = set(params.read) | set(params.missing) | set(params.defaulted)

@@ -66,8 +66,8 @@ from ._replica import Replicas, place
 __all__ = ["STOP_SIGNALS", "serve"]
 
 METRICS_EVERY = 8  # answers between two reports of the operators' metrics
-EMIT_BATCHES = 16  # replica batches whose output one EMIT carries at most (`_Hold`)
-EMIT_SECONDS = 0.01  # and the longest the first of them waits for it, in wall time
+EMIT_BATCHES = 16  # replica batches whose messages one write carries at most (`_Hold`)
+EMIT_SECONDS = 0.01  # and the longest the first of them waits for that write, in wall time
 
 # The signals that stop a job: the job's alone to handle (`serve`).
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
