@@ -91,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C in a command that does not catch it itself (`riverbed graph` while its script
+        # builds, `trace`, `demo`): one line and the shell's code for it, not a traceback.
+        # (`riverbed run` and `riverbed spark run` stop their jobs themselves.)
+        print("riverbed: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # Its output went to a reader that stopped (``riverbed demo | head``): nothing more to
         # say, and nothing to say it to. Python's own flush at exit would raise again.

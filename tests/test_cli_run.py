@@ -310,3 +310,19 @@ def test_a_misspelled_parameter_is_named_with_the_one_build_asked_for(tmp_path: 
         "-p sensor=5: build() never read 'sensor'; did you mean 'sensors' (it used its "
         "default)?",
         "-p secnds=2: build() never read 'secnds'; did you mean 'seconds'?"]
+
+
+def test_ctrl_c_while_riverbed_graph_loads_a_script_is_one_line(tmp_path: Path) -> None:
+    script = _script(tmp_path, (
+        "import time\n"
+        "def build(params):\n"
+        "    print('building', flush=True)\n"
+        "    time.sleep(120)\n"
+        "    return Graph('late')\n"))
+    proc = _riverbed("graph", script)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "building"  # in build(): no sleeping to get there
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip() == "riverbed: interrupted"
