@@ -540,3 +540,40 @@ def test_workers_do_not_hold_the_jobs_listening_sockets() -> None:
 
     asyncio.run(main())
     assert seen["held"] and all(not held for held in seen["held"].values()), seen
+
+
+def test_a_worker_the_job_ends_itself_is_logged_as_such() -> None:
+    """An abort (or a reset) kills the workers still running: logged as the job's doing, at
+    info level, not as a warning indistinguishable from a kill -9 from outside."""
+    events: list[tuple[str, str, dict[str, Any]]] = []
+
+    class Log:
+        def info(self, event: str, **fields: Any) -> None:
+            events.append(("info", event, fields))
+
+        def warning(self, event: str, **fields: Any) -> None:
+            events.append(("warning", event, fields))
+
+    g = Graph("endless")
+    src = g.source("src", Endless(), schema=READING)
+    sink = Collect()
+    with g.parallel(2, partition_by="k"):
+        out = g.operator("sums", Sums(), [src.window("tumbling, count(10), partitioned",
+                                                     partition_by="k")])
+    g.sink("sink", sink, [out])
+    job = Job(g, logger=Log())
+
+    async def main() -> None:
+        run = asyncio.ensure_future(job.run())
+        while len(sink.tuples) < 100:
+            await asyncio.sleep(0.01)
+        job.abort()
+        await run
+
+    with pytest.raises(JobError, match="aborted"):
+        asyncio.run(main())
+    ended = [(level, f) for level, e, f in events if e == "channel_ended"]
+    assert len(ended) == 2
+    # Killed by the job, or ended on its own once the job hung up on it: the job's doing.
+    assert all(level == "info" and not f["finished"] and (f["killed_by_job"] or f["exitcode"] == 0)
+               for level, f in ended), ended

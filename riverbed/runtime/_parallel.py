@@ -806,15 +806,19 @@ class ParallelHost:
                 # It saw EOF and exits on its own: a finished one is given time to (a loaded
                 # machine can take seconds), one that did not finish only a moment.
                 proc.join(5.0 if finished else 0.2)
-            if proc.is_alive():
+            killed = proc.is_alive()  # by the job (a reset, an abort): not a kill from outside
+            if killed:
                 proc.kill()
             proc.join(2.0)
             alive = proc.is_alive()
             for ch in group:
                 ch.metrics.alive = alive
-                self.job.log_region("channel_ended", level="info" if ch.finished else "warning",
-                                    region=self.name, channel=ch.index, pid=ch.metrics.pid,
-                                    exitcode=proc.exitcode, finished=ch.finished)
+                # A warning for an end the job did not make: a signal from outside, a failure.
+                quiet = ch.finished or killed or proc.exitcode == 0
+                self.job.log_region("channel_ended", level="info" if quiet else "warning",
+                                    region=self.name, channel=ch.index,
+                                    pid=ch.metrics.pid, exitcode=proc.exitcode,
+                                    finished=ch.finished, killed_by_job=killed)
                 if not alive:
                     ch.process = None
             if not alive:
