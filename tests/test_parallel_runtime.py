@@ -305,7 +305,7 @@ class Endless(Source):
                 await ctx.flush()
 
 
-def _endless_job(width: int) -> tuple[Job, Collect]:
+def _endless_job(width: int, logger: Any = None) -> tuple[Job, Collect]:
     g = Graph("endless")
     src = g.source("src", Endless(), schema=READING)
     sink = Collect()
@@ -313,7 +313,16 @@ def _endless_job(width: int) -> tuple[Job, Collect]:
         out = g.operator("sums", Sums(), [src.window("tumbling, count(10), partitioned",
                                                      partition_by="k")])
     g.sink("sink", sink, [out])
-    return Job(g), sink
+    return Job(g, logger=logger), sink
+
+
+async def _abort_after(job: Job, sink: Collect, tuples: int) -> None:
+    """Run ``job`` and abort it once ``sink`` holds ``tuples``."""
+    run = asyncio.ensure_future(job.run())
+    while len(sink.tuples) < tuples:
+        await asyncio.sleep(0.01)
+    job.abort()
+    await run
 
 
 def test_a_stop_drains_the_region_and_its_workers_exit() -> None:
@@ -333,16 +342,8 @@ def test_a_stop_drains_the_region_and_its_workers_exit() -> None:
 
 def test_an_abort_kills_the_workers() -> None:
     job, sink = _endless_job(2)
-
-    async def main() -> None:
-        run = asyncio.ensure_future(job.run())
-        while len(sink.tuples) < 100:
-            await asyncio.sleep(0.01)
-        job.abort()
-        await run
-
     with pytest.raises(JobError, match="aborted"):
-        asyncio.run(main())
+        asyncio.run(_abort_after(job, sink, 100))
     assert all(_gone(m.pid) for m in job.parallel[0].metrics())
 
 
@@ -554,24 +555,9 @@ def test_a_worker_the_job_ends_itself_is_logged_as_such() -> None:
         def warning(self, event: str, **fields: Any) -> None:
             events.append(("warning", event, fields))
 
-    g = Graph("endless")
-    src = g.source("src", Endless(), schema=READING)
-    sink = Collect()
-    with g.parallel(2, partition_by="k"):
-        out = g.operator("sums", Sums(), [src.window("tumbling, count(10), partitioned",
-                                                     partition_by="k")])
-    g.sink("sink", sink, [out])
-    job = Job(g, logger=Log())
-
-    async def main() -> None:
-        run = asyncio.ensure_future(job.run())
-        while len(sink.tuples) < 100:
-            await asyncio.sleep(0.01)
-        job.abort()
-        await run
-
+    job, sink = _endless_job(2, logger=Log())
     with pytest.raises(JobError, match="aborted"):
-        asyncio.run(main())
+        asyncio.run(_abort_after(job, sink, 100))
     ended = [(level, f) for level, e, f in events if e == "channel_ended"]
     assert len(ended) == 2
     # Killed by the job, or ended on its own once the job hung up on it: the job's doing.
