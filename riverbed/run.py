@@ -78,21 +78,14 @@ def load_graph(script: str | Path, params: dict[str, Any],
 def _console_address(text: str) -> tuple[str, int]:
     """``--console``'s address, parsed, and bound once and let go (a port taken, a host this
     machine does not have): `ScriptError` before the graph script runs."""
-    import socket
-
-    from .console import ConsoleError, parse_address
+    from .console import ConsoleError, listen, parse_address
 
     try:
         host, port = parse_address(text)
+        if port:
+            listen(host, port).close()
     except ConsoleError as exc:
         raise ScriptError(f"--console {text}: {exc}") from None
-    if port:
-        try:
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            socket.create_server((host, port), family=family).close()
-        except OSError as exc:
-            raise ScriptError(f"--console {text}: cannot listen on {host}:{port}: "
-                              f"{exc.strerror or exc}") from None
     return host, port
 
 

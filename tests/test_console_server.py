@@ -122,7 +122,8 @@ def test_run_with_a_bad_console_address_exits_2_at_once_before_the_graph_loads(t
         said = []
         code = run(str(script), status=False, console=f"127.0.0.1:{number}", echo=said.append)
         assert code == 2 and len(said) == 1, said
-        assert said[0].startswith(f"riverbed run: --console 127.0.0.1:{number}: cannot listen on")
+        assert said[0].startswith(f"riverbed run: --console 127.0.0.1:{number}: cannot serve on "
+                                  f"127.0.0.1:{number}: ")
         assert not loaded.exists()
 
 

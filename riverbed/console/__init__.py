@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._address import ConsoleError, parse_address
+from ._address import ConsoleError, listen, parse_address
 from ._draw import FORMATS, draw, graph_command, load_view
 from ._layout import LayoutError, lay_out, to_dot, to_mermaid
 from ._sampler import MetricsSource, Sampler, format_watermark
@@ -61,6 +61,7 @@ __all__ = [
     "format_watermark",
     "graph_command",
     "lay_out",
+    "listen",
     "load_view",
     "parse_address",
     "render_svg",

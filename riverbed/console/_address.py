@@ -6,7 +6,9 @@ before the graph script runs, without importing the HTTP library.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_HOST", "ConsoleError", "parse_address"]
+import socket
+
+__all__ = ["DEFAULT_HOST", "ConsoleError", "listen", "parse_address"]
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -33,3 +35,15 @@ def parse_address(text: str) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise ConsoleError(f"{text!r}: port {port} is not a TCP port (0 to 65535; 0 picks a free one)")
     return host, port
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (an IPv6 host when it has a colon), or
+    `ConsoleError` saying why not: the console's, or a bind tried and let go before the graph
+    script runs (`riverbed run`), so a port in use is refused before anything loads."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        raise ConsoleError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; choose another "
+                           "port, or 0 for any free one") from exc

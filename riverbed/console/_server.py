@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from importlib import resources
@@ -28,7 +27,7 @@ from aiohttp import web
 from riverbed.graph import FrozenGraph
 
 from ..runtime import close_in_workers, forget_in_workers
-from ._address import ConsoleError, parse_address
+from ._address import ConsoleError, listen, parse_address
 from ._layout import LayoutError, lay_out
 from ._sampler import MetricsSource, Sampler
 from ._svg import render_svg
@@ -66,12 +65,7 @@ class ConsoleServer:
             raise ConsoleError(str(exc)) from exc
         self.graph_json = orjson.dumps({"job": job.name, **view.as_dict(), "interval": interval})
         self.assets = {name: _asset(name) for name in _ASSETS}
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        try:
-            self._socket = socket.create_server((host, port), family=family)
-        except OSError as exc:
-            raise ConsoleError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; choose another "
-                               "port, or 0 for any free one") from exc
+        self._socket = listen(host, port)
         self._host, self._port = host, int(self._socket.getsockname()[1])
         self._fd = self._socket.fileno()
         close_in_workers(self._fd)  # a worker that outlives the job must not hold the port
