@@ -12,12 +12,27 @@ import random
 import sys
 from typing import Any
 
-from .windows import EventType, StreamWindow, StreamWindowEvent, WindowError
+from .windows import (
+    EventType,
+    StreamWindow,
+    StreamWindowEvent,
+    TimeIntervalSpec,
+    WindowError,
+    parse_window_clause,
+)
 
 __all__ = ["main"]
 
 _STEP_NS = 100_000_000  # one reading every 100 ms of simulated time
 _READING = {"sensor": "rstring", "temp": "float64", "seq": "int64"}  # what the readings hold
+
+
+def _is_time_interval(clause: str) -> bool:
+    """The clause parses as an event-time (timeInterval) window, which the demo cannot drive."""
+    try:
+        return isinstance(parse_window_clause(clause), TimeIntervalSpec)
+    except WindowError:
+        return False
 
 
 def main(clause: str, sensors: int, readings: int, flavor: str, seed: int) -> int:
@@ -29,7 +44,7 @@ def main(clause: str, sensors: int, readings: int, flavor: str, seed: int) -> in
         window: StreamWindow[dict[str, Any]] = StreamWindow(clause, flavor=flavor,
                                                             attribute_types=_READING)
     except WindowError as exc:
-        if clause.strip().lower().startswith("timeinterval"):
+        if _is_time_interval(clause):
             print(f"riverbed demo: {clause}: a timeInterval window closes its panes by "
                   "watermarks, which the demo's readings do not carry; the demo runs sliding and "
                   "tumbling windows, e.g. --window 'tumbling, time(2), partitioned'",
