@@ -78,7 +78,7 @@ def test_counts_of_replaced_workers_add_to_the_new_ones_and_their_watermarks_are
     every view (negative rates in the status view, Prometheus totals reset) while the counts
     the job keeps itself went on. An error a worker's failure tells counts too (it read 0)."""
     from riverbed.core import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
-    from riverbed.runtime._parallel_metrics import fold_member_metrics
+    from riverbed.runtime._parallel_metrics import fold_member_metrics, retire_reports
 
     g = Graph("fold")
     s = g.source("s", ListSource([]), schema=READING)
@@ -96,13 +96,15 @@ def test_counts_of_replaced_workers_add_to_the_new_ones_and_their_watermarks_are
 
     old = [report(3, 100, 50, 7), report(1, 80, 40, 5)]  # the workers a reset replaced
     new = [report(0, 10, 90, 1), report(2, 20, 95, 2)]
-    fold_member_metrics(job.runners, new, first="a", merged=(), retired=old,
-                        failures={("b", 0): 1})
     b = job.metrics.operators["b"]
-    assert b.inputs[0].errors == 3 + 1 + 0 + 2 + 1
-    assert b.inputs[0].tuples_processed == 100 + 80 + 10 + 20
-    assert b.counters["triggers"].value == 7 + 5 + 1 + 2
-    assert b.watermark == 90  # the new workers' lowest, not the replaced ones'
+    # The replaced reports as they are, and as the one report a reset keeps of them.
+    for retired in (old, [retire_reports(old)], [retire_reports([old[0]]), old[1]]):
+        fold_member_metrics(job.runners, new, first="a", merged=(), retired=retired,
+                            failures={("b", 0): 1})
+        assert b.inputs[0].errors == 3 + 1 + 0 + 2 + 1
+        assert b.inputs[0].tuples_processed == 100 + 80 + 10 + 20
+        assert b.counters["triggers"].value == 7 + 5 + 1 + 2
+        assert b.watermark == 90  # the new workers' lowest, not the replaced ones'
 
 
 def test_an_error_that_ends_a_workers_operator_is_counted() -> None:

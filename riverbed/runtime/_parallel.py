@@ -73,7 +73,7 @@ from ..core import OperatorError, RestoreRefused
 from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
 from ._clock import RealClock, TimerHandle, VirtualClock
 from ._parallel_merge import Merge
-from ._parallel_metrics import fold_member_metrics
+from ._parallel_metrics import fold_member_metrics, retire_reports
 from ._parallel_split import SplitFailed, Splitter
 from ._parallel_wire import (
     CHECKPOINT,
@@ -207,8 +207,9 @@ class ParallelHost:
         self.runners = {n: job.runners[n] for n in spec.members}
         # Each channel's latest report of its operators' metrics (`fold_member_metrics`).
         self._member_metrics: dict[int, dict[str, dict[str, Any]]] = {}
-        # The last reports of workers a reset replaced, and errors told only by a worker's
-        # failure (by operator and port): both add to what the new workers count.
+        # What workers a reset replaced counted (their last reports, as one: `retire_reports`),
+        # and errors told only by a worker's failure (by operator and port): both add to what
+        # the new workers count.
         self._retired_metrics: list[dict[str, dict[str, Any]]] = []
         self._failures: dict[tuple[str, int], int] = {}
         self._folded_at = 0.0  # when the reports were last folded (`_read`)
@@ -371,7 +372,9 @@ class ParallelHost:
         not yet delivered and every report under way; the next `start` forks new workers, which
         restore ``checkpoint`` (None: the initial state)."""
         self._restore = None if checkpoint is None else self._split_states(checkpoint)
-        self._retired_metrics.extend(self._member_metrics.values())  # the new workers count anew
+        # The new workers count anew: what the replaced ones counted stays, as one report.
+        self._retired_metrics = [retire_reports([*self._retired_metrics,
+                                                 *self._member_metrics.values()])]
         self._member_metrics.clear()
         self._reports.clear()
         self._ended.clear()

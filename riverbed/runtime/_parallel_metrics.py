@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core import Counter
 
-__all__ = ["fold_member_metrics"]
+__all__ = ["fold_member_metrics", "retire_reports"]
 
 def _total(field: str, values: list[int]) -> int:
     """The region's count from its channels': tuples, errors and late tuples are each
@@ -82,3 +82,30 @@ def fold_member_metrics(runners: Mapping[str, Any], reports: Iterable[Mapping[st
                 totals[counter] = totals.get(counter, 0) + value
         for counter, value in totals.items():
             target.counters.setdefault(counter, Counter()).value = value
+
+
+def retire_reports(reports: Iterable[Mapping[str, Mapping[str, Any]]]
+                   ) -> dict[str, dict[str, Any]]:
+    """The reports of workers a reset replaced, as one (`fold_member_metrics`'s ``retired``):
+    each count as `_total` makes it (summed, or the most for punctuation and watermarks), the
+    counters summed, no watermark (it is past). One report however many resets came: the fold
+    reads it beside the new workers' without a list growing at every reset."""
+    by_operator: dict[str, list[Mapping[str, Any]]] = {}
+    for report in reports:
+        for name, metrics in report.items():
+            by_operator.setdefault(name, []).append(metrics)
+    out: dict[str, dict[str, Any]] = {}
+    for name, reported in by_operator.items():
+        def ports(kind: str, reported: list[Mapping[str, Any]] = reported) -> list[dict[str, int]]:
+            width = max(len(m[kind]) for m in reported)
+            return [{f: _total(f, [m[kind][i][f] for m in reported if i < len(m[kind])])
+                     for f in next(m[kind][i] for m in reported if i < len(m[kind]))}
+                    for i in range(width)]
+
+        counters: dict[str, int] = {}
+        for m in reported:
+            for counter, value in m["counters"].items():
+                counters[counter] = counters.get(counter, 0) + value
+        out[name] = {"inputs": ports("inputs"), "outputs": ports("outputs"), "watermark": None,
+                     "counters": counters}
+    return out
