@@ -29,6 +29,18 @@ def _total(field: str, values: list[int]) -> int:
     return sum(values)
 
 
+def _by_operator(reports: Iterable[Mapping[str, Mapping[str, Any]]],
+                 into: dict[str, list[Mapping[str, Any]]] | None = None
+                 ) -> dict[str, list[Mapping[str, Any]]]:
+    """Each operator's metrics from ``reports`` (operator name -> metrics, one a channel), in
+    report order, added to ``into`` when given."""
+    by_operator = {} if into is None else into
+    for report in reports:
+        for name, metrics in report.items():
+            by_operator.setdefault(name, []).append(metrics)
+    return by_operator
+
+
 _INPUT_FIELDS = ("window_puncts_processed", "final_puncts_processed", "tuples_dropped_late", "errors")
 
 
@@ -45,16 +57,11 @@ def fold_member_metrics(runners: Mapping[str, Any], reports: Iterable[Mapping[st
     workers' (which count from zero), as the counts the job keeps itself go on across resets;
     their watermarks are past. ``failures``: errors the workers could not count, each told by
     the failure that ended a worker, by (operator, input port)."""
-    by_operator: dict[str, list[Mapping[str, Any]]] = {}
-    for report in reports:
-        for name, metrics in report.items():
-            by_operator.setdefault(name, []).append(metrics)
+    by_operator = _by_operator(reports)
     current = {name: len(reported) for name, reported in by_operator.items()}
     for name, _ in failures or ():
         by_operator.setdefault(name, [])  # a failure before its first report
-    for report in retired:
-        for name, metrics in report.items():
-            by_operator.setdefault(name, []).append(metrics)
+    _by_operator(retired, by_operator)
     for name, reported in by_operator.items():
         runner = runners.get(name)
         if runner is None:
@@ -90,12 +97,8 @@ def retire_reports(reports: Iterable[Mapping[str, Mapping[str, Any]]]
     each count as `_total` makes it (summed, or the most for punctuation and watermarks), the
     counters summed, no watermark (it is past). One report however many resets came: the fold
     reads it beside the new workers' without a list growing at every reset."""
-    by_operator: dict[str, list[Mapping[str, Any]]] = {}
-    for report in reports:
-        for name, metrics in report.items():
-            by_operator.setdefault(name, []).append(metrics)
     out: dict[str, dict[str, Any]] = {}
-    for name, reported in by_operator.items():
+    for name, reported in _by_operator(reports).items():
         def ports(kind: str, reported: list[Mapping[str, Any]] = reported) -> list[dict[str, int]]:
             width = max(len(m[kind]) for m in reported)
             return [{f: _total(f, [m[kind][i][f] for m in reported if i < len(m[kind])])
