@@ -29,7 +29,7 @@ from ._events import EventType, StreamWindowEvent
 from ._fastpath import EngineHooks, compile_inserters
 from ._listeners import Handler, ListenerRegistry, Partitioner
 from ._partition import Partition
-from ._state import WindowState
+from ._state import TimerStep, WindowState
 from ._timers import Entry, Timer, TimerQueue
 from ._trigger_runs import TriggerRun, run_inserter
 
@@ -686,7 +686,11 @@ class WindowEngine(Generic[T]):
 
     # ------------------------------------------------------ after a restore
 
-    def _rearm_after_restore(self) -> None:
+    def _rearm_after_restore(self, order: list[TimerStep] | None = None) -> None:
+        """Arm the restored state's timers (firing at once what fell due in between, C7), in
+        ``order``: the snapshot's arming order, so that timers due at one instant fire as they
+        would have without the restart (`_timer_order`). What it does not list (a snapshot
+        written before it, a timer only the restore arms) follows in partition order."""
         config, state = self._config, self._state
         tick_due = None
         if not config.java and config.periodic_window_tick:
@@ -700,17 +704,61 @@ class WindowEngine(Generic[T]):
                        for a in part.arrivals if a + lag >= 0):
                     self._lazy = False  # (before anything is armed: timers as on time)
                     self._install_insert()
-        for part in list(state.parts.values()):
-            self._rearm_partition(part)
+        parts = list(state.parts.values())
+        steps: list[TimerStep] = [("age", 0)] if config.evictor is not None else []
+        for i in range(len(parts)):
+            steps += (("evict", i), ("tick", i))
         if tick_due is not None:
-            self._arm_window_tick(tick_due)
+            steps.append(("window", 0))
+        if order:
+            rank = {step: r for r, step in enumerate(order)}
+            steps.sort(key=lambda step: rank.get(step, len(rank)))  # stable: the rest keep theirs
+        for kind, i in steps:
+            if kind == "evict":
+                self._rearm_eviction(parts[i])
+            elif kind == "tick":
+                self._rearm_tick(parts[i])
+            elif kind == "window":
+                assert tick_due is not None
+                self._arm_window_tick(tick_due)
+            else:
+                assert config.evictor is not None
+                config.evictor.start(state, self._timers, self._evict_partition)
+
+    def _timer_order(self) -> list[TimerStep]:
+        """The live timers in the order they were armed (which breaks ties between timers due at
+        one instant), for a snapshot; partitions by their place in ``parts``."""
+        state = self._state
+        armed: list[tuple[int, TimerStep]] = []
+        for timer, step in ((state.age_timer, ("age", 0)), (self._window_tick, ("window", 0))):
+            if timer is not None and timer.alive:
+                armed.append((timer.seq, step))
+        for i, part in enumerate(state.parts.values()):
+            timer = part.evict_timer
+            if timer is not None and timer.alive:
+                armed.append((timer.seq, ("evict", i)))
+            timer = part.tick_timer
+            if timer is not None and timer.alive:
+                armed.append((timer.seq, ("tick", i)))
+        armed.sort()
+        return [step for _, step in armed]
 
     def _rearm_partition(self, part: Partition) -> None:
+        self._rearm_eviction(part)
+        self._rearm_tick(part)
+
+    def _rearm_eviction(self, part: Partition) -> None:
+        """A restored partition's sliding time eviction: what is past due leaves, the rest is
+        timed."""
         config, state = self._config, self._state
         if config.ev == TIME and config.sliding:
             self._evict_expired(part)
             if part.arrivals and part.key in state.parts and not self._lazy:
                 self._arm_evict(part)
+
+    def _rearm_tick(self, part: Partition) -> None:
+        """A restored Java partition's periodic trigger or tumble."""
+        config, state = self._config, self._state
         if not config.java:
             return
         period = config.tick_ns

@@ -166,7 +166,7 @@ class PartitionAgeJava(PartitionEvictor):
             state.age_last_tick = state.now
             self._arm(state, timers, evict, state.now + self.period)
             self.tick(state, evict)
-        timers.arm(due, fire)
+        state.age_timer = timers.arm(due, fire)  # (its place among the timers, for a snapshot)
 
     def tick(self, state: WindowState, evict: Evict) -> None:
         lru = state.lru

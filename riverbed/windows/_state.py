@@ -9,7 +9,12 @@ total tuple count and the window-wide state (the time, the shared
 delta-trigger reference, the C++ delta order flag, the C++ window timer's
 last tick, the state C++ keeps of dropped partitions, Java's last partition
 age check). Timers are not stored: they are derived from that state when a
-snapshot is restored.
+snapshot is restored. Only their order is: timers due at one instant fire in the order they were
+armed, and that order (across partitions, between a partition's eviction and trigger timers, the
+C++ window-wide timer and Java's partition age check) follows from the run's history, not from
+the state. A snapshot lists the live timers in arming order (``timer_order``, `TimerStep`s) and
+a restore arms them in that order, so ties fire as they would have without the restart.
+Snapshots without the list (written before it) restore in partition order, as they did.
 
 `encode` turns the state into plain data: dicts, lists, strings, numbers,
 booleans and None, plus the user's own tuples and keys (keys through
@@ -39,14 +44,23 @@ from ._errors import SnapshotError
 from ._keys import decode_partition_key, encode_partition_key
 from ._partition import Partition
 from ._partition_eviction import AgeMarker, PartitionAgeJava
+from ._timers import Timer
 
-__all__ = ["FORMAT", "WindowState", "decode", "decode_partition", "encode", "encode_partition"]
+__all__ = ["FORMAT", "TimerStep", "WindowState", "decode", "decode_partition", "decode_timer_order",
+           "encode", "encode_partition"]
 
 FORMAT = "riverbed.window/1"
 
 # What C++ remembers of a partition it dropped when emptied (seen_full, trigger_count,
 # delta_ref, has_delta_ref), restored if the key comes back.
 Remembered = tuple[bool, int, Any, bool]
+
+# A live timer of a snapshot, in ``timer_order``: ("evict" | "tick", partition index) for a
+# partition's sliding time eviction or periodic trigger/tumble, ("window", 0) for the C++
+# window-wide timer, ("age", 0) for Java's periodic partition age check.
+TimerStep = tuple[str, int]
+_PARTITION_TIMERS = ("evict", "tick")
+_WINDOW_TIMERS = ("window", "age")
 
 
 @dataclass(slots=True, eq=False)
@@ -73,6 +87,7 @@ class WindowState:
     window_last_tick: int = 0  # C++: the window-wide timer's last tick
     age_last_tick: int = 0  # Java partitionAge: the last periodic age check
     memory: dict[Hashable, Remembered] = field(default_factory=dict)
+    age_timer: Timer | None = None  # Java partitionAge: the armed check (never stored)
 
     @classmethod
     def initial(cls, config: WindowConfig) -> WindowState:
@@ -100,8 +115,11 @@ def encode_partition(part: Partition) -> dict[str, Any]:
     }
 
 
-def encode(config: WindowConfig, state: WindowState) -> dict[str, Any]:
-    """The state as plain data, with the header that names the window it belongs to."""
+def encode(config: WindowConfig, state: WindowState,
+           timer_order: list[TimerStep] | None = None) -> dict[str, Any]:
+    """The state as plain data, with the header that names the window it belongs to, and the
+    order its live timers were armed in (``timer_order``: `TimerStep`s, partitions by their
+    place in ``partitions``)."""
     lru: list[Any] = []
     for k, v in state.lru.items():
         lru.append(["m", k.age] if isinstance(k, AgeMarker) else ["p", encode_partition_key(k), v])
@@ -121,6 +139,7 @@ def encode(config: WindowConfig, state: WindowState) -> dict[str, Any]:
         "window_last_tick": state.window_last_tick,
         "age_last_tick": state.age_last_tick if isinstance(config.evictor, PartitionAgeJava) else None,
         "memory": [[encode_partition_key(k), *v] for k, v in state.memory.items()],
+        "timer_order": [list(step) for step in timer_order or ()],
     }
 
 
@@ -235,3 +254,27 @@ def decode(config: WindowConfig, data: Any, *, now: int, active: bool) -> Window
         state.memory[_key(entry[0], f"{where}, memory")] = (
             bool(entry[1]), int(entry[2]), entry[3], bool(entry[4]))
     return state
+
+
+def decode_timer_order(data: Mapping[str, Any], partitions: int) -> list[TimerStep] | None:
+    """A snapshot's ``timer_order`` (None when it has none: written before the field), validated
+    against its number of ``partitions``."""
+    raw = data.get("timer_order")
+    if raw is None:
+        return None
+    where = "window snapshot, field 'timer_order'"
+    if not isinstance(raw, list):
+        raise SnapshotError(f"{where}: should be a list, got {type(raw).__name__}")
+    steps: list[TimerStep] = []
+    for entry in raw:
+        ok = (isinstance(entry, list | tuple) and len(entry) == 2 and isinstance(entry[1], int)
+              and not isinstance(entry[1], bool))
+        if ok and entry[0] in _PARTITION_TIMERS:
+            ok = 0 <= entry[1] < partitions
+        elif ok:
+            ok = entry[0] in _WINDOW_TIMERS and entry[1] == 0
+        if not ok:
+            raise SnapshotError(f"{where}: bad entry {entry!r} (expected ['evict' or 'tick', a "
+                                f"partition index below {partitions}], ['window', 0] or ['age', 0])")
+        steps.append((entry[0], entry[1]))
+    return steps

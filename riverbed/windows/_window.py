@@ -28,7 +28,7 @@ from ._events import EventType, Listener
 from ._flavor import Flavor, FlavorRules
 from ._listeners import ErrorHandler, Handler, Partitioner
 from ._policy import Count, Delta, Punct, Time, WindowSpec, WindowType
-from ._state import WindowState, decode, decode_partition, encode, encode_partition
+from ._state import WindowState, decode, decode_partition, decode_timer_order, encode, encode_partition
 from ._trigger_runs import TriggerRun
 
 __all__ = ["StreamWindow"]
@@ -367,7 +367,7 @@ class StreamWindow(WindowEngine[T]):
         It is the window's `WindowState` as data (see `riverbed.windows._state`).
         """
         self._settle_all()
-        return encode(self._config, self._state)
+        return encode(self._config, self._state, self._timer_order())
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Replace the state by a snapshot's, at this window's time (see `riverbed.windows._state`).
@@ -379,13 +379,11 @@ class StreamWindow(WindowEngine[T]):
         """
         current = self._state
         state = decode(self._config, snapshot, now=current.now, active=current.active)
+        order = decode_timer_order(snapshot, len(state.parts))
         self._set_state(state)
         if state.final:
             return
-        evictor = self._config.evictor
-        if evictor is not None:
-            evictor.start(state, self._timers, self._evict_partition)
-        self._rearm_after_restore()
+        self._rearm_after_restore(order)
 
     def snapshot_partition(self, partition: Hashable | None = None) -> dict[str, Any] | None:
         """One partition's state as plain data, or None for an unknown key."""
