@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     run.add_argument("--metrics-port", type=int, metavar="PORT",
                      help="serve Prometheus metrics on 127.0.0.1:PORT")
+    run.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
+                     help="after the job finishes, keep --metrics-port and --console serving its "
+                          "final counts for SECONDS (a signal ends it sooner), for a last scrape")
     run.add_argument("--no-status", dest="status", action="store_false",
                      help="no live status view")
     run.add_argument("--status-interval", type=float, default=1.0, metavar="SECONDS")
@@ -128,7 +131,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
                    log_level=args.log_level, metrics_port=args.metrics_port, status=args.status,
                    status_interval=args.status_interval, virtual_clock=args.virtual_clock,
                    checkpoint_dir=args.checkpoint_dir, checkpoint_period=args.checkpoint_period,
-                   console=args.console)
+                   console=args.console, linger=args.linger)
     if args.command == "graph":
         from .console import graph_command
 

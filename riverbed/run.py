@@ -23,6 +23,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -313,7 +314,7 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
         metrics_port: int | None = None, status: bool = True, status_interval: float = 1.0,
         virtual_clock: bool = False, checkpoint_dir: str | None = None,
         checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None,
-        console: str | None = None) -> int:
+        console: str | None = None, linger: float = 0.0) -> int:
     """The ``riverbed run`` command; returns the exit code."""
     try:
         with _early_signals() as early:
@@ -321,7 +322,7 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
                         metrics_port=metrics_port, status=status, status_interval=status_interval,
                         virtual_clock=virtual_clock, checkpoint_dir=checkpoint_dir,
                         checkpoint_period=checkpoint_period, echo=echo, early=early,
-                        console=console)
+                        console=console, linger=linger)
     except _AbortedEarly:
         (echo or (lambda msg: print(msg, file=sys.stderr)))(
             f"riverbed run: {script}: aborted by a second signal")
@@ -332,7 +333,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
         metrics_port: int | None = None, status: bool = True, status_interval: float = 1.0,
         virtual_clock: bool = False, checkpoint_dir: str | None = None,
         checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None,
-        early: _EarlySignals, console: str | None = None) -> int:
+        early: _EarlySignals, console: str | None = None, linger: float = 0.0) -> int:
     """The command's body (`run` catches early signals around it)."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
     address: tuple[str, int] | None = None
@@ -344,6 +345,8 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             address = _console_address(console)
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise ScriptError(f"--metrics-port {metrics_port}: expected a TCP port, 0 to 65535")
+        if not (linger >= 0 and math.isfinite(linger)):
+            raise ScriptError(f"--linger {linger}: expected seconds, 0 or more")
         if not (math.isfinite(status_interval) and status_interval > 0):
             raise ScriptError(f"--status-interval {status_interval:g}: expected a number of "
                               "seconds > 0")
@@ -422,6 +425,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             return EXIT_INVALID
         log.info("console", url=console_server.url)
     aborted = False
+    finished = False  # the job ended without an error or an abort: its servers may linger
 
     async def main() -> None:
         nonlocal aborted
@@ -481,11 +485,11 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
     except asyncio.CancelledError:
         err(f"riverbed run: job {job.name!r} aborted")
         return EXIT_ABORTED
+    else:
+        finished = not aborted
     finally:
-        if console_server is not None:
-            console_server.close()
-        if server is not None:
-            server.close()
+        if not finished:
+            _close_servers(server, console_server)
         for store in stores.values():
             _close_store(store, log)
     if aborted:
@@ -495,7 +499,35 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
              restored_from=job.restored_from, last_checkpoint=job.last_checkpoint or None,
              hint="a restart with the same --checkpoint-dir continues from the last checkpoint"
              if job.suspended else None)
+    try:
+        if linger and (server is not None or console_server is not None):
+            log.info("serving the final counts", seconds=linger, hint="a signal ends it sooner")
+            _linger(linger)
+    finally:
+        _close_servers(server, console_server)
     return EXIT_OK
+
+
+def _close_servers(metrics: Any, console: Any) -> None:
+    if console is not None:
+        console.close()
+    if metrics is not None:
+        metrics.close()
+
+
+def _linger(seconds: float) -> None:
+    """``--linger``: wait ``seconds`` (or until SIGINT or SIGTERM) while the metrics and console
+    threads go on serving the finished job's final counts: a job that ends between two
+    Prometheus scrapes would otherwise never show its last ones. Only after a job that finished:
+    one that failed ends at once, so that ``--restarts`` starts the next on the same ports."""
+    done = threading.Event()
+    previous = {number: signal.signal(number, lambda *_: done.set())
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        done.wait(seconds)  # (a signal's handler runs here: the wait is interruptible)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _close_store(store: Any, log: Any) -> None:

@@ -326,3 +326,32 @@ def test_ctrl_c_while_riverbed_graph_loads_a_script_is_one_line(tmp_path: Path) 
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip() == "riverbed: interrupted"
+
+
+def test_linger_keeps_the_metrics_up_with_the_final_counts_until_a_signal(tmp_path: Path) -> None:
+    """A job that ends between two scrapes took its endpoint with it: Prometheus never saw its
+    last counts. ``--linger`` serves them after the job finished; a signal ends the wait."""
+    import urllib.request
+
+    out = tmp_path / "alerts.jsonl"
+    proc = _riverbed("run", "examples/sensors.py", "--virtual-clock", "-p", "seconds=2",
+                     "-p", f"out={out}", "--metrics-port", "0", "--linger", "600",
+                     "--log-format", "json", "--no-status")
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # until the job finished and the wait began: no sleeping
+        seen.append(line)
+        if '"serving the final counts"' in line:
+            break
+    logs = _log_lines("".join(seen))
+    (url,) = [entry["url"] for entry in logs if entry["event"] == "metrics"]
+    assert [entry["event"] for entry in logs][-2:] == ["job finished", "serving the final counts"]
+    with urllib.request.urlopen(str(url), timeout=10) as response:
+        text = response.read().decode()
+    written = len(out.read_text().splitlines())
+    assert written > 0
+    assert (f'riverbed_tuples_processed_total{{job="sensors",operator="file",port="0"}} '
+            f"{float(written)}") in text
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 0, rest
