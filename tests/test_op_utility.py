@@ -668,3 +668,25 @@ def test_a_beacon_starts_a_consistent_region_and_a_reset_replays_its_iterations(
     job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore())
     assert run_until_crash(job, None)
     assert FailOnce.failed and [t["i"] for t in kept.rows] == list(range(300))
+
+
+def test_a_beacon_restored_between_two_tuples_sends_the_next_at_its_time() -> None:
+    def graph(sink: ListSink) -> Graph:
+        g = Graph("pace")
+        src = g.source("beacon", Beacon(iterations=6, period=1.0, output={"i": lambda i: i}),
+                       schema=Schema(i="int64"))
+        g.sink("sink", sink, [src])
+        return g
+
+    store = MemoryStore(keep_last=100)
+    run_until_crash(Job(graph(ListSink()), clock=VirtualClock(), checkpoints=store,
+                        checkpoint_period=0.75), 2_900_000_000)
+    newest = store.latest_good()
+    assert newest is not None and newest.time_ns == 2_000_000_000  # after tuple 2, sent at 2 s
+    sink = ListSink()
+    assert run_until_crash(Job(graph(sink), clock=VirtualClock(newest.time_ns), checkpoints=store,
+                               checkpoint_period=0.75), None)
+    # Tuple i at i seconds, as without the crash; tuple 3 came at the restore's 2 s.
+    assert [(t["i"], at) for t, at in zip(sink.items, sink.times, strict=True)
+            if not isinstance(t, Punct)] == [
+        (i, i * 1_000_000_000) for i in range(3, 6)]

@@ -107,6 +107,7 @@ class Beacon(Source):
         self.output: dict[str, Any] = dict(out or {})
         self.count = 0
         self.marked = False
+        self.due: int | None = None  # the next tuple's time, while paced (kept by a checkpoint)
         self._template: dict[str, Any] = {}
 
     def check_ports(self, ports: PortLayout) -> list[str]:
@@ -137,9 +138,19 @@ class Beacon(Source):
 
     async def run(self) -> None:
         ctx: Any = self.context
-        due = ctx.now() + self.init_delay_ns
-        if self.init_delay_ns:
-            await ctx.sleep_until(due)
+        now = ctx.now()
+        if self.due is not None:
+            # Restored: the next tuple keeps its time, so the tuples fall into the same time
+            # windows as without the restart (a restart's clock resumes at the checkpoint's
+            # time on a virtual clock). After downtime on the wall clock it comes at once and
+            # the pacing goes on from now: missed periods are not made up in a burst.
+            due = max(self.due, now)
+            if due > now:
+                await ctx.sleep_until(due)
+        else:
+            due = self.due = now + self.init_delay_ns
+            if self.init_delay_ns:
+                await ctx.sleep_until(due)
         limit = self.iterations
         while not ctx.stopping and (limit is None or self.count < limit):
             self.submit(self.make(self.count), 0)
@@ -150,6 +161,7 @@ class Beacon(Source):
                 break  # no pause after the last tuple: the mark and final follow at once
             if self.period_ns:
                 due += self.period_ns
+                self.due = due
                 await ctx.sleep_until(due)
             elif self.count % _YIELD_EVERY == 0:
                 await ctx.flush()
@@ -160,15 +172,18 @@ class Beacon(Source):
         await ctx.flush()
 
     def snapshot(self) -> Any:
-        return {"count": self.count, "marked": self.marked}
+        return {"count": self.count, "marked": self.marked, "due": self.due}
 
     def restore(self, state: Any) -> None:
         self.count = int(state["count"])
         self.marked = bool(state["marked"])
+        due = state.get("due")  # (None in a checkpoint taken before it was kept)
+        self.due = None if due is None else int(due)
 
     def reset_to_initial_state(self) -> None:
         self.count = 0
         self.marked = False
+        self.due = None
 
 
 def _request_checkpoint(ctx: Any) -> None:
