@@ -61,6 +61,7 @@ from ..windows import (
 from . import _state, _submit
 from ._errors import OperatorError, SchemaViolation
 from ._host import CoreHost, FinalHold, TimerHandle
+from ._loops import LoopLog
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
 from ._output import MarkedBatch, OutputPort
 from ._windows import Window, build_window, route_listener_errors
@@ -113,6 +114,7 @@ class OperatorCore:
         self._aligned: set[int] = set()
         self._held: deque[tuple[int, Any]] = deque()
         self._replay: deque[tuple[int, Any]] = deque()
+        self._loop: LoopLog | None = None  # a checkpoint waiting for its barrier round a loop
         self._barrier_request: int | None = None  # sources: start this checkpoint next
         # The consistent region this operator is in (None: autonomous, barriers are dropped) and
         # the connections that carry its barriers (from operators of the same region).
@@ -406,6 +408,9 @@ class OperatorCore:
         if self._aligning is not None and conn in self._aligned:
             self._held.append((conn, item))  # after this connection's barrier
             return
+        loop = self._loop
+        if loop is not None and conn in loop.waiting:
+            loop.record(conn, item)  # in flight round a loop at the checkpoint (`_loops`)
         self._dispatch(conn, item)
 
     def _dispatch(self, conn: int, item: Any) -> None:
@@ -421,6 +426,8 @@ class OperatorCore:
             self._handle_final(conn)
             if self._aligning is not None:
                 self._check_aligned()  # a connection that ended owes no barrier
+            if self._loop is not None and conn >= 0 and self.conn_feedback[conn]:
+                self._loop_returned(conn)  # nor does a loop that ended
         elif isinstance(item, CheckpointBarrier):
             if item.region == self.region:  # another region's barrier ends at its border
                 self._on_barrier(conn, item.id)
@@ -505,6 +512,12 @@ class OperatorCore:
     # -------------------------------------------------------- checkpoints
 
     def _on_barrier(self, conn: int, checkpoint_id: int) -> None:
+        if conn >= 0 and self.conn_feedback[conn]:
+            # The barrier this operator forwarded, back round a loop: no new alignment.
+            loop = self._loop
+            if loop is not None and loop.checkpoint_id == checkpoint_id:
+                self._loop_returned(conn)
+            return
         if self._aligning is None:
             self._aligning, self._aligned = checkpoint_id, set()
         elif checkpoint_id != self._aligning:
@@ -517,6 +530,19 @@ class OperatorCore:
     def _check_aligned(self) -> None:
         """Every live connection delivered the barrier: snapshot, forward it."""
         _state.check_aligned(self)
+
+    def _loop_returned(self, conn: int) -> None:
+        """Feedback connection ``conn`` delivered the barrier of the checkpoint whose report
+        waits (or ended): once every loop did, the state goes with what was in flight."""
+        loop = self._loop
+        if loop is not None and loop.close(conn):
+            self._finish_loop()
+
+    def _finish_loop(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            self._loop = None
+            self.host.report_checkpoint(loop.checkpoint_id, self.name, loop.finish())
 
     def checkpoint_state(self, *, drain: bool = True, drain_operator: bool | None = None) -> dict[str, Any]:
         """Drain, then this operator's whole state as plain data: its own, its windows', its
@@ -560,6 +586,7 @@ class OperatorCore:
         store its final state for checkpoints taken after (not when a stop suspends the job:
         none come after)."""
         self.cancel_timers()
+        self._finish_loop()  # it ends before its barrier came back: what came is all there was
         self.guard(self.op.on_shutdown)
         self.finished = self.metrics.finished = True
         if report:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..graph import CheckpointBarrier, Operator
 from ._errors import OperatorError
+from ._loops import LoopLog
+from ._loops import decode as decode_loop
 
 if TYPE_CHECKING:
     from ._core import OperatorCore
@@ -58,12 +60,17 @@ def restore(core: OperatorCore, state: Any, *, reset: bool) -> None:
     for w, snap in zip(core.windows, windows, strict=True):
         if w is not None:
             core.guard(w.reset if reset else w.restore, None, snap)
+    # What was in flight round a loop at the checkpoint arrives again, first (`_loops`).
+    for conn, entries in state.get("loop", ()):
+        for item in decode_loop(entries):
+            core.handle(conn, item)
 
 
 def reset(core: OperatorCore, state: Any, *, initial_operator_state: Any) -> None:
     """`OperatorCore.reset`."""
     core.cancel_timers()
     core._aligning, core._aligned = None, set()
+    core._loop = None
     core._held.clear()
     core._replay.clear()
     core._barrier_request = None
@@ -102,7 +109,12 @@ def check_aligned(core: OperatorCore) -> None:
         return
     checkpoint_id = core._aligning
     assert checkpoint_id is not None
-    core.host.report_checkpoint(checkpoint_id, core.name, core.checkpoint_state())
+    state = core.checkpoint_state()
+    loops = [c for c in core._barrier_conns if core.conn_feedback[c] and not core._final_from[c]]
+    if loops:  # reported once the barrier came back round them, with what was in flight
+        core._loop = LoopLog(checkpoint_id, state, loops)
+    else:
+        core.host.report_checkpoint(checkpoint_id, core.name, state)
     barrier = CheckpointBarrier(checkpoint_id, core.region or "")
     for out in core.outputs:
         out.control(barrier)
