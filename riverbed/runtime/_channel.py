@@ -7,6 +7,10 @@ in arrival order. A payload is a list of tuples (a batch) or one control item
 capacity: a full inbox makes the upstream ``put`` wait (backpressure), while
 punctuation and the operator's own timer ticks go in at once, so a timer can
 never deadlock behind a full queue.
+
+Batches of a feedback connection go in at once too (they count, so the operator's other
+inputs wait longer): on a loop each operator waits for room in the next one's inbox, and with
+both full, as soon as a loop sends more than it takes in, neither ever moved again.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ __all__ = ["Inbox"]
 
 
 class Inbox:
-    __slots__ = ("_batches", "_capacity", "_getter", "_items", "_putters", "high_water", "puts_waited")
+    __slots__ = ("_batches", "_capacity", "_getter", "_items", "_putters", "feedback", "high_water",
+                 "puts_waited")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, feedback: frozenset[int] = frozenset()) -> None:
         if capacity < 1:
             raise ValueError(f"inbox capacity {capacity}: expected >= 1 batch")
         self._capacity = capacity
@@ -29,6 +34,7 @@ class Inbox:
         self._batches = 0
         self._getter: asyncio.Future[None] | None = None
         self._putters: deque[asyncio.Future[None]] = deque()
+        self.feedback = feedback  # connections that close a loop: their puts never wait
         self.high_water = 0  # the most batches ever queued at once
         self.puts_waited = 0  # how often an upstream had to wait: backpressure at work
 
@@ -45,8 +51,9 @@ class Inbox:
         return not self._items and self._getter is not None
 
     async def put(self, connection: int, batch: list[Any]) -> None:
-        """Queue a batch; wait while the inbox already holds ``capacity`` batches."""
-        if self._batches >= self._capacity:
+        """Queue a batch; wait while the inbox already holds ``capacity`` batches (unless
+        ``connection`` closes a loop)."""
+        if self._batches >= self._capacity and connection not in self.feedback:
             self.puts_waited += 1
             while self._batches >= self._capacity:
                 fut = asyncio.get_running_loop().create_future()

@@ -65,7 +65,8 @@ class OperatorRunner:
         self.core = OperatorCore(odef, job.graph, region, job.host_for(self))
         self.op = self.core.op
         self.metrics = self.core.metrics
-        self.inbox = Inbox(odef.inbox_batches)
+        self.inbox = Inbox(odef.inbox_batches, frozenset(
+            i for i, c in enumerate(self.core.connections) if c.feedback))
         self._deliveries = [Delivery() for _ in self.core.outputs]
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
