@@ -270,6 +270,9 @@ def test_tls_and_option_errors_before_connecting(tmp_path: Path) -> None:
         MQTTSource("h", topics=["a"], ack="checkpoint")
     with pytest.raises(MQTTConfigError, match="qos=0: the broker never redelivers"):
         MQTTSource("h", topics=["a"], ack="checkpoint", client_id="c", qos=0)
+    with pytest.raises(MQTTConfigError, match=r"qos=2 cannot be acknowledged at checkpoints: .*"
+                                              r"use qos=1"):
+        MQTTSource("h", topics=["a"], ack="checkpoint", client_id="c", qos=2)
     with pytest.raises(MQTTConfigError, match="expected a non-empty list"):
         MQTTSource("h", topics="a/b")  # type: ignore[arg-type]
     with pytest.raises(MQTTConfigError, match="topic attribute 'topic' is not in the schema"):

@@ -59,24 +59,24 @@ def test_a_broker_that_lost_the_session_is_reported_and_new_messages_are_not_tak
 
 
 def test_mqtt5_receive_maximum_and_a_downgraded_qos_are_warned_about() -> None:
-    # mosquitto's defaults for the in-flight window (20), and a listener capped at QoS 1.
-    b = start_broker(settings={"max_inflight_messages": None, "max_qos": "1"})
+    # mosquitto's defaults for the in-flight window (20), and a listener capped at QoS 0.
+    b = start_broker(settings={"max_inflight_messages": None, "max_qos": "0"})
     try:
         v5 = MQTTSource(b.host, b.port, topics=["q/#"], schema=READING, client_id="checks-5", protocol="5",
-                        qos=2, ack="checkpoint", max_records=1)
+                        qos=1, ack="checkpoint", max_records=1)
         g, sink = _graph(v5)
-        _run(g, v5, lambda: _publish(b.port, [("q/a", orjson.dumps(_reading("a", 1, 1.0)))]))
+        _run(g, v5, lambda: _publish(b.port, [("q/a", orjson.dumps(_reading("a", 1, 1.0)))], qos=0))
         v311 = MQTTSource(b.host, b.port, topics=["q/#"], schema=READING, client_id="checks-311",
-                          qos=2, ack="checkpoint", max_records=1)
+                          qos=1, ack="checkpoint", max_records=1)
         g, _ = _graph(v311)
-        _run(g, v311, lambda: _publish(b.port, [("q/a", orjson.dumps(_reading("a", 2, 1.0)))]))
+        _run(g, v311, lambda: _publish(b.port, [("q/a", orjson.dumps(_reading("a", 2, 1.0)))], qos=0))
     finally:
         b.close()
     assert len(sink.tuples) == 1
     assert sorted(_checks(v5)) == ["qos_downgraded", "receive_maximum"]
     text = " ".join(w.message for w in v5.broker_warnings)
     assert "Receive Maximum 20" in text and "max_inflight_messages 0" in text
-    assert "granted QoS 1 for 'q/#', 2 was asked" in text
+    assert "granted QoS 0 for 'q/#', 1 was asked" in text
     # MQTT 3.1.1 has no CONNACK properties: only the SUBACK tells; no claim about the window.
     assert _checks(v311) == ["qos_downgraded"]
 

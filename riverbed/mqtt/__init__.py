@@ -21,7 +21,7 @@ dead-lettered), `connect_warnings`, and one error type per condition
 (`MQTTConfigError`, `MQTTConnectError`).
 """
 
-from ._checks import BrokerWarning, connect_warnings
+from ._checks import QOS2_NOT_AT_CHECKPOINTS, BrokerWarning, connect_warnings
 from ._client import (
     TLS,
     ClientConfig,
@@ -46,6 +46,7 @@ __all__ = [
     "DEAD_LETTER_MAX_BYTES",
     "DEFAULT_MAX_PAYLOAD",
     "FORMATS",
+    "QOS2_NOT_AT_CHECKPOINTS",
     "TLS",
     "BadMessage",
     "BadMessages",

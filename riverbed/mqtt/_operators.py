@@ -82,7 +82,7 @@ from typing import Any, Literal
 
 from ..graph import Operator, Punct, Schema, Source
 from ..runtime import get_logger
-from ._checks import BrokerWarning, connect_warnings
+from ._checks import QOS2_NOT_AT_CHECKPOINTS, BrokerWarning, connect_warnings
 from ._client import TLS, ClientConfig, ConnectInfo, MQTTClient, MQTTConfigError, Protocol, Received
 from ._codec import Codec, Decoder, Encoder, Format
 from ._deadletter import DEFAULT_MAX_BYTES, DeadLetters, check_max_bytes
@@ -152,7 +152,9 @@ class MQTTSource(Source):
         self.qos = _qos(qos)
         if ack == "checkpoint" and qos == 0:
             raise MQTTConfigError("ack='checkpoint' with qos=0: the broker never redelivers QoS 0; "
-                                  "use qos=1 or 2")
+                                  "use qos=1")
+        if ack == "checkpoint" and qos == 2:
+            raise MQTTConfigError(QOS2_NOT_AT_CHECKPOINTS)
         self.config = ClientConfig(host, port, client_id, username, password, tls, protocol,
                                    persistent=ack == "checkpoint", session_expiry=session_expiry,
                                    backoff=backoff)

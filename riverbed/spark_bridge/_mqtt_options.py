@@ -20,6 +20,7 @@ from typing import Any, Final, cast
 from ..mqtt import (
     DEAD_LETTER_MAX_BYTES,
     DEFAULT_MAX_PAYLOAD,
+    QOS2_NOT_AT_CHECKPOINTS,
     TLS,
     ClientConfig,
     Format,
@@ -169,10 +170,13 @@ class MqttOptions:
         if letters is not None and (not letters or "+" in letters or "#" in letters):
             raise _fail(f"option 'deadLetterTopic' must be a plain topic (no wildcards), got {letters!r}")
         max_bytes = _int(opts, "deadLetterMaxBytes", DEAD_LETTER_MAX_BYTES, 0)
+        qos = _int(opts, "qos", 1, 0, 2)
+        if qos == 2:  # the reader acknowledges once its spool holds a message: too late for QoS 2
+            raise _fail(f"option 'qos' 2: {QOS2_NOT_AT_CHECKPOINTS}")
         return cls(
             client=_client(opts),
             topics=topics,
-            qos=_int(opts, "qos", 1, 0, 2),
+            qos=qos,
             spool=opts["spool"].strip(),
             max_records_per_batch=_int(opts, "maxRecordsPerBatch", 10000, 1),
             spool_compact_bytes=_int(opts, "spoolCompactBytes", 64 << 20, 0),

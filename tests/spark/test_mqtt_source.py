@@ -172,6 +172,8 @@ def test_missing_required_option_is_named(tmp_path: Path, missing: str) -> None:
         MqttStreamReader(options)
     with pytest.raises(ValueError, match="'port' must be an integer"):
         MqttOptions.parse({**_options(tmp_path / "s", 1883, "rb-x"), "port": "mqtt"})
+    with pytest.raises(ValueError, match="option 'qos' 2: qos=2 cannot be acknowledged at checkpoints"):
+        MqttOptions.parse({**_options(tmp_path / "s", 1883, "rb-x"), "qos": "2"})
     # mqtt_stream checks before touching Spark
     with pytest.raises(ValueError, match="'clientId' is required"):
         mqtt_stream(cast(Any, None), topic="a", client_id="", spool=tmp_path / "s")
