@@ -43,6 +43,9 @@ def test_a_decoder_refuses_as_the_source_does_and_decides_the_same_once_pickled(
     assert dec.decode("p", b"{no")[1][0].kind == "undecodable"
     assert dec.decode("p", b"x" * 201)[1] == [BadMessage("p", b"x" * 201, "oversized",
                                                           "payload of 201 bytes > max_payload=200")]
+    # An empty batch was dropped with no word: no record, and no refusal either.
+    assert dec.decode("p", b"[]") == ([], [BadMessage("p", b"[]", "invalid",
+                                                      "the message holds no record (an empty batch)")])
     clone = pickle.loads(pickle.dumps(dec))  # as Spark ships it to its tasks
     for topic, payload in [("plant/a", good), ("plant/b", batch), ("p", b"{no"), ("p", b"x" * 201)]:
         assert clone.decode(topic, payload) == dec.decode(topic, payload)

@@ -139,6 +139,9 @@ class PayloadDecoder:
         records, refused = self.codec.decode(payload)
         bad = [_bad(topic, payload, b) for b in refused]
         if not records:
+            if not bad:  # an empty batch ([]): no record, and no word of it either, once
+                bad = [BadMessage(topic, payload, "invalid", "the message holds no record (an "
+                                  "empty batch)")]
             return [], bad
         extra: dict[str, Any] = {}
         if self.topic_attribute:
