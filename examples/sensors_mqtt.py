@@ -175,6 +175,11 @@ def build(params: dict[str, Any]) -> Graph:
         "lag": 1.0, "late": 0.02, "delta": 1.0, "threshold": 22.5, "qos": 1, "seed": 7,
         "out": "out/alerts.jsonl", "panes": "out/panes.jsonl"} | params
     host, port, qos = str(p["host"]), int(p["port"]), int(p["qos"])
+    for name, low, what in (("sensors", 0, ">= 0"), ("sites", 1, ">= 1"), ("seconds", 0, ">= 0")):
+        if not float(p[name]) >= low:
+            raise ValueError(f"-p {name}={p[name]}: expected a number {what}")
+    if not float(p["rate"]) > 0:
+        raise ValueError(f"-p rate={p['rate']}: expected readings a second, > 0")
     g = Graph("sensors_mqtt", p)
 
     feed_op = SensorFeed(host, port, topics=["sensors/+/temp"], qos=qos, schema=READING,

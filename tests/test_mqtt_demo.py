@@ -184,3 +184,18 @@ def test_embedded_amqtt_fallback_starts_and_round_trips(monkeypatch: pytest.Monk
 
         assert asyncio.run(round_trip()) == [b'{"t": 1}', b'{"t": 2}']
     assert b.proc is None and not b.workdir.exists()
+
+
+@pytest.mark.parametrize(("param", "message"), [
+    ("rate=0", "-p rate=0: expected readings a second, > 0"),
+    ("sites=0", "-p sites=0: expected a number >= 1"),
+    ("sensors=-1", "-p sensors=-1: expected a number >= 0"),
+])
+def test_the_demo_refuses_parameters_it_cannot_run_with(param: str, message: str) -> None:
+    """``rate=0`` ended the job with a ZeroDivisionError in an operator (exit 1), ``sites=0``
+    with a modulo by zero: the parameters are checked when the graph is built (exit 2)."""
+    from riverbed.run import run
+
+    said: list[str] = []
+    assert run(str(EXAMPLE), params=[param], status=False, echo=said.append) == 2
+    assert message in said[0]
