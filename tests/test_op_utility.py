@@ -690,3 +690,16 @@ def test_a_beacon_restored_between_two_tuples_sends_the_next_at_its_time() -> No
     assert [(t["i"], at) for t, at in zip(sink.items, sink.times, strict=True)
             if not isinstance(t, Punct)] == [
         (i, i * 1_000_000_000) for i in range(3, 6)]
+
+
+def test_delay_and_throttle_reset_to_initial_forget_the_final_they_saw() -> None:
+    """A reset to the initial state (a region with no checkpoint yet) kept Delay's final time
+    and both operators' ``final seen``: the state a fresh operator has, and a snapshot of it,
+    differed from the reset one's."""
+    for fresh, used in ((Delay(0.5), Delay(0.5)), (Throttle(10.0), Throttle(10.0))):
+        used._final_seen = True  # as final punctuation sets it (no context to run it here)
+        if isinstance(used, Delay):
+            used._final_at = 5_000_000_000
+        used.reset_to_initial_state()
+        assert used.snapshot() == fresh.snapshot()
+        assert used._final_seen is False

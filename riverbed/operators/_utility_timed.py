@@ -381,6 +381,8 @@ class Delay(_Holding):
 
     def reset_to_initial_state(self) -> None:
         self.held = deque()
+        self._final_at = None  # (a reset after final: the replayed input ends it again)
+        self._final_seen = False
         self._wake_at(None)
 
 
@@ -545,4 +547,5 @@ class Throttle(_Holding):
         self.held = deque()
         self._release_at = None
         self._started = False
+        self._final_seen = False
         self._wake_at(None)
