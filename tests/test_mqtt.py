@@ -8,6 +8,7 @@ fixed time: sources end after ``max_records`` tuples, and the tests wait on even
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -378,3 +379,22 @@ def test_mqtt5_persistent_session_keeps_what_was_published_while_away(broker: Br
     g, sink = _graph(src)
     _run(g, src, lambda: asyncio.sleep(0))
     assert [t["seq"] for t in sink.tuples] == [0, 1, 2, 3, 4]
+
+
+
+def test_a_message_taken_as_a_receive_is_cancelled_comes_with_the_next_receive() -> None:
+    """A stop cancels the source in `receive`: when the message came in the same turn, the
+    queue's getter had taken it and the cancelled receive dropped it (acknowledged, with
+    ``ack="receive"``: lost). The next receive now returns it."""
+    async def main() -> list[Any]:
+        client = MQTTClient(ClientConfig("127.0.0.1", 1))  # never connected: only its queue
+        waiting = asyncio.create_task(client.receive(10))
+        await asyncio.sleep(0)  # (one turn: the receive waits on its getter)
+        client._queue.put_nowait("m1")  # the message, and the stop, in one turn
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        client._queue.put_nowait("m2")
+        return await client.receive(0)
+
+    assert asyncio.run(main()) == ["m1", "m2"]

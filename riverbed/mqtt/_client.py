@@ -262,6 +262,7 @@ class MQTTClient:
         self._on_connect = on_connect
         self._client: aiomqtt.Client | None = None
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._taken: list[Any] = []  # taken from the queue by a receive that was cancelled
         self._up = asyncio.Event()
         self._lost: asyncio.Future[None] | None = None  # resolved when this connection drops
         self._connack: tuple[bool, dict[str, Any]] = (False, {})
@@ -498,7 +499,11 @@ class MQTTClient:
         already queued (at most ``limit``); an empty list after the timeout."""
         self._check()
         q = self._queue
-        if q.empty():
+        if self._taken:  # what a cancelled receive had taken: first, and in order
+            out, self._taken = self._taken, []
+            if _CLOSED in out:
+                self._check()
+        elif q.empty():
             # Neither asyncio.wait_for (on Python 3.11 it returns the item when a cancellation
             # and the item come together: the cancelled task goes on, and a region reset waits
             # for a source that never stops) nor asyncio.timeout (its expiry cancels the task:
@@ -507,6 +512,12 @@ class MQTTClient:
             getter = asyncio.ensure_future(q.get())
             try:
                 done, _ = await asyncio.wait({getter}, timeout=timeout)
+            except asyncio.CancelledError:
+                if getter.done() and not getter.cancelled():
+                    # The message came with the cancellation (a stop): it is out of the queue,
+                    # so the next receive returns it (it was lost, acknowledged).
+                    self._taken.append(getter.result())
+                raise
             finally:
                 if not getter.done():
                     getter.cancel()  # (a cancelled Queue.get leaves its item in the queue)
@@ -524,6 +535,17 @@ class MQTTClient:
                 self._check()
             out.append(item)
         return out
+
+    async def stop_receiving(self, timeout: float = 2.0) -> None:
+        """Unsubscribe from every topic (best effort, ``timeout`` s): what the broker sent
+        before it answered is then in `receive`'s queue, and no new message comes before the
+        disconnect, for paho to acknowledge and the job to drop."""
+        client = self._client
+        topics = [topic for topic, _ in self.subscriptions]
+        if client is None or not topics or not self._up.is_set():
+            return
+        with contextlib.suppress(aiomqtt.MqttError):
+            await client.unsubscribe(topics, timeout=timeout)
 
     def ack(self, mid: int, qos: int, session: int | None = None) -> bool:
         """Acknowledge a QoS 1/2 message (manual mode); False when not connected: the broker
