@@ -121,3 +121,38 @@ def test_acks_that_found_the_connection_down_are_in_the_next_checkpoint_too() ->
     # Without the DUP flag it is a new message the broker gave the id to: it had that ack.
     again._ingest(Received("stop/s", b'{"seq": 2}', 1, 8, False), manual=True)
     assert again_out == [{"seq": 2}]
+
+
+def test_an_ack_the_broker_never_read_is_skipped_when_the_message_comes_again() -> None:
+    """``ack()`` only means paho took the ack: a broker that stops before reading it (a clean
+    restart under load) sends the message again, DUP, on the same session, and it went
+    downstream twice (~700 of 3,000 in a review). Acks stay known until a round trip shows the
+    broker read them."""
+    from riverbed.mqtt import MQTTSource, Received
+
+    class Taken:
+        """A connected client: paho takes every ack; the broker answers round trips."""
+
+        session = 0
+
+        def ack(self, mid: int, qos: int, session: int | None = None) -> bool:
+            return True
+
+        async def round_trip(self) -> bool:
+            return True
+
+    out: list[Any] = []
+    src = MQTTSource("127.0.0.1", 1883, topics=["stop/#"], schema={"seq": "int64"},
+                     topic_attribute=None, client_id="stop-unit", ack="checkpoint")
+    src.submit = out.append  # type: ignore[method-assign]  # what the runtime binds at setup
+    src._client = Taken()  # type: ignore[assignment]
+    src._ingest(Received("stop/s", b'{"seq": 1}', 1, 7, False), manual=True)
+    src.snapshot()
+    src.on_checkpoint_committed(1)  # acked: paho has it
+    assert src.messages_acked == 1
+    src._ingest(Received("stop/s", b'{"seq": 1}', 1, 7, False, dup=True), manual=True)  # again
+    assert out == [{"seq": 1}] and src.redeliveries_skipped == 1
+    # Once a round trip shows the broker read the acks, they are forgotten.
+    src.on_checkpoint_committed(2)
+    asyncio.run(src._confirm(src._client))  # type: ignore[arg-type]
+    assert src._unconfirmed == {}
