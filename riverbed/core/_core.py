@@ -115,6 +115,10 @@ class OperatorCore:
         self._held: deque[tuple[int, Any]] = deque()
         self._replay: deque[tuple[int, Any]] = deque()
         self._loop: LoopLog | None = None  # a checkpoint waiting for its barrier round a loop
+        # Feedback connections that delivered a checkpoint's barrier before this operator took
+        # its state (it came another way: a loop through an autonomous operator, or a feedback
+        # connection that closes no loop): connection -> checkpoint id. Nothing is logged there.
+        self._loop_early: dict[int, int] = {}
         self._barrier_request: int | None = None  # sources: start this checkpoint next
         # The consistent region this operator is in (None: autonomous, barriers are dropped) and
         # the connections that carry its barriers (from operators of the same region).
@@ -517,6 +521,8 @@ class OperatorCore:
             loop = self._loop
             if loop is not None and loop.checkpoint_id == checkpoint_id:
                 self._loop_returned(conn)
+            elif loop is None:
+                self._loop_early[conn] = checkpoint_id
             return
         if self._aligning is None:
             self._aligning, self._aligned = checkpoint_id, set()

@@ -71,6 +71,7 @@ def reset(core: OperatorCore, state: Any, *, initial_operator_state: Any) -> Non
     core.cancel_timers()
     core._aligning, core._aligned = None, set()
     core._loop = None
+    core._loop_early.clear()
     core._held.clear()
     core._replay.clear()
     core._barrier_request = None
@@ -110,7 +111,10 @@ def check_aligned(core: OperatorCore) -> None:
     checkpoint_id = core._aligning
     assert checkpoint_id is not None
     state = core.checkpoint_state()
-    loops = [c for c in core._barrier_conns if core.conn_feedback[c] and not core._final_from[c]]
+    early = core._loop_early
+    loops = [c for c in core._barrier_conns if core.conn_feedback[c] and not core._final_from[c]
+             and early.get(c) != checkpoint_id]  # (what came before it is in the state)
+    early.clear()
     if loops:  # reported once the barrier came back round them, with what was in flight
         core._loop = LoopLog(checkpoint_id, state, loops)
     else:
