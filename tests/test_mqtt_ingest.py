@@ -46,6 +46,9 @@ def test_a_decoder_refuses_as_the_source_does_and_decides_the_same_once_pickled(
     # An empty batch was dropped with no word: no record, and no refusal either.
     assert dec.decode("p", b"[]") == ([], [BadMessage("p", b"[]", "invalid",
                                                       "the message holds no record (an empty batch)")])
+    # A decode function's [] skips the message on purpose (a heartbeat): no refusal.
+    skip = PayloadDecoder("function", {"v": "int64"}, decode=lambda b: [], topic_attribute=None)
+    assert skip.decode("p", b"ping") == ([], [])
     clone = pickle.loads(pickle.dumps(dec))  # as Spark ships it to its tasks
     for topic, payload in [("plant/a", good), ("plant/b", batch), ("p", b"{no"), ("p", b"x" * 201)]:
         assert clone.decode(topic, payload) == dec.decode(topic, payload)

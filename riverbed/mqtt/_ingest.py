@@ -139,7 +139,9 @@ class PayloadDecoder:
         records, refused = self.codec.decode(payload)
         bad = [_bad(topic, payload, b) for b in refused]
         if not records:
-            if not bad:  # an empty batch ([]): no record, and no word of it either, once
+            if not bad and self.format != "function":
+                # An empty batch ([]): no record, and once no word of it either. (A decode
+                # function returning [] skips a message on purpose: a heartbeat, say.)
                 bad = [BadMessage(topic, payload, "invalid", "the message holds no record (an "
                                   "empty batch)")]
             return [], bad

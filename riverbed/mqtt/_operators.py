@@ -361,9 +361,13 @@ class MQTTSource(Source):
         the source ends (a review's stop left 364 such messages behind, acknowledged and lost).
         The subscriptions end first, so that nothing new comes; what came before is taken
         until none came for ``idle_flush`` seconds (aiomqtt hands the client one message per
-        turn of the event loop, so an empty queue is no proof that all is in)."""
+        turn of the event loop, so an empty queue is no proof that all is in), and for at most
+        `DRAIN_SECONDS`: if the unsubscription failed (no connection, no answer), messages may
+        keep coming, and the stop must still end."""
         await client.stop_receiving()
-        while batch := await client.receive(self.idle_flush):
+        loop = asyncio.get_running_loop()
+        until = loop.time() + DRAIN_SECONDS
+        while loop.time() < until and (batch := await client.receive(self.idle_flush)):
             for msg in batch:
                 self._ingest(msg, False)
         await self.context.flush()
@@ -534,6 +538,10 @@ class MQTTSource(Source):
             self._unconfirmed[mid] = digest  # until a round trip (`_confirm`)
         else:
             self._committed[mid] = digest  # the broker redelivers it; then ack it, skip it
+
+
+# The longest a stop with ack="receive" takes in what the client still holds (`_take_the_rest`).
+DRAIN_SECONDS = 5.0
 
 
 def _digest(msg: Received) -> int:
