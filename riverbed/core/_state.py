@@ -6,6 +6,7 @@ these.
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 from ..graph import CheckpointBarrier, Operator
@@ -116,7 +117,9 @@ def check_aligned(core: OperatorCore) -> None:
              and early.get(c) != checkpoint_id]  # (what came before it is in the state)
     early.clear()
     if loops:  # reported once the barrier came back round them, with what was in flight
-        core._loop = LoopLog(checkpoint_id, state, loops)
+        # A copy: the report waits for a loop's round trip, and a snapshot that returned a
+        # live structure would meanwhile take in the very items the log hands back on restore.
+        core._loop = LoopLog(checkpoint_id, copy.deepcopy(state), loops)
     else:
         core.host.report_checkpoint(checkpoint_id, core.name, state)
     barrier = CheckpointBarrier(checkpoint_id, core.region or "")
