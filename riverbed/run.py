@@ -24,7 +24,7 @@ import runpy
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -391,8 +391,6 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
                     _close_store(opened, log)
                 err(f"riverbed run: checkpoint directory {place}: {exc}")
                 return EXIT_INVALID
-    if virtual_clock and stores:
-        clock = VirtualClock(_resumed_time(stores.values(), graph.name))
     logged = {name: _LoggedStore(store, log) for name, store in stores.items()}
     job = Job(graph, clock=clock, checkpoints=logged.get(""),
               checkpoint_period=period if "" in logged else None,
@@ -515,27 +513,6 @@ def _close_servers(metrics: Any, console: Any) -> None:
         console.close()
     if metrics is not None:
         metrics.close()
-
-
-def _resumed_time(stores: Iterable[Any], job: str) -> int:
-    """Where ``--virtual-clock`` starts a job that will restore: at the time its newest good
-    checkpoint was taken (the latest over its regions' stores), or 0 with none.
-
-    A virtual clock at 0 again put the restored windows' snapshots in the future: every time
-    window refused its state (SnapshotError) and the restart failed. Resuming at the saved
-    instant gives timers, periodic windows and pacing what the wall clock gives them on a
-    restart: a time at or after the snapshot's. (`list` reads no state: the restore decodes
-    the checkpoint itself, once.)"""
-    latest = 0
-    for store in stores:
-        try:
-            infos = store.list()
-        except Exception:  # a store the restore cannot read either: it says why, there
-            continue
-        good = [i.time_ns for i in infos if i.status == "ok" and i.job == job and i.time_ns is not None]
-        if good:
-            latest = max(latest, good[-1])
-    return latest
 
 
 def _linger(seconds: float) -> None:

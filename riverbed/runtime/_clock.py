@@ -46,12 +46,21 @@ class Clock(Protocol):
         """Return once the clock has reached ``when`` (ns)."""
         ...
 
+    def resume_at(self, when: int) -> None:
+        """A job restored from a checkpoint taken at ``when`` (ns) goes on from there: its
+        windows refuse a snapshot from their future, and its timers and pacing continue the
+        checkpointed run's. Called before any operator is activated."""
+        ...
+
 
 class RealClock:
     """Wall-clock time, for production."""
 
     def now(self) -> int:
         return time.time_ns()
+
+    def resume_at(self, when: int) -> None:
+        """Nothing to do: the wall clock is past any checkpoint's time already."""
 
     def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
         delay = max(0.0, (when - time.time_ns()) / 1e9)
@@ -78,6 +87,11 @@ class VirtualClock:
 
     def now(self) -> int:
         return self._now
+
+    def resume_at(self, when: int) -> None:
+        """Jump forward to ``when`` (never back): started at 0 again, a restored job's windows
+        refused their snapshots, taken later (SnapshotError), and the restart failed."""
+        self._now = max(self._now, when)
 
     def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
         loop = asyncio.get_running_loop()

@@ -46,6 +46,9 @@ class StoredCheckpoint(Protocol):
     def job(self) -> str: ...
 
     @property
+    def time_ns(self) -> int: ...
+
+    @property
     def states(self) -> Mapping[str, Any]: ...
 
 
@@ -158,6 +161,7 @@ class Region:
                 f"checkpoint {latest.id} has no state for operator(s) {', '.join(missing)}: it "
                 "was taken from a different graph of the same job name; give this graph a "
                 "checkpoint directory of its own")
+        self.job.clock.resume_at(latest.time_ns)  # (before any operator is activated)
         self._keep(latest.id, latest.states)  # before a restore could change them
         for h in self.hosts:
             h.restore_on_start(latest)  # refuses a checkpoint taken with another width
