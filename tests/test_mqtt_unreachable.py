@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from riverbed.graph import Graph
-from riverbed.mqtt import ClientConfig, MQTTClient, MQTTSink
+from riverbed.mqtt import TLS, ClientConfig, MQTTClient, MQTTSink
 from riverbed.runtime import Job, VirtualClock, run_virtual
 from riverbed.testing import ListSource
-from tests.mqtt_broker import free_port  # nothing listens there: connecting is refused at once
+from tests.mqtt_broker import free_port, start_broker  # free_port: nothing listens there
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,3 +113,57 @@ def test_the_example_stops_at_the_first_signal_with_no_broker(tmp_path: Path, cl
     # the backoff (0.05 s doubling) gave a handful of attempts, not a spin
     assert sum(e["event"] == "mqtt disconnected" for e in logs) < 20
     assert "Task was destroyed" not in rest
+
+
+async def _two_attempts(config: ClientConfig) -> list[dict[str, Any]]:
+    """The fields of the first two "mqtt disconnected" logs of a client of ``config``."""
+    seen: list[dict[str, Any]] = []
+    enough = asyncio.Event()
+
+    def log(event: str, fields: dict[str, Any]) -> None:
+        if event == "mqtt disconnected":
+            seen.append(fields)
+            if len(seen) == 2:
+                enough.set()
+
+    client = MQTTClient(config, log=log)
+    client.start()
+    await enough.wait()
+    await client.__aexit__(None, None, None)
+    return seen
+
+
+def test_tls_against_a_plain_listener_says_so_at_each_retry() -> None:
+    # Found by a review: a plain mosquitto port resets the TLS handshake, which looked like a
+    # broker not yet up; the client retried for ever with nothing but "Connection reset".
+    b = start_broker()
+    try:
+        seen = asyncio.run(_two_attempts(ClientConfig("127.0.0.1", b.port, tls=TLS(insecure=True),
+                                                      backoff=(0.01, 0.02))))
+    finally:
+        b.close()
+    for fields in seen:
+        assert "TLS handshake" in fields["hint"] and "plain MQTT listener" in fields["hint"], fields
+
+
+def test_a_listener_closing_before_connack_hints_at_a_tls_port() -> None:
+    async def main() -> list[dict[str, Any]]:
+        async def close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)  # the CONNECT's first byte: then gone, as a TLS port does
+            writer.close()
+
+        server = await asyncio.start_server(close, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            return await _two_attempts(ClientConfig("127.0.0.1", port, backoff=(0.01, 0.02),
+                                                     timeout=0.5))
+        finally:
+            server.close()
+
+    for fields in asyncio.run(main()):
+        assert "give tls=TLS(...)" in fields.get("hint", ""), fields
+
+
+def test_nothing_listening_needs_no_hint() -> None:
+    seen = asyncio.run(_two_attempts(ClientConfig("127.0.0.1", free_port(), backoff=(0.01, 0.02))))
+    assert all("hint" not in fields for fields in seen), seen

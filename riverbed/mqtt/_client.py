@@ -404,8 +404,10 @@ class MQTTClient:
         delay = lo
         loop = asyncio.get_running_loop()
         while True:
+            entered = False
             try:
                 async with client:
+                    entered = True
                     granted = []
                     drop: Sequence[str] = ()
                     subscriptions: Sequence[tuple[str, int]] = self.subscriptions
@@ -444,9 +446,22 @@ class MQTTClient:
                     self._up.set()
                     self._queue.put_nowait(_CLOSED)
                     return
-                self._log("mqtt disconnected", {"error": str(exc), "retry_in": delay})
+                fields: dict[str, Any] = {"error": str(exc), "retry_in": delay}
+                if not entered and _closed_at_connect(exc):
+                    fields["hint"] = self._closed_hint()
+                self._log("mqtt disconnected", fields)
                 await wall_sleep(delay)  # backoff before the next attempt
                 delay = min(delay * 2, hi)
+
+    def _closed_hint(self) -> str:
+        """Why a listener that accepts the TCP connection may send no CONNACK: a retry cannot
+        tell a TLS mismatch from a broker restarting, so it goes on, and says what to check."""
+        where = f"{self.config.host}:{self.config.port}"
+        if self.config.tls is not None:
+            return (f"{where} closed the connection during the TLS handshake: if that port is a "
+                    "plain MQTT listener, drop tls= or use the broker's TLS port")
+        return (f"{where} did not answer CONNECT: if that port is a TLS listener, give "
+                "tls=TLS(...); a broker at its connection limit does the same")
 
     def _connected(self, granted: tuple[tuple[str, int, int], ...]) -> None:
         present, props = self._connack
@@ -644,6 +659,15 @@ class MQTTClient:
 def _code(value: Any) -> int:
     """A SUBACK entry as an int: the granted QoS, or a failure code >= 0x80."""
     return int(getattr(value, "value", value))
+
+
+def _closed_at_connect(exc: aiomqtt.MqttError) -> bool:
+    """A connect that reached a listener and got no CONNACK: reset, closed, or (a plain client
+    at a TLS port, whose alert paho does not read as a close) timed out. Not a refusal:
+    nothing listening gives ECONNREFUSED, which needs no hint."""
+    text = str(exc).lower()
+    return "refused" not in text and any(
+        sign in text for sign in ("connection reset", "eof", "closed", "timed out"))
 
 
 def _is_fatal(exc: aiomqtt.MqttError) -> bool:
