@@ -199,6 +199,13 @@ class Operator:
         with the others, where a check in `setup` would fail the running job at its first."""
         return ()
 
+    def check_parallel(self, width: int) -> Iterable[str]:
+        """What is wrong with running a copy of this operator in each of the ``width`` channels
+        of a parallel region it was put in (default: nothing), as `check_ports` says it: a sink
+        whose copies would all write one file or table says so here, and the graph is refused
+        before it starts (exit 2) instead of the channels' output overwriting each other."""
+        return ()
+
     def setup(self) -> None:
         """Called once before any item, with `context` set: register listeners, read windows."""
 

@@ -220,8 +220,13 @@ def resolve_parallel(graph: FrozenGraph, blocks: list[ParallelBlock],
         named = {r.kind for r in regions if r.name == name}
         what = f"{named.pop()}s" if len(named) == 1 else "parallel regions or process groups"
         errors.append(GraphError(None, "parallel", f"two {what} are named {name!r}"))
-    for region in regions:
-        errors.extend(_check_region(region, defs, consistent))
+    for block, region in zip(blocks, regions, strict=True):
+        if not block.members:  # ``g.parallel(...)`` neither entered nor given operators by add()
+            errors.append(GraphError(None, "parallel", f"{region.kind} {region.name!r} holds no "
+                                                       "operator: add the operators to run in "
+                                                       "parallel inside its with block or with add()"))
+        elif region.members:
+            errors.extend(_check_region(region, defs, consistent))
     if errors:
         raise GraphValidationError(graph.name, errors)
     return replace(graph, parallel=tuple(regions))
@@ -236,6 +241,8 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
         op = defs[name]
         if op.kind == "source":
             errors.extend(_check_source(region, op))
+        if not region.process:
+            errors.extend(_operator_rules(region, op))
         for i, port in enumerate(op.inputs):
             if any(c.feedback for c in port.connections):
                 errors.append(GraphError(name, "parallel", f"input port {i} has a feedback "
@@ -281,6 +288,20 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
                                  "so put all of its operators in one consistent region or none"))
     errors.extend(_check_shape(region, defs))
     return errors
+
+
+def _operator_rules(region: ParallelRegion, op: OperatorDef) -> list[GraphError]:
+    """The operator's own rules for running in the region's channels (`Operator.check_parallel`)."""
+    check = getattr(op.operator, "check_parallel", None)
+    if check is None:  # (a source that is not an Operator)
+        return []
+    try:
+        found = check(region.width)
+        problems = [] if found is None else [found] if isinstance(found, str) else list(found)
+    except Exception as exc:  # user code: a check that fails is itself reported
+        problems = [f"{type(op.operator).__name__}.check_parallel raised {exc!r}"]
+    return [GraphError(op.name, "parallel", f"{region.kind} {region.name!r}: {message}")
+            for message in problems]
 
 
 def _check_source(region: ParallelRegion, op: OperatorDef) -> list[GraphError]:

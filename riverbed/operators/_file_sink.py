@@ -2,8 +2,10 @@
 
 Each tuple becomes one record (csv, JSON lines or a line; `_file_formats`).
 The file name may hold modifiers: ``{id}`` (0 for the first file the sink
-opens, 1 for the next...), ``{localtime:%Y%m%d}`` and ``{gmtime:%H%M%S}``
-(the job's clock, formatted by ``strftime``). ``close_mode`` says when the
+opens, 1 for the next...), ``{channel}`` (the parallel-region channel, 0
+outside a region: in a region of width 2 or more the name must hold it, or
+the channels would write one file), ``{localtime:%Y%m%d}`` and
+``{gmtime:%H%M%S}`` (the job's clock, formatted by ``strftime``). ``close_mode`` says when the
 current file is closed and the next one starts:
 
 ``never`` (default)  one file for the whole run
@@ -95,6 +97,7 @@ __all__ = ["CloseMode", "FileSink", "FileSinkError"]
 CloseMode = Literal["never", "punct", "count", "size", "time"]
 _CLOSE_MODES: tuple[CloseMode, ...] = ("never", "punct", "count", "size", "time")
 _NS = 1_000_000_000
+_CHANNEL = "{channel}"
 _MODIFIER = re.compile(r"\{(id|localtime:[^{}]*|gmtime:[^{}]*)\}")
 _PENDING_MODE = 0o600  # uncommitted output: owner-only, whatever file_mode says
 
@@ -152,10 +155,10 @@ class FileSink(Operator):
         given = {k: v for k, v in locals().items() if k not in ("self", "spl", "__class__")}
         p = with_spl_names("FileSink", FileSink.__init__, given, spl)
         op = "FileSink"
-        self.file = os.fspath(p["file"])
-        rest = _MODIFIER.sub("", self.file)
+        self.file: str = os.fspath(p["file"])
+        rest = _MODIFIER.sub("", self.file.replace(_CHANNEL, ""))
         require("{" not in rest and "}" not in rest, op,
-                f"file={self.file!r}: unknown modifier; the modifiers are {{id}}, "
+                f"file={self.file!r}: unknown modifier; the modifiers are {{id}}, {{channel}}, "
                 "{localtime:<strftime>} and {gmtime:<strftime>}")
         fmt = p["format"]
         require(fmt in FORMATS, op, f"format={fmt!r}: expected one of {', '.join(FORMATS)}")
@@ -242,6 +245,19 @@ class FileSink(Operator):
         ctx = getattr(self, "context", None)
         return f"FileSink {ctx.name!r}" if ctx is not None else "FileSink"
 
+    def check_parallel(self, width: int) -> Iterable[str]:
+        if width > 1 and _CHANNEL not in self.file:
+            yield (f"file={self.file!r}: its {width} channels would all write this one file, "
+                   "over each other; put {channel} in the file name (SPL: getChannel()), or run "
+                   "the sink after the region")
+
+    @property
+    def _template(self) -> str:
+        """The file name with ``{channel}`` given (SPL ``getChannel()``): each channel of a
+        parallel region writes, commits and cleans up files of its own."""
+        channel: int = getattr(getattr(self, "context", None), "channel", 0)  # (0 before setup)
+        return self.file.replace(_CHANNEL, str(channel))
+
     def setup(self) -> None:
         if self.move_file_to_directory is not None and not os.path.isdir(self.move_file_to_directory):
             raise FileSinkError(f"{self._op}: move_file_to_directory={self.move_file_to_directory!r} "
@@ -301,7 +317,7 @@ class FileSink(Operator):
             moment = datetime.fromtimestamp(now / _NS, tz=UTC)
             return (moment.astimezone() if kind == "localtime" else moment).strftime(fmt)
 
-        return _MODIFIER.sub(expand, self.file)
+        return _MODIFIER.sub(expand, self._template)
 
     def _open_next(self) -> _OutFile:
         path = self._name(self._next_id)
@@ -434,7 +450,7 @@ class FileSink(Operator):
     def snapshot(self) -> Any:
         f = self._file
         state: dict[str, Any] = {
-            "file": self.file, "id": self._next_id, "between_files": self._between_files,
+            "file": self._template, "id": self._next_id, "between_files": self._between_files,
             "current": None if f is None else f.path, "length": 0 if f is None else f.length,
             "tuples": 0 if f is None else f.tuples, "opened_at": 0 if f is None else f.opened_at,
         }
@@ -467,7 +483,7 @@ class FileSink(Operator):
             self._log_renamed(current, state.get("file"))
         if self.transactional:
             old = state.get("file")
-            changed = old if isinstance(old, str) and old != self.file else None
+            changed = old if isinstance(old, str) and old != self._template else None
             self._restore_transactional(files, current, tuples, opened_at, renamed=renamed,
                                         old_template=changed)
             return
@@ -488,9 +504,9 @@ class FileSink(Operator):
 
     def _renamed(self, current: str, template: Any, next_id: int) -> bool:
         """Whether ``file`` changed since the checkpoint, so that output moves to a new file."""
-        if template == self.file:
+        if template == self._template:
             return False
-        if template is None and re.fullmatch(_template_regex(self.file), current):
+        if template is None and re.fullmatch(_template_regex(self._template), current):
             return False  # a checkpoint from before the template was stored: its file fits this one
         candidate = self._name(max(next_id - 1, 0))
         if os.path.abspath(candidate) == os.path.abspath(current):
@@ -540,7 +556,7 @@ class FileSink(Operator):
         """Pending files of this sink's file names (or of ``directory``/``base``, a template) that
         belong to none of ``known``."""
         if directory is None or base is None:
-            directory, base = os.path.split(self.file)
+            directory, base = os.path.split(self._template)
         if _MODIFIER.search(directory):
             return []
         pattern = re.compile(r"^\." + _template_regex(base) + r"\.\d+\.pending$")
