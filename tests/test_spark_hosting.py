@@ -236,6 +236,17 @@ def test_a_failed_querys_message_is_the_riverbed_error_a_task_raised() -> None:
     assert failure_of(spark) == ("operator 'agg', input port 0: ZeroDivisionError: division by "
                                  "zero on tuple {'v': 0}")
     assert failure_of("[INVALID] something Spark says\nat ...") == "[INVALID] something Spark says"
+    # A source's failure comes as a JobError, its reasons on the lines after it: the command
+    # printed "job 'bad' failed:" and nothing more (a review).
+    source = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in f\n"
+              "riverbed.core._errors.JobError: job 'bad' failed:\n"
+              "  operator 'read': FileFormatError: bad.csv, line 1501: 'oops' is not an integer\n"
+              "  operator 'other': RuntimeError: source failed at 700\n\tat org.apache.spark...")
+    assert failure_of(source) == ("job 'bad' failed:\n"
+                                  "  operator 'read': FileFormatError: bad.csv, line 1501: 'oops' is "
+                                  "not an integer\n  operator 'other': RuntimeError: source failed at 700")
+    assert failure_of("riverbed.operators._file_reader.FileFormatError: bad.csv, line 2: x\n\tat y") \
+        == "bad.csv, line 2: x"
 
 
 def test_a_ctrl_c_while_spark_starts_is_one_line(monkeypatch: Any, capsys: Any) -> None:

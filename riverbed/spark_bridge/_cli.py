@@ -106,17 +106,21 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
 
 # The riverbed error a task raised, as the Python traceback inside Spark's message ends with it:
 # its class (module-qualified or not), then what it says (an operator's error names it).
-_RIVERBED_ERROR = re.compile(r"^(?:[\w.]+\.)?(OperatorError|SchemaViolation|KeyGroupError|"
-                             r"JobError|PartReadError|FileSourceError): (.+)$", re.MULTILINE)
+# Any error class of riverbed's own modules, and the ones a traceback may name unqualified. A
+# JobError lists its failures on the lines after it, each indented by two spaces.
+_RIVERBED_ERROR = re.compile(r"^(?:riverbed\.[\w.]+\.(\w+)|(?:[\w.]+\.)?(OperatorError|SchemaViolation|"
+                             r"KeyGroupError|JobError|PartReadError|FileSourceError|FileFormatError))"
+                             r": (.+)((?:\n  .+)*)$", re.MULTILINE)
 
 
 def failure_of(message: str) -> str:
     """What a failed query's message says went wrong: the riverbed error a task raised (the
     operator, port and tuple, as ``riverbed run`` names them) when the message carries one,
-    else its first line (Spark's own)."""
-    found: list[tuple[str, str]] = _RIVERBED_ERROR.findall(message)
+    with a JobError's failures, each on its line, else its first line (Spark's own)."""
+    found = list(_RIVERBED_ERROR.finditer(message))
     if found:
-        return found[-1][1]
+        last = found[-1]
+        return last.group(3) + last.group(4)
     return message.splitlines()[0] if message else "(no message)"
 
 
