@@ -224,6 +224,23 @@ def test_a_spark_checkpoint_directory_belongs_to_one_job(tmp_path: Any) -> None:
         _claim(place, "stocks")
 
 
+def test_a_checkpoint_is_resumed_only_by_the_plan_that_wrote_it(tmp_path: Any) -> None:
+    """A restart with --mode driver on a keyed query's checkpoint crashed with a KeyError
+    traceback (the driver read keyed state); the other way Spark refused with its own error."""
+    from riverbed.spark_bridge._deploy import _same_plan
+
+    place = str(tmp_path / "ck")
+    frozen = _graph(ListSource([]), ("agg", Aggregate({"n": Count()}), "tumbling, count(2), partitioned")
+                    ).freeze()
+    keyed, driver = plan(frozen, "keyed", groups=2), plan(frozen, "driver", groups=2)
+    _same_plan(place, keyed)
+    _same_plan(place, keyed)  # its own again: a restart
+    with pytest.raises(TranslationError, match=r"written by another plan \(mode keyed; stage 1: .*\); "
+                                               r"this deployment's is mode driver; driver: .*"
+                                               r"the same --mode"):
+        _same_plan(place, driver)
+
+
 def test_a_failed_querys_message_is_the_riverbed_error_a_task_raised() -> None:
     """Spark wraps a task's Python traceback in its own message and stack trace: the command
     says what ``riverbed run`` says (operator, port, tuple), not Spark's first line."""

@@ -162,6 +162,7 @@ class _Fixed:
 
 
 _GROUPS_FILE = "riverbed-key-groups.json"
+_PLAN_FILE = "riverbed-plan.json"
 _JOB_FILE = "riverbed-job.json"
 
 
@@ -195,6 +196,34 @@ def _claim(checkpoint: str, job: str) -> None:
                                      f"{record.get('job')!r}, and this job is {job!r}: restoring "
                                      "it would continue another job; give this job a checkpoint "
                                      "directory of its own")
+
+
+def _same_plan(checkpoint: str, p: Plan) -> None:
+    """The checkpoint's state and offsets fit the plan that wrote them only: a restart with
+    another mode, or with operators moved between stages and the driver, read keyed state as a
+    driver's (a KeyError traceback) or asked Spark for state it never stored. The plan's shape
+    is kept with the checkpoint, and a restart under another is refused before Spark starts."""
+    shape = {"mode": p.mode, "stages": [list(st.members) for st in p.stages],
+             "driver": list(p.driver), "reads": sorted(p.reads)}
+    saved = _read_record(checkpoint, _PLAN_FILE)
+    if saved is None:
+        _write_record(checkpoint, _PLAN_FILE, shape)
+    elif saved != shape:
+        raise TranslationError(None, f"the checkpoint {checkpoint!r} was written by another plan "
+                                     f"({_shape_text(saved)}); this deployment's is "
+                                     f"{_shape_text(shape)}: its state and offsets would not fit. "
+                                     "Run the graph as it was (the same --mode), or give it a new "
+                                     "checkpoint directory")
+
+
+def _shape_text(shape: dict[str, Any]) -> str:
+    parts = [f"mode {shape.get('mode')}"]
+    parts += [f"stage {i + 1}: {', '.join(members)}" for i, members in enumerate(shape.get("stages", []))]
+    if shape.get("driver"):
+        parts.append(f"driver: {', '.join(shape['driver'])}")
+    if shape.get("reads"):
+        parts.append(f"read in parts: {', '.join(shape['reads'])}")
+    return "; ".join(parts)
 
 
 def _saved_groups(checkpoint: str) -> dict[str, Any] | None:
@@ -317,6 +346,7 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
     n_groups = groups or (saved["asked"] if saved else int(spark.conf.get("spark.sql.shuffle.partitions")))
     inputs = dict(inputs or {})
     p = plan(frozen, mode, groups=n_groups, inputs=set(inputs))
+    _same_plan(checkpoint, p)
     os.makedirs(checkpoint, exist_ok=True)
     feeders: list[SourceFeeder] = []
 
