@@ -91,6 +91,19 @@ def test_keyed_plan_routes_by_key_and_says_how() -> None:
     assert "runs in the source's task" in text
 
 
+def test_explain_says_what_an_operator_in_a_key_group_is_trusted_with() -> None:
+    """It called an operator with state in plain attributes "stateless" without a word on what
+    that means there, and a window after a Functor "on the same key" (a review)."""
+    window = "tumbling, count(2), partitioned"
+    g = _graph(ListSource([]), ("agg", Aggregate({"n": Count()}, copy=("k",)), window),
+               ("f", Filter(lambda t: True), None), ("again", Aggregate({"n": Count()}), window))
+    notes = plan(g.freeze(), groups=2).notes
+    assert "stateless (it snapshots nothing: state kept in plain attributes would start over in " \
+           "each key group and micro-batch)" in notes["f"]
+    assert "assuming the operators before it keep the key (checked as it runs" in notes["again"]
+    assert "--mode driver" in notes["again"]
+
+
 @pytest.mark.parametrize(("clause", "why"), [
     ("tumbling, count(2)", "unpartitioned window"),
     ("tumbling, count(2), partitioned, partitionCount(3)", "partition eviction counts across"),

@@ -239,7 +239,7 @@ class Hosted:
                     raise KeyGroupError(
                         f"operator {operator!r}: a tuple with {key}={k!r} reached it in another "
                         f"key group than its key's: the operator before it changed the partition "
-                        f"key; run this graph with mode='driver'")
+                        f"key; run this graph with mode='driver' (riverbed spark run --mode driver)")
 
         return check, later
 

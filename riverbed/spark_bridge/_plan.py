@@ -357,8 +357,12 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
         for name in stage.members[1:]:
             op = graph.operator(name)
             p.notes[name] = (f"keyed stage {n}, after {head.name!r} in the same key group"
-                             + (f": window {_describe_window(op.inputs[0].window)!r} on the same key"
-                                if op.inputs[0].windowed else ": stateless"))
+                             + (f": window {_describe_window(op.inputs[0].window)!r}, assuming the "
+                                "operators before it keep the key (checked as it runs: a tuple of "
+                                "another group stops the query; --mode driver runs such a graph)"
+                                if op.inputs[0].windowed else
+                                ": stateless (it snapshots nothing: state kept in plain attributes "
+                                "would start over in each key group and micro-batch)"))
     return None
 
 
