@@ -336,6 +336,36 @@ def test_an_error_port_receives_the_failed_tuple_and_the_job_goes_on() -> None:
                                 "error": "ZeroDivisionError('bad reading')"}]
 
 
+def test_sys_exit_in_user_code_fails_its_operator_and_is_never_routed() -> None:
+    """``sys.exit(0)`` in an operator left the event loop as SystemExit: ``riverbed run`` ended
+    with exit 0 and part of the output, as if the job had drained (a review)."""
+    import sys
+
+    class Exits(Operator):
+        def on_tuple(self, tup: Any, port: int) -> None:
+            if tup["v"] == 2:
+                sys.exit(0)
+            self.submit(tup)
+
+    class ExitingSource(Source):
+        def generate(self) -> Any:
+            yield {"v": 1}
+            sys.exit(3)
+
+    for routed in (False, True):
+        g = Graph("exits")
+        s = g.source("s", ListSource([{"v": 1}, {"v": 2}, {"v": 3}]))
+        out = g.operator("exits", Exits(), [s], error_port=routed)
+        g.sink("ok", Collect(), [out[0] if routed else out])
+        with pytest.raises(JobError, match=r"operator 'exits', input port 0: SystemExit: 0 on tuple "
+                                           r"\{'v': 2\}"):
+            run_graph(g, clock=VirtualClock())
+    g = Graph("exits")
+    g.sink("ok", Collect(), [g.source("s", ExitingSource())])
+    with pytest.raises(JobError, match=r"operator 's': SystemExit: 3"):
+        run_graph(g, clock=VirtualClock())
+
+
 def test_a_schema_violation_names_the_attribute_and_the_port() -> None:
     g = Graph("schema")
     s = g.source("s", ListSource([{"k": "a", "temp": 1.5}, {"k": "b", "temp": "hot"}]),

@@ -7,7 +7,7 @@ and any future host (a worker process). A host implements `CoreHost`.
 """
 
 from ._core import CoreHost, FinalHold, OperatorCore, TimerHandle
-from ._errors import JobError, OperatorError, RestoreRefused, SchemaViolation
+from ._errors import USER_FAILURES, JobError, OperatorError, RestoreRefused, SchemaViolation
 from ._metrics import (
     Counter,
     InputPortMetrics,
@@ -21,6 +21,7 @@ from ._reuse import reusable_state, state_to_restore
 from ._sync import StampClock, SyncGraph
 
 __all__ = [
+    "USER_FAILURES",
     "CoreHost",
     "Counter",
     "FinalHold",

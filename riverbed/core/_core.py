@@ -59,7 +59,7 @@ from ..windows import (
     check_watermark,
 )
 from . import _state, _submit
-from ._errors import OperatorError, SchemaViolation
+from ._errors import USER_FAILURES, OperatorError, SchemaViolation
 from ._host import CoreHost, FinalHold, TimerHandle
 from ._loops import LoopLog
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
@@ -631,7 +631,7 @@ class OperatorCore:
             while True:
                 try:
                     on_tuples(it, port)
-                except Exception as exc:  # user code: the tuple it took last failed
+                except USER_FAILURES as exc:  # user code: the tuple it took last failed
                     i = n - length_hint(it) - 1
                     if i < 0:  # before it took any: not a tuple's failure
                         if isinstance(exc, OperatorError):
@@ -653,7 +653,7 @@ class OperatorCore:
                 for tup in it:
                     on_tuple(tup, port)
                 return
-            except Exception as exc:  # user code: stop the job naming the tuple, or route it
+            except USER_FAILURES as exc:  # user code: stop the job naming the tuple, or route it
                 pm.errors += 1
                 self.fail_or_route(exc, port, batch[n - length_hint(it) - 1])
 
@@ -682,7 +682,7 @@ class OperatorCore:
                             on_punct(window, port)
                         except OperatorError:
                             raise
-                        except Exception as exc:
+                        except USER_FAILURES as exc:
                             raise OperatorError(self.name, port, None, exc) from exc
                     elif not inert:
                         self._handle_window_mark(port)
@@ -691,7 +691,7 @@ class OperatorCore:
                 else:
                     try:
                         on_tuple(item, port)
-                    except Exception as exc:  # user code: stop the job naming the tuple, or route it
+                    except USER_FAILURES as exc:  # user code: stop the job naming the tuple, or route it
                         pm.errors += 1
                         self.fail_or_route(exc, port, item)
             return
@@ -935,7 +935,7 @@ class OperatorCore:
             self.op.on_punct(Punct.WINDOW, port)
         except OperatorError:
             raise
-        except Exception as exc:
+        except USER_FAILURES as exc:
             raise OperatorError(self.name, port, None, exc) from exc
         if self.op.window_punctuation == "preserving":
             for p in self._data_ports:
@@ -979,7 +979,7 @@ class OperatorCore:
                 op.on_watermark(value)
         except OperatorError:
             raise
-        except Exception as exc:
+        except USER_FAILURES as exc:
             raise OperatorError(self.name, None, None, exc) from exc
         if not op.holds_watermarks:
             self._send_watermark(value)  # else the operator sends it after the tuples it holds
@@ -1037,7 +1037,7 @@ class OperatorCore:
             return fn(*args)
         except OperatorError:
             raise
-        except Exception as exc:
+        except USER_FAILURES as exc:
             raise OperatorError(self.name, port, None, exc) from exc
 
     def _invalid_output_of(self, port: int) -> Callable[[Any, str], None]:
@@ -1050,12 +1050,13 @@ class OperatorCore:
 
         return invalid
 
-    def fail_or_route(self, exc: Exception, port: int | None, tup: Any) -> None:
-        """A tuple failed: stop the job naming it, or send it to the error port."""
+    def fail_or_route(self, exc: BaseException, port: int | None, tup: Any) -> None:
+        """A tuple failed: stop the job naming it, or send it to the error port (not a
+        ``sys.exit()``: that asks for the end, not for the tuple to be set aside)."""
         if isinstance(exc, OperatorError):
             raise exc
         error_port = self.odef.error_port
-        if error_port is None:
+        if error_port is None or not isinstance(exc, Exception):
             raise OperatorError(self.name, port, tup, exc) from exc
         reason = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
         self.outputs[error_port].buf.append(

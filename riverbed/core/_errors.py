@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["JobError", "OperatorError", "RestoreRefused", "SchemaViolation"]
+__all__ = ["USER_FAILURES", "JobError", "OperatorError", "RestoreRefused", "SchemaViolation"]
+
+# What user code raising fails its operator with: any error, and ``sys.exit()`` too, which
+# otherwise left the event loop as SystemExit and ended ``riverbed run`` with exit 0 and half
+# the output (a review). KeyboardInterrupt stays the user's interrupt.
+USER_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit)
 
 
 def _short(tup: Any, limit: int = 200) -> str:

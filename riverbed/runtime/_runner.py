@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..core import OperatorCore, OperatorError, OutputPort, SchemaViolation
+from ..core import USER_FAILURES, OperatorCore, OperatorError, OutputPort, SchemaViolation
 from ..graph import EventTime, OperatorDef, Source
 from ._channel import Inbox
 from ._clock import Clock, RealClock, TimerHandle
@@ -251,7 +251,7 @@ class OperatorRunner:
             await src.run()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except USER_FAILURES as exc:
             self.core.guard(_reraise, None, exc)
 
     # -------------------------------------------------------------- delivery
