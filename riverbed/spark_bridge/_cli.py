@@ -95,8 +95,20 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
                 f" (a run with --checkpoint {d.checkpoint} resumes from it)"))
             d.stop()
     except Exception as exc:  # a failed query: Spark's StreamingQueryException
-        print(f"riverbed spark: the query failed: {failure_of(str(exc))}", file=sys.stderr)
-        return EXIT_FAILED
+        if not requested:
+            print(f"riverbed spark: the query failed: {failure_of(str(exc))}", file=sys.stderr)
+            return EXIT_FAILED
+        # Stopped, and the signal reached Spark's own processes as well: ``kill -- -PGID``,
+        # ``timeout`` and systemd signal the whole process group, and the JVM (which pyspark
+        # shields from SIGINT only) ended before it could stop the query. What its checkpoint
+        # committed stands, and the batch it was in is run again by the next run.
+        d.abandon()
+        echo("riverbed spark: stopped; Spark's processes ended with the signal before the query "
+             f"could stop ({failure_of(str(exc))})" + (
+                 ": its checkpoint is temporary, a run starts over" if d.temporary else
+                 f": a run with --checkpoint {d.checkpoint} resumes from its last committed "
+                 "micro-batch"))
+        return EXIT_OK
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

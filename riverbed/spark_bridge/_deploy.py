@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -83,6 +84,12 @@ class Deployment:
             feeder.stop()
         self.query.stop()
         self._finish()
+
+    def abandon(self) -> None:
+        """End what runs in Python (feeders, the driver stage) when Spark's JVM is gone and the
+        query can no longer be asked anything."""
+        with contextlib.suppress(Exception):  # (a driver-stage batch that failed with the JVM)
+            self._finish()
 
     def _raise_source_error(self) -> None:
         for feeder in self.feeders:
@@ -292,14 +299,16 @@ def _watch_feeders(query: Any, feeders: list[SourceFeeder], available_now: bool)
     for feeder in feeders:
         feeder.finished.wait()
         if feeder.error is not None:
-            query.stop()
+            with contextlib.suppress(Exception):  # (the JVM gone: nothing to stop)
+                query.stop()
             return
     if available_now:
         try:
             query.processAllAvailable()
         except Exception:  # the query failed; `await_termination` raises its error
             return
-        query.stop()
+        with contextlib.suppress(Exception):  # (the JVM gone: nothing to stop)
+            query.stop()
 
 
 def deploy(graph: Graph | FrozenGraph, spark: Any, *, mode: Mode = "auto", checkpoint: str | None = None,
