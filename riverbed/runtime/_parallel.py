@@ -65,11 +65,12 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from ..core import OperatorError, RestoreRefused
+from ..core import InputPortMetrics, OperatorError, RestoreRefused
 from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
 from ._clock import RealClock, TimerHandle, VirtualClock
 from ._parallel_merge import Merge
@@ -167,6 +168,7 @@ class _Channel:
         "inflight",
         "metrics",
         "outstanding",
+        "placed",
         "process",
         "producing",
         "reader",
@@ -184,6 +186,9 @@ class _Channel:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.inflight = 0  # FEED messages with tuples not yet answered: the bounded queue
+        # Each of those FEEDs' tuples and the input port that counted them as processed: what a
+        # reset drops from the queue is taken back off that count (`ParallelHost.reset`).
+        self.placed: deque[tuple[InputPortMetrics, int]] = deque()
         self.outstanding = 0  # messages of any kind not yet answered
         self.deadline: int | None = None
         self.finished = False
@@ -377,6 +382,10 @@ class ParallelHost:
                                                  *self._member_metrics.values()])]
         self._member_metrics.clear()
         self._reports.clear()
+        for ch in self.channels:  # dropped from the channels' queues: never processed
+            for counted, tuples in ch.placed:
+                counted.tuples_processed -= tuples
+            ch.placed.clear()
         self._ended.clear()
         self._asked = None
         for runner in self.runners.values():
@@ -584,9 +593,9 @@ class ParallelHost:
             if stream is None:
                 continue
             if isinstance(payload, list):
-                runner.metrics.inputs[port_of[conn]].tuples_processed += \
-                    getattr(payload, "tuples", len(payload))
-                await self._split(runner, port_of[conn], stream, payload)
+                # (counted as processed as each channel's part takes its place: `_send`)
+                await self._split(runner, port_of[conn], stream, payload,
+                                  runner.metrics.inputs[port_of[conn]])
                 continue
             if payload is Punct.FINAL:
                 open_streams.discard(stream)
@@ -598,7 +607,7 @@ class ParallelHost:
                 await self._send(ch, [(stream[0], stream[1], item)], 0)
 
     async def _split(self, runner: OperatorRunner, port: int, stream: tuple[str, int],
-                     batch: list[Any]) -> None:
+                     batch: list[Any], counted: InputPortMetrics) -> None:
         """Each channel its part of ``batch`` (marks and watermarks to every channel, in place)."""
         op, out_port = stream
         try:
@@ -609,9 +618,10 @@ class ParallelHost:
                 f"{exc.error!r}; every tuple entering it needs a hashable key")) from exc.error
         for ch, (items, n) in zip(self.channels, parts, strict=True):
             if items:
-                await self._send(ch, [(op, out_port, item) for item in items], n)
+                await self._send(ch, [(op, out_port, item) for item in items], n, counted)
 
-    async def _send(self, ch: _Channel, entries: list[tuple[str, int, Any]], tuples: int) -> None:
+    async def _send(self, ch: _Channel, entries: list[tuple[str, int, Any]], tuples: int,
+                    counted: InputPortMetrics | None = None) -> None:
         """One FEED message; with tuples it takes a place in the channel's bounded queue."""
         if tuples:
             if ch.inflight >= self.capacity:
@@ -621,6 +631,9 @@ class ParallelHost:
                     await ch.room.wait()
             ch.inflight += 1
             ch.metrics.tuples_in += tuples
+            if counted is not None:
+                counted.tuples_processed += tuples
+                ch.placed.append((counted, tuples))
         writer = ch.writer
         assert writer is not None
         ch.outstanding += 1
@@ -679,6 +692,9 @@ class ParallelHost:
                 ch.outstanding -= 1
             if fed:
                 ch.inflight -= fed
+                placed = ch.placed
+                for _ in range(min(fed, len(placed))):
+                    placed.popleft()
                 ch.room.set()
             ch.deadline = deadline
             if finished:

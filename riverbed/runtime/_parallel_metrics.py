@@ -3,8 +3,11 @@ channels counted, reported by the workers (every few answers and at the end), fo
 job's own `OperatorMetrics` of each member.
 
 The job counts two things itself: the tuples it hands the region (the first member's
-``tuples_processed``, current at every batch) and what leaves the region through its merges
-(the output ports that leave it: what downstream sees, merged). Everything else an instance
+``tuples_processed``, counted as each batch takes its place in a channel's queue, and taken
+back for what a reset drops from the queues) and what leaves the region through its merges
+(the output ports that leave it: what downstream sees, merged). A worker killed outright
+cannot report what it counted since its last report (at most `METRICS_EVERY` answers): those
+counts of the members after the first are lost with it. Everything else an instance
 counts happens in its worker: errors and late tuples, marks, what it submitted inside the
 region, its watermark and its own counters. Those are summed over the channels (a watermark:
 the lowest of them, once every channel reported one), so a region of width 2 reads as width 1
