@@ -186,8 +186,9 @@ class _Channel:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.inflight = 0  # FEED messages with tuples not yet answered: the bounded queue
-        # Each of those FEEDs' tuples and the input port that counted them as processed: what a
-        # reset drops from the queue is taken back off that count (`ParallelHost.reset`).
+        # Each of those FEEDs' tuples and the input port that counts them as processed once the
+        # channel answered it: what a reset drops from the queue was never processed, and a
+        # count taken back would make a Prometheus counter go down.
         self.placed: deque[tuple[InputPortMetrics, int]] = deque()
         self.outstanding = 0  # messages of any kind not yet answered
         self.deadline: int | None = None
@@ -383,8 +384,6 @@ class ParallelHost:
         self._member_metrics.clear()
         self._reports.clear()
         for ch in self.channels:  # dropped from the channels' queues: never processed
-            for counted, tuples in ch.placed:
-                counted.tuples_processed -= tuples
             ch.placed.clear()
         self._ended.clear()
         self._asked = None
@@ -593,7 +592,7 @@ class ParallelHost:
             if stream is None:
                 continue
             if isinstance(payload, list):
-                # (counted as processed as each channel's part takes its place: `_send`)
+                # (counted as processed once the channel answered each part: `_read`)
                 await self._split(runner, port_of[conn], stream, payload,
                                   runner.metrics.inputs[port_of[conn]])
                 continue
@@ -632,7 +631,6 @@ class ParallelHost:
             ch.inflight += 1
             ch.metrics.tuples_in += tuples
             if counted is not None:
-                counted.tuples_processed += tuples
                 ch.placed.append((counted, tuples))
         writer = ch.writer
         assert writer is not None
@@ -694,7 +692,8 @@ class ParallelHost:
                 ch.inflight -= fed
                 placed = ch.placed
                 for _ in range(min(fed, len(placed))):
-                    placed.popleft()
+                    counted, tuples = placed.popleft()
+                    counted.tuples_processed += tuples
                 ch.room.set()
             ch.deadline = deadline
             if finished:

@@ -3,8 +3,8 @@ channels counted, reported by the workers (every few answers and at the end), fo
 job's own `OperatorMetrics` of each member.
 
 The job counts two things itself: the tuples it hands the region (the first member's
-``tuples_processed``, counted as each batch takes its place in a channel's queue, and taken
-back for what a reset drops from the queues) and what leaves the region through its merges
+``tuples_processed``, counted as the channel answers each batch, so what a reset drops from
+the queues is not counted) and what leaves the region through its merges
 (the output ports that leave it: what downstream sees, merged). A worker killed outright
 cannot report what it counted since its last report (at most `METRICS_EVERY` answers): those
 counts of the members after the first are lost with it. Everything else an instance

@@ -235,7 +235,7 @@ class Region:
         m.last_committed = self.last_committed = pending.id
         self.pending = None
         self.state = RegionState.PROCESSING
-        self._consecutive = 0
+        self._consecutive = self.metrics.consecutive_resets = 0
         self._retire(pending.id)
         for h in self.hosts:
             h.committed(pending.id)
