@@ -152,6 +152,10 @@ class ChannelMetrics:
     # to 16 replica batches' messages, `_worker._Hold`).
     worker_messages: int = 0
     worker_writes: int = 0
+    # What the workers a reset replaced said last: the two counts above go on from there, as
+    # counters do (they fell back to the new worker's, 45 -> 1 writes in a review).
+    cpu_before: float = 0.0
+    writes_before: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -385,6 +389,8 @@ class ParallelHost:
         self._reports.clear()
         for ch in self.channels:  # dropped from the channels' queues: never processed
             ch.placed.clear()
+        for m in self._metrics:  # new workers count from zero: their counts add to these
+            m.cpu_before, m.writes_before = m.cpu_seconds, m.worker_writes
         self._ended.clear()
         self._asked = None
         for runner in self.runners.values():
@@ -667,9 +673,9 @@ class ParallelHost:
                 continue
             assert kind in (OUT, EMIT), msg
             _, fed, exits, deadline, finished, member_metrics, reports, finals, cpu, writes = msg
-            ch.metrics.cpu_seconds = round(cpu, 3)
+            ch.metrics.cpu_seconds = round(ch.metrics.cpu_before + cpu, 3)
             ch.metrics.worker_messages += 1
-            ch.metrics.worker_writes = writes
+            ch.metrics.worker_writes = ch.metrics.writes_before + writes
             if member_metrics:
                 # Folded into the job's metrics at most every FOLD_SECONDS (and when a channel
                 # finishes, fails or the job ends): a fold per report cost the job's process
