@@ -234,6 +234,39 @@ graph = g
                                   "boom\nsecond line on tuple {'v': 1}")
 
 
+def test_with_json_logs_warnings_library_logs_and_thread_failures_are_json_lines(
+        tmp_path: Path) -> None:
+    """Python warnings, a library's stdlib logging and an exception ending a thread printed
+    plain text among the JSON lines (a review)."""
+    script = _script(tmp_path, """
+import logging, threading, warnings
+warnings.warn("at import")
+class S(Source):
+    def generate(self):
+        return iter([{"v": 1}])
+class Noisy(Operator):
+    def on_tuple(self, t, port):
+        warnings.warn("a user warning")
+        logging.getLogger("somelib").warning("a library says %s", "hi")
+        thread = threading.Thread(target=lambda: 1 / 0, name="helper")
+        thread.start()
+        thread.join()
+g = Graph("noisy")
+g.sink("noisy", Noisy(), [g.source("s", S())])
+graph = g
+""")
+    proc = _riverbed("run", script, "--no-status", "--log-format", "json")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    events = [json.loads(line) for line in err.splitlines()]  # every line is a JSON object
+    warned = [e["event"] for e in events if e.get("logger") == "py.warnings"]
+    assert any("at import" in w for w in warned) and any("a user warning" in w for w in warned)
+    assert {"logger": "somelib", "event": "a library says hi", "level": "warning"}.items() <= \
+        next(e for e in events if e.get("logger") == "somelib").items()
+    failed = next(e for e in events if e["event"] == "thread failed")
+    assert failed["thread"] == "helper" and failed["exception"][0]["exc_type"] == "ZeroDivisionError"
+
+
 def test_a_second_signal_while_build_hangs_aborts_the_command(tmp_path: Path) -> None:
     """A ``build()`` waiting on a network or a database: the first signal is kept for the job
     (it stops it as it starts), the second ends the command there and then (exit 3)."""

@@ -362,6 +362,24 @@ def test_prometheus_reads_the_metrics_at_each_scrape() -> None:
     assert 'riverbed_watermark{job="j",operator="map"} 1.5e+09' in second
 
 
+def test_a_broken_scrape_prints_no_traceback_among_the_logs(capfd: pytest.CaptureFixture[str]) -> None:
+    """A request with too many headers (or one reset mid-way) made socketserver print its
+    traceback on stderr: plain text among JSON logs, from any local client (a review)."""
+    import socket
+    import struct
+
+    with serve_metrics(FakeJob(), 0) as server:
+        for _ in range(5):
+            conn = socket.create_connection(("127.0.0.1", server.port))
+            headers = "".join(f"X-{i}: {i}\r\n" for i in range(150))
+            conn.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+            conn.recv(20)  # the answer's start (refused), then a reset
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+            assert "riverbed_tuples_processed_total" in scrape(server.url)  # it serves on
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_prometheus_server_stops_on_close() -> None:
     server = serve_metrics(FakeJob(), 0)
     url = server.url

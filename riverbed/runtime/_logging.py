@@ -24,7 +24,9 @@ format: they could hold tuple payloads or secrets.
 from __future__ import annotations
 
 import json
+import logging
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -75,7 +77,9 @@ def configure_logging(fmt: LogFormat, level: str = "info") -> Literal["json", "c
 
     Loggers made by `get_logger` *before* this call keep the old
     configuration, so configure first, then start the job. Returns the format
-    chosen (``"auto"`` resolved).
+    chosen (``"auto"`` resolved). Python warnings, the stdlib loggers' records
+    (a handler is added to the root logger) and exceptions that end a thread
+    are logged through it too.
     """
     if fmt not in ("json", "console", "auto"):
         raise ValueError(f"log format {fmt!r}: expected 'json', 'console' or 'auto'")
@@ -108,7 +112,44 @@ def configure_logging(fmt: LogFormat, level: str = "info") -> Literal["json", "c
         context_class=dict,
         cache_logger_on_first_use=True,
     )
+    _route_the_rest()
     return fmt
+
+
+class _ToStructlog(logging.Handler):
+    """Records of the stdlib's loggers (third-party libraries, aiohttp's server, Python's
+    warnings) as events of this configuration: with JSON logs, stderr stays JSON lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields: dict[str, Any] = {"logger": record.name}
+            if record.exc_info and record.exc_info[0] is not None:
+                fields["exc_info"] = record.exc_info
+            log = structlog.get_logger()
+            level = record.levelname.lower()
+            getattr(log, level if level in _LEVELS else "warning")(record.getMessage(), **fields)
+        except Exception:  # a log call must not fail the caller
+            self.handleError(record)
+
+
+def _route_the_rest() -> None:
+    """Python warnings, the stdlib's loggers and exceptions that end a thread, which printed
+    plain text beside the JSON lines, go through structlog. The root logger keeps its level
+    (WARNING unless the program set another) and its other handlers (pytest's capture)."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _ToStructlog)]:
+        root.removeHandler(handler)
+    root.addHandler(_ToStructlog())
+    logging.captureWarnings(True)
+    threading.excepthook = _thread_failed
+
+
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return  # (as the default hook: a thread's sys.exit() is its own business)
+    name = args.thread.name if args.thread is not None else None
+    structlog.get_logger().error("thread failed", thread=name,
+                                 exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
 def get_logger(job: str, operator: str | None = None, port: int | None = None) -> FilteringBoundLogger:

@@ -21,6 +21,7 @@ process, or a test, never collide in the global registry.
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from socketserver import ThreadingMixIn
@@ -28,6 +29,7 @@ from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -220,6 +222,14 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     """One thread per scrape, so a stuck client cannot block the next scrape."""
 
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request that broke off (too many headers, a reset): one debug event, not the
+        traceback socketserver prints on stderr, where any local client could put plain text
+        among a job's JSON log lines."""
+        error = sys.exc_info()[1]
+        structlog.get_logger().debug("metrics request failed", client=str(client_address),
+                                     error=repr(error))
 
 
 class _ThreadingWSGIServer6(_ThreadingWSGIServer):
