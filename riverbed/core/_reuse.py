@@ -32,19 +32,25 @@ class _OverBudget(Exception):
 
 
 def _copy(value: Any, budget: list[int]) -> Any:
-    t = type(value)
-    if t is dict:
+    """``value`` as the checkpoint store gives it back (`riverbed.checkpoint._codec`): a dict or
+    list subclass as a plain dict or list, a tuple as a list (dict keys as they are). A reset
+    then restores what a restart does. Copying only exact dicts and lists kept a
+    ``Counter``, a ``defaultdict`` or an ``OrderedDict`` by reference: the operator went on
+    changing it after the commit, and a reset restored the changed one (tuples between the
+    checkpoint and the failure counted twice, exit 0); and tuples came back as tuples from a
+    reset but as lists from a restart, so an operator could pass its reset tests and fail
+    after a real restart."""
+    if isinstance(value, dict):
         budget[0] -= 1
         if budget[0] < 0:
             raise _OverBudget
         return {k: _copy(v, budget) for k, v in value.items()}
-    if t is list or t is tuple:
+    if isinstance(value, (list, tuple)):
         budget[0] -= 1
         if budget[0] < 0:
             raise _OverBudget
-        items = [_copy(v, budget) for v in value]
-        return items if t is list else tuple(items)
-    if t is bytearray:
+        return [_copy(v, budget) for v in value]
+    if isinstance(value, bytearray):
         return bytes(value)
     return value  # str, int, float, bool, None, bytes, Decimal: immutable
 
