@@ -15,7 +15,7 @@ from riverbed.graph import Graph, GraphValidationError, Operator, Punct, Schema,
 from riverbed.operators import Aggregate, Count
 from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
 from riverbed.testing import ListSource as ItemSource  # sets manual watermarks; ours yields items
-from riverbed.windows import EVENT_TIME_MAX, StreamWindowEvent
+from riverbed.windows import EVENT_TIME_MAX, EventType, StreamWindowEvent
 
 S = 1_000_000_000
 
@@ -363,6 +363,26 @@ def test_sys_exit_in_user_code_fails_its_operator_and_is_never_routed() -> None:
     g = Graph("exits")
     g.sink("ok", Collect(), [g.source("s", ExitingSource())])
     with pytest.raises(JobError, match=r"operator 's': SystemExit: 3"):
+        run_graph(g, clock=VirtualClock())
+
+    class ExitsOnAWindow(Operator):  # the windows' listeners run on other paths (the review)
+        def on_window_event(self, event: Any, port: int) -> None:
+            if event.type in (EventType.TRIGGER, EventType.EVICTION):
+                sys.exit(0)
+
+    items = [{"v": i, "ts": i} for i in range(10)]
+    for clause in ("tumbling, count(2)", "timeInterval, intervalDuration(0.002)"):
+        g = Graph("exits")
+        s = g.source("s", ListSource(items), schema=Schema(v="int64", ts="int64"), event_time="ts")
+        g.sink("w", ExitsOnAWindow(), [s.window(clause)])
+        with pytest.raises(JobError, match=r"operator 'w'.*SystemExit: 0"):
+            run_graph(g, clock=VirtualClock())
+    g = Graph("exits")
+    s = g.source("s", ListSource(items))
+    with g.parallel(2, partition_by=lambda t: sys.exit(0)):
+        out = g.operator("exits", Exits(), [s])
+    g.sink("ok", Collect(), [out])
+    with pytest.raises(JobError, match=r"operator 'exits'.*SystemExit"):
         run_graph(g, clock=VirtualClock())
 
 

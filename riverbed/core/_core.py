@@ -609,12 +609,12 @@ class OperatorCore:
             for w in self._timed:
                 self.guard(w.advance_time, None, now)
         if isinstance(window, TimeIntervalWindow):  # its inlined batch path: errors name their index
-            self._insert_routed(port, batch, window.insert_batch, WindowTupleError,
+            self._insert_routed(port, batch, window.insert_batch, (WindowTupleError, SystemExit),
                                 lambda exc: getattr(exc, "index", 0))
             pm.tuples_dropped_late = window.dropped
             return
         if window is not None:  # the fastest insert path the window has now (asked per batch)
-            self._insert_routed(port, batch, window.inserter(), Exception,
+            self._insert_routed(port, batch, window.inserter(), USER_FAILURES,
                                 lambda exc: window.batch_failed_at)
             return
         self._run_tuples(port, batch)
@@ -774,7 +774,7 @@ class OperatorCore:
             run, at = (tuples, times) if hi - lo == len(tuples) else (tuples[lo:hi], times[lo:hi])
             pm.tuples_processed += len(run)
             self._insert_routed(port, run, lambda part: insert(part, at[len(at) - len(part):], ordered),
-                                WindowTupleError, lambda exc: getattr(exc, "index", 0))
+                                (WindowTupleError, SystemExit), lambda exc: getattr(exc, "index", 0))
             pm.tuples_dropped_late = window.dropped
 
         entries = self._wm_in
@@ -912,7 +912,8 @@ class OperatorCore:
         self._handle_watermark(conn, max([w.value for w in watermarks]))
 
     def _insert_routed(self, port: int, batch: list[Any], insert: Callable[[list[Any]], Any],
-                       errors: type[Exception], failed_at: Callable[[Exception], int]) -> None:
+                       errors: type[BaseException] | tuple[type[BaseException], ...],
+                       failed_at: Callable[[BaseException], int]) -> None:
         """Insert ``batch`` into a window; a tuple that fails (``failed_at`` its index) stops the
         job naming it or goes to the error port, and the rest of the batch goes on after it."""
         start, n = 0, len(batch)

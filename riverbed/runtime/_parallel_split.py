@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ..core import MarkedBatch
+from ..core import USER_FAILURES, MarkedBatch
 from ..graph import Punct, Watermark
 from ._parallel_wire import channel_of
 
@@ -39,7 +39,7 @@ _WINDOW = Punct.WINDOW
 class SplitFailed(Exception):
     """A tuple's key could not be taken or hashed: ``tuple`` and ``error`` say which and why."""
 
-    def __init__(self, tup: Any, error: Exception) -> None:
+    def __init__(self, tup: Any, error: BaseException) -> None:
         super().__init__(f"{error!r}")
         self.tuple = tup
         self.error = error
@@ -100,11 +100,11 @@ class Splitter:
             return cycle[first:first + n]
         try:
             return bytes(map(self.cache.__getitem__, map(key, run)))
-        except Exception:
+        except USER_FAILURES:  # (a key function's sys.exit() too)
             for t in run:  # which tuple, and why
                 try:
                     hash(key(t))
-                except Exception as exc:
+                except USER_FAILURES as exc:
                     raise SplitFailed(t, exc) from None
             raise
 
