@@ -254,6 +254,23 @@ def test_a_checkpoint_is_resumed_only_by_the_plan_that_wrote_it(tmp_path: Any) -
         _same_plan(place, driver)
 
 
+def test_after_a_stop_signal_only_a_jvm_gone_is_a_stop() -> None:
+    """A signal to the process group ends Spark's JVM: what py4j then raises is a stop (exit 0);
+    a query or driver stage that failed for its own reasons is still a failure (the first
+    version took any failure after a signal for a stop, exit 0)."""
+    from riverbed.spark_bridge._cli import _jvm_gone
+
+    class Py4JNetworkError(Exception):
+        pass
+
+    wrapped = RuntimeError("An error occurred while calling o42.awaitTermination")
+    wrapped.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    assert _jvm_gone(wrapped) and _jvm_gone(Py4JNetworkError("x")) and _jvm_gone(EOFError())
+    assert _jvm_gone(RuntimeError("Answer from Java side is empty"))
+    assert not _jvm_gone(RuntimeError("the driver stage failed: operator 'agg', input port 0: "
+                                      "ZeroDivisionError: division by zero"))
+
+
 def test_a_failed_querys_message_is_the_riverbed_error_a_task_raised() -> None:
     """Spark wraps a task's Python traceback in its own message and stack trace: the command
     says what ``riverbed run`` says (operator, port, tuple), not Spark's first line."""

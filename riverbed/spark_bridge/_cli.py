@@ -95,7 +95,7 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
                 f" (a run with --checkpoint {d.checkpoint} resumes from it)"))
             d.stop()
     except Exception as exc:  # a failed query: Spark's StreamingQueryException
-        if not requested:
+        if not requested or not _jvm_gone(exc):
             print(f"riverbed spark: the query failed: {failure_of(str(exc))}", file=sys.stderr)
             return EXIT_FAILED
         # Stopped, and the signal reached Spark's own processes as well: ``kill -- -PGID``,
@@ -123,6 +123,26 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
 _RIVERBED_ERROR = re.compile(r"^(?:riverbed\.[\w.]+\.(\w+)|(?:[\w.]+\.)?(OperatorError|SchemaViolation|"
                              r"KeyGroupError|JobError|PartReadError|FileSourceError|FileFormatError))"
                              r": (.+)((?:\n  .+)*)$", re.MULTILINE)
+
+
+_JVM_GONE = ("Connection refused", "Answer from Java side is empty", "Error while receiving",
+             "Error while sending")  # py4j's words when the gateway's socket is gone
+
+
+def _jvm_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` says Spark's JVM can no longer be reached (py4j's connection refused,
+    reset or closed), as when a signal to the process group ended it: a stop, not a failure.
+    A query or driver stage that failed for its own reasons says something else."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (ConnectionError, EOFError)) or \
+                type(current).__name__ == "Py4JNetworkError" or \
+                any(sign in str(current) for sign in _JVM_GONE):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def failure_of(message: str) -> str:

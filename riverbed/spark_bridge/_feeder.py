@@ -32,6 +32,7 @@ import itertools
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -167,7 +168,13 @@ def _exception(detail: tuple[bytes | None, str]) -> BaseException:
 
 
 def _main(argv: list[str]) -> None:
-    """The feeder's process: ``python -m riverbed.spark_bridge._feeder DOWN_FD UP_FD``."""
+    """The feeder's process: ``python -m riverbed.spark_bridge._feeder DOWN_FD UP_FD``.
+
+    It leaves a stop to the driver, which sends "stop" (or goes: the pipe's end stops it too):
+    a SIGTERM or Ctrl-C to the whole process group (``timeout``, systemd, a terminal) killed it
+    mid-file, and the command reported a failed source instead of a stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     down = Connection(int(argv[0]), writable=False)
     up = Connection(int(argv[1]), readable=False)
     payloads, streams, directory, ddl, (first, size, ahead) = down.recv()

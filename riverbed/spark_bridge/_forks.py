@@ -174,6 +174,8 @@ def _serve(fd: int) -> None:
         with contextlib.suppress(ImportError):  # pandas is optional: pyarrow takes it if there
             __import__(name)
     signal.signal(signal.SIGCHLD, _reap)
+    for stop in (signal.SIGINT, signal.SIGTERM):  # the driver ends it (by closing its socket)
+        signal.signal(stop, signal.SIG_IGN)
     while True:
         try:
             context, fds, _flags, _addr = socket.recv_fds(sock, 1 << 22, 4)
