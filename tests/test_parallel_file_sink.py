@@ -69,6 +69,13 @@ def test_a_file_sink_whose_channels_would_share_one_file_is_refused(tmp_path: Pa
     [error] = info.value.errors
     assert (error.operator, error.rule) == ("out", "parallel")
     assert "{channel}" in str(error) and "parallel0" in str(error) and "2 channels" in str(error)
+    g = Graph("moved")
+    nums = g.source("nums", Numbers(), schema=ROW)
+    with g.parallel(2, partition_by="k"):
+        g.sink("out", FileSink(str(tmp_path / "ch{channel}" / "out.csv"),
+                               move_file_to_directory=str(tmp_path)), [nums])
+    with pytest.raises(GraphValidationError, match="each move would replace the last"):
+        g.freeze()  # (both channels moved their out.csv into one directory: rows lost)
     # width 1 and a process group run one copy: one file is right
     build(str(tmp_path / "out.csv"), width=1).freeze()
     g = Graph("grouped")

@@ -250,6 +250,11 @@ class FileSink(Operator):
             yield (f"file={self.file!r}: its {width} channels would all write this one file, "
                    "over each other; put {channel} in the file name (SPL: getChannel()), or run "
                    "the sink after the region")
+        elif width > 1 and self.move_file_to_directory is not None \
+                and _CHANNEL not in os.path.basename(self.file):
+            yield (f"file={self.file!r} with move_file_to_directory: its {width} channels' files "
+                   "have one name there, and each move would replace the last; put {channel} in "
+                   "the file's own name, not only in its directory")
 
     @property
     def _template(self) -> str:
