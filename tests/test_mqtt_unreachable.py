@@ -161,9 +161,31 @@ def test_a_listener_closing_before_connack_hints_at_a_tls_port() -> None:
             server.close()
 
     for fields in asyncio.run(main()):
-        assert "give tls=TLS(...)" in fields.get("hint", ""), fields
+        assert "the port a TLS listener (give tls=TLS(...))" in fields.get("hint", ""), fields
 
 
 def test_nothing_listening_needs_no_hint() -> None:
     seen = asyncio.run(_two_attempts(ClientConfig("127.0.0.1", free_port(), backoff=(0.01, 0.02))))
     assert all("hint" not in fields for fields in seen), seen
+
+
+def test_a_first_connect_that_is_not_retried_says_what_to_check() -> None:
+    """With ``retry_first_connect=False`` (Spark's MQTT ingest) the error had no hint."""
+    from riverbed.mqtt import MQTTConnectError
+
+    async def main() -> str:
+        async def close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)
+            writer.close()
+
+        server = await asyncio.start_server(close, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = MQTTClient(ClientConfig("127.0.0.1", port, timeout=0.5), retry_first_connect=False)
+        try:
+            with pytest.raises(MQTTConnectError) as info:
+                await client.__aenter__()
+            return str(info.value)
+        finally:
+            server.close()
+
+    assert "the port a TLS listener (give tls=TLS(...))" in asyncio.run(main())

@@ -436,32 +436,40 @@ class MQTTClient:
                     self._lost.set_result(None)
                 self.last_error = str(exc)
                 first = self.connects == 0 and not self.retry_first_connect
+                hint = self._closed_hint(exc) if not entered and _closed_at_connect(exc) else None
                 if _is_fatal(exc) or first:
                     where = f"{self.config.host}:{self.config.port}"
                     self._fatal = MQTTConnectError(
                         f"MQTT broker {where} refused the connection: {exc}; check username/password, "
                         "TLS options and client_id" if _is_fatal(exc) else
-                        f"cannot connect to the MQTT broker at {where}: {exc}; check the host, the "
-                        "port and that the broker runs")
+                        f"cannot connect to the MQTT broker at {where}: {exc}; "
+                        + (hint or "check the host, the port and that the broker runs"))
                     self._up.set()
                     self._queue.put_nowait(_CLOSED)
                     return
                 fields: dict[str, Any] = {"error": str(exc), "retry_in": delay}
-                if not entered and _closed_at_connect(exc):
-                    fields["hint"] = self._closed_hint()
+                if hint is not None:
+                    fields["hint"] = hint
                 self._log("mqtt disconnected", fields)
                 await wall_sleep(delay)  # backoff before the next attempt
                 delay = min(delay * 2, hi)
 
-    def _closed_hint(self) -> str:
-        """Why a listener that accepts the TCP connection may send no CONNACK: a retry cannot
-        tell a TLS mismatch from a broker restarting, so it goes on, and says what to check."""
+    def _closed_hint(self, exc: aiomqtt.MqttError) -> str:
+        """What to check when a connect got no CONNACK: a retry cannot tell a TLS mismatch from
+        a broker restarting, so it goes on, and says. A timeout may also be a host that never
+        answered the TCP connect (aiomqtt says "timed out" for both)."""
         where = f"{self.config.host}:{self.config.port}"
-        if self.config.tls is not None:
+        tls = self.config.tls is not None
+        if "timed out" in str(exc).lower():
+            return (f"no answer from {where} within {self.config.timeout:g} s: the host may be "
+                    "unreachable or firewalled, or " + (
+                        "the port a plain MQTT listener (drop tls= or use the broker's TLS port)"
+                        if tls else "the port a TLS listener (give tls=TLS(...))"))
+        if tls:
             return (f"{where} closed the connection during the TLS handshake: if that port is a "
                     "plain MQTT listener, drop tls= or use the broker's TLS port")
-        return (f"{where} did not answer CONNECT: if that port is a TLS listener, give "
-                "tls=TLS(...); a broker at its connection limit does the same")
+        return (f"{where} closed the connection before answering CONNECT: if that port is a TLS "
+                "listener, give tls=TLS(...); a broker at its connection limit does the same")
 
     def _connected(self, granted: tuple[tuple[str, int, int], ...]) -> None:
         present, props = self._connack
