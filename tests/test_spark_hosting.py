@@ -248,6 +248,13 @@ def test_a_checkpoint_is_resumed_only_by_the_plan_that_wrote_it(tmp_path: Any) -
     keyed, driver = plan(frozen, "keyed", groups=2), plan(frozen, "driver", groups=2)
     _same_plan(place, keyed)
     _same_plan(place, keyed)  # its own again: a restart
+    fewer = plan(frozen, "keyed", groups=2)
+    fewer.driver = []  # a sink removed from the driver stage: its state is left, nothing breaks
+    _same_plan(place, fewer)
+    more = plan(frozen, "keyed", groups=2)
+    more.driver = [*more.driver, "added"]  # one added there has no state to start from
+    with pytest.raises(TranslationError, match="written by another plan"):
+        _same_plan(place, more)
     with pytest.raises(TranslationError, match=r"written by another plan \(mode keyed; stage 1: .*\); "
                                                r"this deployment's is mode driver; driver: .*"
                                                r"the same --mode"):
@@ -269,6 +276,43 @@ def test_after_a_stop_signal_only_a_jvm_gone_is_a_stop() -> None:
     assert _jvm_gone(RuntimeError("Answer from Java side is empty"))
     assert not _jvm_gone(RuntimeError("the driver stage failed: operator 'agg', input port 0: "
                                       "ZeroDivisionError: division by zero"))
+
+
+def test_a_checkpoint_routed_before_equal_keys_went_together_is_refused_where_keys_moved(
+        tmp_path: Any) -> None:
+    """Bringing 3 and 3.0 (True and 1, -0.0 and 0.0) into one key group moved float and bool
+    keys to other groups: an older checkpoint's state for them would be in the wrong group. Int
+    and string keys did not move: their checkpoints go on (and are marked)."""
+    import json
+
+    from riverbed.graph import Schema
+    from riverbed.spark_bridge._deploy import _GROUPS_FILE, ROUTING, _key_groups, _routing_unchanged
+
+    def frozen(key_type: str) -> Any:
+        g = Graph("g")
+        s = g.source("src", ListSource([]), schema=Schema(k=key_type, v="int64"))
+        agg = g.operator("agg", Aggregate({"n": Count()}),
+                         [s.window("tumbling, count(2), partitioned", partition_by="k")])
+        g.sink("sink", ListSink(), [agg])
+        return g.freeze()
+
+    old = {"asked": 2, "groups": 2, "labels": [0, 1]}  # as riverbed wrote it before (no routing)
+    for key_type, moved in (("int64", False), ("rstring", False), ("float64", True), ("boolean", True)):
+        graph = frozen(key_type)
+        unchanged = _routing_unchanged(graph, plan(graph, "keyed", groups=2))
+        assert unchanged is not moved
+        place = tmp_path / key_type
+        place.mkdir()
+        if moved:
+            with pytest.raises(TranslationError, match="give it a new checkpoint directory"):
+                _key_groups(str(place), dict(old), 2, 2, list, unchanged=unchanged)
+        else:
+            assert _key_groups(str(place), dict(old), 2, 2, list, unchanged=unchanged) == [0, 1]
+            assert json.loads((place / _GROUPS_FILE).read_text())["routing"] == ROUTING
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert _key_groups(str(fresh), None, 2, 2, lambda: [1, 0], unchanged=False) == [1, 0]
+    assert json.loads((fresh / _GROUPS_FILE).read_text())["routing"] == ROUTING
 
 
 def test_a_failed_querys_message_is_the_riverbed_error_a_task_raised() -> None:

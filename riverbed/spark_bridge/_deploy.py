@@ -215,7 +215,11 @@ def _same_plan(checkpoint: str, p: Plan) -> None:
     saved = _read_record(checkpoint, _PLAN_FILE)
     if saved is None:
         _write_record(checkpoint, _PLAN_FILE, shape)
-    elif saved != shape:
+    elif {k: v for k, v in saved.items() if k != "driver"} != {k: v for k, v in shape.items()
+                                                               if k != "driver"} \
+            or not set(shape["driver"]) <= set(saved.get("driver", ())):
+        # (an operator gone from the driver stage leaves state no one restores: fine; one added
+        # there has none to restore, and the driver stage's restore cannot start it)
         raise TranslationError(None, f"the checkpoint {checkpoint!r} was written by another plan "
                                      f"({_shape_text(saved)}); this deployment's is "
                                      f"{_shape_text(shape)}: its state and offsets would not fit. "
@@ -237,18 +241,52 @@ def _saved_groups(checkpoint: str) -> dict[str, Any] | None:
     return _read_record(checkpoint, _GROUPS_FILE)
 
 
+ROUTING = 2  # how keys map to groups: 2 routes keys Python finds equal together (`same_key`)
+_STILL_ROUTED = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                           "rstring", "ustring"})  # declared key types whose groups did not move
+
+
+def _routing_unchanged(graph: FrozenGraph, p: Plan) -> bool:
+    """Whether every key the plan routes is a declared int or string attribute: their groups
+    are the same under routing 1 and 2. Floats, bools, key functions, Join keys and undeclared
+    schemas may have moved."""
+    for stage in p.stages:
+        head = graph.operator(stage.members[0])
+        if head.name == p.keyed and p.entries:
+            return False  # a Join's equality keys
+        for inp in head.inputs:
+            key = inp.partition_by
+            up = graph.operator(inp.connections[0].operator) if inp.connections else None
+            port = inp.connections[0].port if inp.connections else 0
+            schema = up.outputs[port] if up is not None and port < len(up.outputs) else None
+            if not isinstance(key, str) or schema is None or schema.type_of(key) not in _STILL_ROUTED:
+                return False
+    return True
+
+
 def _key_groups(checkpoint: str, saved: dict[str, Any] | None, asked: int, groups: int,
-                choose: Any) -> list[int]:
+                choose: Any, *, unchanged: bool = True) -> list[int]:
     """The key groups' labels, kept with the checkpoint: a restart routes every key to the group
-    whose stored state holds it, whatever the new session's shuffle partitions are."""
+    whose stored state holds it, whatever the new session's shuffle partitions are.
+    ``unchanged``: the graph's keys map to the same groups under every `ROUTING`."""
     if saved is not None:
         if saved["groups"] != groups:
             raise TranslationError(None, f"the checkpoint {checkpoint!r} holds windows in "
                                          f"{saved['groups']} key groups; this deployment would use "
                                          f"{groups}")
+        if saved.get("routing", 1) != ROUTING:
+            if not unchanged:
+                raise TranslationError(
+                    None, f"the checkpoint {checkpoint!r} was written when keys Python finds equal "
+                          "(3 and 3.0, True and 1, -0.0 and 0.0) could go to different key groups; "
+                          "this graph's keys (not all declared ints or strings) may now go to other "
+                          "groups than the ones holding their state: give it a new checkpoint "
+                          "directory")
+            _write_record(checkpoint, _GROUPS_FILE, {**saved, "routing": ROUTING})
         return [int(x) for x in saved["labels"]]
     labels: list[int] = choose()
-    _write_record(checkpoint, _GROUPS_FILE, {"asked": asked, "groups": groups, "labels": labels})
+    _write_record(checkpoint, _GROUPS_FILE, {"asked": asked, "groups": groups, "labels": labels,
+                                             "routing": ROUTING})
     return labels
 
 
@@ -384,7 +422,8 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
         else:
             assert p.keyed is not None
             most = max(st.groups for st in p.stages)
-            labels = _key_groups(checkpoint, saved, n_groups, most, lambda: spread_labels(spark, most))
+            labels = _key_groups(checkpoint, saved, n_groups, most, lambda: spread_labels(spark, most),
+                                 unchanged=_routing_unchanged(frozen, p))
             hosts, stage = stage_hosts(frozen, p, labels, stage_dir(checkpoint))
             (hosted, nxt), later = hosts[0], hosts[1:]
             if p.entries:  # a Join: both sources in one stream, routed by each side's equality key

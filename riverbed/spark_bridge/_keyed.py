@@ -239,7 +239,8 @@ class Hosted:
                     raise KeyGroupError(
                         f"operator {operator!r}: a tuple with {key}={k!r} reached it in another "
                         f"key group than its key's: the operator before it changed the partition "
-                        f"key; run this graph with mode='driver' (riverbed spark run --mode driver)")
+                        f"key; run this graph with mode='driver' (riverbed spark run --mode "
+                        f"driver, with a new --checkpoint)")
 
         return check, later
 
