@@ -125,11 +125,12 @@ def group_of(key: Any, groups: int) -> int:
 
 def same_key(key: Any) -> Any:
     """One form for each set of keys Python finds equal: the runtime's windows and Join index
-    partition by ``==`` and hash, so 3, 3.0, True-for-1, Decimal(3) and numpy's int64(3) are one
+    partition by ``==`` and hash, so 3, 3.0, True (for 1) and numpy's int64(3) are one
     partition there, and -0.0 is 0.0. Routed by their encodings they went to different key
-    groups, and a keyed Join of an int64 key with a float64 one lost the matches (found by a
-    review: 11 of 20 pairs, exit 0). Integral numbers become ints, other reals the float equal
-    to them where there is one; tuples and lists of keys are made so item by item."""
+    groups, and a keyed Join of an int64 key with a float64 one lost the matches (a review: 11
+    of 20 pairs came out, exit 0). Integral numbers become ints, other reals the float equal
+    to them where there is one; tuples and lists of keys are made so item by item. (`ROUTING`
+    in `_deploy` marks the checkpoints routed so.)"""
     kind = type(key)
     if kind is float:
         return int(key) if key.is_integer() else key
