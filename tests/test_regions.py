@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 from typing import Any
 
 import pytest
@@ -563,3 +564,26 @@ def test_a_reset_restores_the_committed_state_of_a_live_dict_subclass(kind: Any)
     got, resets = run(237)
     assert resets == 1 and got == reference
     assert [row["n"] for row in got[-4:]] == [100] * 4
+
+
+@pytest.mark.parametrize(("clause", "key", "was"), [
+    ("tumbling, count(4), partitioned", "sensor", "'tumbling, count(5), partitioned' partitioned by "
+                                                  "'sensor', and now has 'tumbling, count(4)"),
+    ("tumbling, count(5), partitioned", "value", "'tumbling, count(5), partitioned' partitioned by "
+                                                 "'sensor', and now has 'tumbling, count(5), "
+                                                 "partitioned' partitioned by 'value'"),
+])
+def test_a_checkpoint_of_other_windows_is_refused_before_the_job_starts(clause: str, key: str,
+                                                                         was: str) -> None:
+    """Another clause failed the restore once the job ran (exit 1, retried by --restarts);
+    another partition key merged the old partitions into the new ones, exit 0 (a review)."""
+    store = MemoryStore()
+    assert run_until_crash(Job(build(100, Output(), WindowSum()), clock=VirtualClock(),
+                               checkpoints=store), None)
+    g = Graph("regions")
+    src = g.source("readings", Readings(100), schema=SCHEMA)
+    sums = g.operator("sums", WindowSum(), [src.window(clause, partition_by=key)])
+    g.sink("out", Output(), [sums])
+    g.consistent_region(src, name="r", period=0.35)
+    with pytest.raises(JobError, match=re.escape(f"operator 'sums' input port 0 had window {was}")):
+        run_virtual(Job(g, clock=VirtualClock(), checkpoints=store).run(), VirtualClock())

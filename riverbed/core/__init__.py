@@ -18,6 +18,7 @@ from ._metrics import (
 )
 from ._output import MarkedBatch, OutputPort, split_marked
 from ._reuse import reusable_state, state_to_restore
+from ._state import port_shapes
 from ._sync import StampClock, SyncGraph
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "StampClock",
     "SyncGraph",
     "TimerHandle",
+    "port_shapes",
     "reusable_state",
     "split_marked",
     "state_to_restore",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from ..graph import CheckpointBarrier, Operator
+from ..graph import CheckpointBarrier, Operator, OperatorDef
 from ._errors import OperatorError
 from ._loops import LoopLog
 from ._loops import decode as decode_loop
@@ -17,7 +17,7 @@ from ._loops import decode as decode_loop
 if TYPE_CHECKING:
     from ._core import OperatorCore
 
-__all__ = ["check_aligned", "checkpoint_state", "reset", "restore"]
+__all__ = ["check_aligned", "checkpoint_state", "port_shapes", "reset", "restore"]
 
 
 def checkpoint_state(core: OperatorCore, *, drain: bool, drain_operator: bool | None) -> dict[str, Any]:
@@ -28,10 +28,25 @@ def checkpoint_state(core: OperatorCore, *, drain: bool, drain_operator: bool | 
                for w in core.windows]
     return {
         "operator": core.guard(core.op.snapshot),
+        "ports": port_shapes(core.odef),
         "windows": windows,
         "watermark": {"in": list(core._wm_in), "value": core._watermark, "sent": core._last_sent},
         "finals": list(core._final_from),
     }
+
+
+def port_shapes(odef: OperatorDef) -> list[list[str | None]]:
+    """Each input port's window clause and partition key, as a checkpoint records them: a
+    restore into a graph whose ports differ is refused before the job starts (`Region`), since
+    the windows' state would not fit, or would fit wrongly (partitions of another key merged
+    with this one's, exit 0)."""
+    shapes: list[list[str | None]] = []
+    for port in odef.inputs:
+        spec: Any = port.window
+        clause = None if spec is None else spec.clause() if hasattr(spec, "clause") else str(spec)
+        key = port.partition_by
+        shapes.append([clause, key if isinstance(key, str) or key is None else "a key function"])
+    return shapes
 
 
 def restore(core: OperatorCore, state: Any, *, reset: bool) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..core import RegionMetrics, RestoreRefused, reusable_state, state_to_restore
+from ..core import RegionMetrics, RestoreRefused, port_shapes, reusable_state, state_to_restore
 from ..graph import CheckpointBarrier, ConsistentRegion
 
 if TYPE_CHECKING:
@@ -161,6 +161,13 @@ class Region:
                 f"checkpoint {latest.id} has no state for operator(s) {', '.join(missing)}: it "
                 "was taken from a different graph of the same job name; give this graph a "
                 "checkpoint directory of its own")
+        for r in self.members:
+            self._check_ports(latest.id, r.name, r.odef, latest.states[r.name])
+        gone = sorted(set(latest.states) - {r.name for r in self.members})
+        if gone:
+            self.job.log_region("state left behind", region=self.label, checkpoint=latest.id,
+                                operators=gone, hint="these operators are not in the graph any "
+                                "more: their checkpointed state is not restored")
         self.job.clock.resume_at(latest.time_ns)  # (before any operator is activated)
         self._keep(latest.id, latest.states)  # before a restore could change them
         for h in self.hosts:
@@ -171,6 +178,29 @@ class Region:
         self.restored_from = self.last_committed = latest.id
         self.metrics.last_committed = latest.id
         self.next_id = max(self.next_id, latest.id + 1)
+
+    @staticmethod
+    def _check_ports(checkpoint_id: int, name: str, odef: Any, state: Any) -> None:
+        """Refuse a state whose input ports had another window clause or partition key than
+        the graph's now: a changed clause failed the restore once the job ran (exit 1, retried),
+        a changed key merged the old partitions into the new ones (exit 0)."""
+        if isinstance(state, dict) and isinstance(state.get("channels"), list) and state["channels"]:
+            state = state["channels"][0]  # a parallel region's: each channel's has the same ports
+        saved = state.get("ports") if isinstance(state, dict) else None
+        if saved is None:
+            return  # (a state of an older riverbed, or not a core's)
+        now = port_shapes(odef)
+        for port, (was, is_) in enumerate(zip(saved, now, strict=False)):
+            if list(was) != list(is_):
+                raise RestoreRefused(
+                    f"checkpoint {checkpoint_id}: operator {name!r} input port {port} had window "
+                    f"{was[0]!r} partitioned by {was[1]!r}, and now has {is_[0]!r} partitioned by "
+                    f"{is_[1]!r}: its windows' state would not fit; run the graph as it was, or "
+                    "give it a new checkpoint directory")
+        if len(saved) != len(now):
+            raise RestoreRefused(f"checkpoint {checkpoint_id}: operator {name!r} had {len(saved)} "
+                                 f"input port(s) and now has {len(now)}; run the graph as it was, "
+                                 "or give it a new checkpoint directory")
 
     # ---------------------------------------------------------------- checkpoints
 
