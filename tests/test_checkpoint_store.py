@@ -194,6 +194,21 @@ def test_a_window_snapshot_restores_into_a_fresh_window(backend: Backend) -> Non
         k: window.contents(k) for k in window.partitions()}
 
 
+def test_sets_round_trip_as_sets_so_set_attributes_in_windows_checkpoint(backend: Backend) -> None:
+    """Schemas have set<T>, and a window holds such tuples: every checkpoint of one failed ("a
+    set is not plain data ... convert it in snapshot()", which the user cannot do; a review)."""
+    window: StreamWindow[dict[str, Any]] = StreamWindow("tumbling, count(4)")
+    window.insert_batch([{"tags": {i, (i, "x")}, "f": frozenset({i})} for i in range(3)])
+    state = {"w": window.checkpoint(), "keys": {frozenset({1, 2}): {(1, "a")}}}
+    with backend.open() as store:
+        store.save(1, state, job="j", time_ns=0)
+        got = store.load(1).states
+    restored: StreamWindow[dict[str, Any]] = StreamWindow("tumbling, count(4)")
+    restored.reset(got["w"])
+    assert restored.contents(None) == [{"tags": {i, (i, "x")}, "f": {i}} for i in range(3)]
+    assert got["keys"] == {frozenset({1, 2}): {(1, "a")}}
+
+
 def test_ints_beyond_64_bits_and_undecodable_text_round_trip(backend: Backend) -> None:
     # A running total outgrows 64 bits; a file name read from a directory holds bytes FF FE that are
     # not UTF-8 (Python keeps them as lone surrogates). Operators hold both: checkpoints must too.
@@ -210,10 +225,9 @@ def test_ints_beyond_64_bits_and_undecodable_text_round_trip(backend: Backend) -
 
 
 @pytest.mark.parametrize(("value", "match"), [
-    ({"s": {1, 2}}, r"at \['s'\]: a set is not plain data: use dict, list.*sorted list"),
+    ({"s": {1, object()}}, r"at \['s'\]\[1\]: a object is not plain data: use dict, list, tuple, set"),
     ({"t": datetime(2026, 1, 1, tzinfo=UTC)}, r"at \['t'\]: a datetime is not plain data.*int nanoseconds"),
     ({"o": object()}, r"at \['o'\]: a object is not plain data"),
-    ({"m": {frozenset(): 1}}, r"at \['m'\]<key frozenset\(\)>: a frozenset is not plain data"),
     (lambda: 1, r"at the top level: a function is not plain data"),
 ])
 def test_values_that_are_not_plain_data_are_refused_with_their_path(
@@ -247,7 +261,7 @@ def test_state_keys_must_be_non_empty_strings(backend: Backend, key: Any, match:
 def test_a_save_that_fails_midway_leaves_no_partial_checkpoint(backend: Backend) -> None:
     with backend.open() as store:
         store.save(1, states_of(1), job="j", time_ns=1)
-        bad = {"a": {"fine": 1}, "b": [1, 2, 3], "c": {"not": {"plain"}}, "d": "never reached"}
+        bad = {"a": {"fine": 1}, "b": [1, 2, 3], "c": {"not": {"plain": object()}}, "d": "never reached"}
         with pytest.raises(CheckpointEncodeError, match="checkpoint 2: state 'c'"):
             store.save(2, bad, job="j", time_ns=2)
     with backend.raw() as raw:

@@ -15,16 +15,18 @@ decides which error a reader raises: bytes without the magic are
 only an intact body with another version number is `CheckpointVersionError`.
 
 The payload is the state itself, msgpack-encoded **plain data**: dict, list,
-tuple, str, int, float, bool, None, bytes and `decimal.Decimal` (an
+tuple, str, int, float, bool, None, bytes, `decimal.Decimal` (an
 extension type holding its exact text, so ``Decimal("1.20")`` keeps its
-exponent). Tuples come back as lists, except as dict keys, where they come
-back as tuples because a list cannot be a key. Every str and every int
+exponent) and set (an extension type holding its items: a frozenset comes
+back a set; schemas have ``set<T>``, and windows hold such tuples). Tuples
+come back as lists, except as dict keys and set items, where they come back
+as tuples because a list cannot be hashed. Every str and every int
 round-trips, the ones msgpack has no type for included, because operators
 hold them for reasons of their own: a file name read from a directory can
 hold bytes that are not UTF-8 (Python keeps them as lone surrogates, so the
 str is stored with them, "surrogatepass"), and a running total can outgrow
 64 bits (such an int is stored as an extension type holding its two's
-complement bytes). Anything else (datetime, set, objects) is refused when
+complement bytes). Anything else (datetime, objects) is refused when
 *saving*, with the path to the offending value, so that a checkpoint that
 was written can always be read.
 
@@ -69,6 +71,7 @@ _KINDS: Final = (KIND_MANIFEST, KIND_STATE)
 
 DECIMAL_EXT: Final = 1
 BIGINT_EXT: Final = 2  # an int beyond msgpack's 64 bits: signed big-endian two's complement
+SET_EXT: Final = 3  # a set or frozenset: its items, packed as a list (a set comes back)
 INT_MIN: Final = -(2**63)
 INT_MAX: Final = 2**64 - 1
 _STR_ERRORS: Final = "surrogatepass"  # a str with lone surrogates (undecodable bytes) round-trips
@@ -97,6 +100,9 @@ def _default(obj: Any) -> Any:
         return msgpack.ExtType(DECIMAL_EXT, str(obj).encode("ascii"))
     if isinstance(obj, int):  # msgpack calls this only for an int outside its 64-bit types
         return msgpack.ExtType(BIGINT_EXT, obj.to_bytes(obj.bit_length() // 8 + 1, "big", signed=True))
+    if isinstance(obj, set | frozenset):  # schemas have set<T>: windows hold such tuples
+        return msgpack.ExtType(SET_EXT, msgpack.packb(list(obj), default=_default,
+                                                      unicode_errors=_STR_ERRORS))
     raise TypeError(f"cannot serialize {type(obj).__qualname__}")
 
 
@@ -122,8 +128,8 @@ def short_repr(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_PLAIN = ("dict, list, tuple, str, int, float, bool, None, bytes or Decimal; convert it in the "
-          "operator's snapshot(), e.g. a datetime to int nanoseconds, a set to a sorted list")
+_PLAIN = ("dict, list, tuple, set, str, int, float, bool, None, bytes or Decimal; convert it in "
+          "the operator's snapshot(), e.g. a datetime to int nanoseconds")
 
 
 def _locate(value: Any, path: str, depth: int, active: set[int]) -> tuple[str, str] | None:
@@ -135,7 +141,7 @@ def _locate(value: Any, path: str, depth: int, active: set[int]) -> tuple[str, s
         return None
     if isinstance(value, int | str):
         return None
-    if isinstance(value, list | tuple | dict):
+    if isinstance(value, list | tuple | dict | set | frozenset):
         if id(value) in active:
             return path, "the data contains itself (a reference cycle); snapshot() must return a tree"
         active.add(id(value))
@@ -172,12 +178,23 @@ def _ext_hook(code: int, data: bytes) -> Any:
         if not data:
             raise _BadExt("a big-int extension holds no bytes")
         return int.from_bytes(data, "big", signed=True)
-    raise _BadExt(f"unknown msgpack extension type {code} (this format uses {DECIMAL_EXT}, Decimal, and "
-                  f"{BIGINT_EXT}, an int beyond 64 bits)")
+    if code == SET_EXT:
+        items = msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False,
+                                unicode_errors=_STR_ERRORS)
+        if not isinstance(items, list):
+            raise _BadExt("a set extension holds no list")
+        return {_freeze(item) for item in items}  # (a tuple item came back as a list)
+    raise _BadExt(f"unknown msgpack extension type {code} (this format uses {DECIMAL_EXT}, Decimal, "
+                  f"{BIGINT_EXT}, an int beyond 64 bits, and {SET_EXT}, a set)")
 
 
 def _freeze(key: Any) -> Any:
-    return tuple(_freeze(k) for k in key) if isinstance(key, list) else key
+    """A decoded dict key or set item made hashable again: a list was a tuple, a set a frozenset."""
+    if isinstance(key, list):
+        return tuple(_freeze(k) for k in key)
+    if isinstance(key, set):
+        return frozenset(key)
+    return key
 
 
 def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:

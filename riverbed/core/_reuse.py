@@ -50,6 +50,11 @@ def _copy(value: Any, budget: list[int]) -> Any:
         if budget[0] < 0:
             raise _OverBudget
         return [_copy(v, budget) for v in value]
+    if isinstance(value, set | frozenset):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _OverBudget
+        return set(value)  # (its items are hashable: immutable)
     if isinstance(value, bytearray):
         return bytes(value)
     return value  # str, int, float, bool, None, bytes, Decimal: immutable
