@@ -352,6 +352,9 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
                               "seconds > 0")
         if checkpoint_period is not None and checkpoint_dir is None:
             raise ScriptError("--checkpoint-period needs --checkpoint-dir")
+        if checkpoint_dir is not None and not str(checkpoint_dir).strip():
+            # (Path("") is the working directory: RocksDB's files, LOG among them, went there)
+            raise ScriptError("--checkpoint-dir '': expected a directory for the checkpoints")
         period_default = checkpoint_dir is not None and checkpoint_period is None
         period = None if checkpoint_dir is None else parse_period(checkpoint_period or
                                                                   DEFAULT_CHECKPOINT_PERIOD)
@@ -383,6 +386,10 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
 
         # The job's own region uses DIR; each declared region a directory of its own in it.
         places = {r.name: Path(checkpoint_dir) / r.name for r in graph.regions} or {"": Path(checkpoint_dir)}
+        mismatch = _layout_mismatch(Path(checkpoint_dir), [r.name for r in graph.regions])
+        if mismatch is not None:
+            err(f"riverbed run: checkpoint directory {checkpoint_dir}: {mismatch}")
+            return EXIT_INVALID
         for name, place in places.items():
             try:
                 stores[name] = RocksDBStore(place, on_warning=store_warning)
@@ -528,6 +535,33 @@ def _linger(seconds: float) -> None:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def _layout_mismatch(directory: Path, regions: list[str]) -> str | None:
+    """What ``directory`` holds that this graph's regions would not restore, or None: a job-wide
+    region's store where regions are declared, or regions (or other names of them) where the
+    graph now has others. A renamed region, or a switch between the job's region and declared
+    ones, started over from nothing with exit 0, beside the old checkpoints; and a job-wide run
+    and a declared-region run could share the directory at once (each locked its own store)."""
+    from .checkpoint import RocksDBStore
+
+    kind, found = RocksDBStore.layout(directory)
+    if kind == "store" and regions:
+        return (f"it holds the checkpoints of the job's own region, and this graph declares "
+                f"region(s) {', '.join(map(repr, regions))}: run the graph as it was, or give it "
+                "another directory")
+    if kind == "regions":
+        if not regions:
+            return (f"it holds the checkpoints of region(s) {', '.join(map(repr, found))}, and "
+                    "this graph declares none: run the graph as it was, or give it another "
+                    "directory")
+        other = [name for name in found if name not in regions]
+        if other:
+            return (f"it holds the checkpoints of region(s) {', '.join(map(repr, other))}, which "
+                    f"this graph does not declare (it declares {', '.join(map(repr, regions))}): "
+                    "a renamed region would start over; run the graph as it was, or give it "
+                    "another directory")
+    return None
 
 
 def _close_store(store: Any, log: Any) -> None:

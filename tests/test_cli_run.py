@@ -420,3 +420,49 @@ def build(params):
     assert isinstance(done["restored_from"], int)
     assert written[0].splitlines()[:3] == ["0,334", "1,334", "2,334"]  # the first 1 s pane
     assert written[1] == written[0]  # the restart continued from the end: nothing twice
+
+
+def test_a_checkpoint_directory_of_other_regions_is_refused(tmp_path: Path) -> None:
+    """A renamed region, or a switch between the job's own region and declared ones, started
+    over with exit 0 beside the old checkpoints, and two such runs could share the directory at
+    once (a review). And --checkpoint-dir '' made the working directory the store."""
+    script = _script(tmp_path, """
+class S(Source):
+    replayable = True
+    def __init__(self): self.at = 0
+    def generate(self):
+        while self.at < 100:
+            self.at += 1
+            yield {"v": self.at}
+    def snapshot(self): return self.at
+    def restore(self, state): self.at = state
+class Drop(Operator):
+    def on_tuple(self, t, port): pass
+def build(params):
+    g = Graph("layout", params)
+    src = g.source("s", S())
+    g.sink("out", Drop(), [src])
+    if params.get("region"):
+        g.consistent_region(src, name=params["region"], period=1.0)
+    return g
+""")
+    ck = str(tmp_path / "ck")
+
+    def run(*args: str) -> tuple[int, str]:
+        proc = _riverbed("run", script, "--no-status", "--log-format", "json", "--checkpoint-dir",
+                         *args)
+        _, err = proc.communicate(timeout=60)
+        return proc.returncode, err
+
+    assert run(ck, "-p", "region=main")[0] == 0
+    code, err = run(ck, "-p", "region=primary")
+    assert code == 2 and "region(s) 'main', which this graph does not declare" in err, err
+    code, err = run(ck)
+    assert code == 2 and "this graph declares none" in err, err
+    assert run(ck, "-p", "region=main")[0] == 0  # as it was: goes on
+    job_wide = str(tmp_path / "job")
+    assert run(job_wide)[0] == 0
+    code, err = run(job_wide, "-p", "region=main")
+    assert code == 2 and "the checkpoints of the job's own region" in err, err
+    code, err = run("")
+    assert code == 2 and "expected a directory for the checkpoints" in err, err
