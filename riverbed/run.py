@@ -42,7 +42,7 @@ from .runtime import (
     run_virtual,
     serve_metrics,
 )
-from .supervise import RESTARTS_ENV
+from .supervise import RESTARTS_ENV, follow_supervisor
 
 __all__ = ["EXIT_ABORTED", "EXIT_FAILED", "EXIT_INVALID", "EXIT_OK", "load_graph", "load_script",
            "parse_params", "run"]
@@ -318,6 +318,7 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
     """The ``riverbed run`` command; returns the exit code."""
     try:
         with _early_signals() as early:
+            follow_supervisor()  # (its SIGTERM, if it has gone, is caught as a stop)
             return _run(script, params=params, log_format=log_format, log_level=log_level,
                         metrics_port=metrics_port, status=status, status_interval=status_interval,
                         virtual_clock=virtual_clock, checkpoint_dir=checkpoint_dir,

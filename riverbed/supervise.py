@@ -22,6 +22,7 @@ view, logs and metrics).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -31,9 +32,28 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["RESTARTS_ENV", "child_arguments", "supervise"]
+__all__ = ["RESTARTS_ENV", "SUPERVISOR_ENV", "child_arguments", "follow_supervisor", "supervise"]
 
 RESTARTS_ENV = "RIVERBED_RESTARTS"
+SUPERVISOR_ENV = "RIVERBED_SUPERVISOR"  # the supervisor's pid, in its child's environment
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def follow_supervisor() -> None:
+    """In a job process the supervisor started: stop (SIGTERM, taken as a stop) when the
+    supervisor goes. Its child runs in a process group of its own, so a SIGKILL of the
+    supervisor left it running, holding the store's lock: a new supervisor was refused
+    (StoreLocked) until the orphan ended. Linux only (prctl); elsewhere nothing changes."""
+    parent = os.environ.get(SUPERVISOR_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:  # it went before prctl: nothing would tell
+        os.kill(os.getpid(), signal.SIGTERM)
 _FIRST_BACKOFF, _MAX_BACKOFF = 0.2, 30.0
 _STABLE = 3.0  # a child that ran this long was no crash loop: the backoff starts over
 _EXIT_FAILED, _EXIT_INVALID, _EXIT_ABORTED = 1, 2, 3
@@ -84,7 +104,7 @@ def supervise(argv: Sequence[str], restarts: int, log: Any,
         attempt = 0
         delay = backoff[0]
         while True:
-            env = dict(os.environ, **{RESTARTS_ENV: str(attempt)})
+            env = dict(os.environ, **{RESTARTS_ENV: str(attempt), SUPERVISOR_ENV: str(os.getpid())})
             # Its own process group: a Ctrl-C at a terminal (or a signal to the supervisor's
             # group) reaches the supervisor alone, which passes it on once. In the same group
             # the child got it twice, directly and passed on, and took the second for "abort".

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -466,3 +467,33 @@ def build(params):
     assert code == 2 and "the checkpoints of the job's own region" in err, err
     code, err = run("")
     assert code == 2 and "expected a directory for the checkpoints" in err, err
+
+
+def test_a_supervised_job_stops_when_its_supervisor_is_killed(tmp_path: Path) -> None:
+    """The child runs in a process group of its own: a SIGKILL of the supervisor left it
+    running, holding the checkpoint store's lock, and a new supervisor was refused (a review)."""
+    proc = _riverbed("run", "examples/sensors.py", "-p", "seconds=600", "-p",
+                     f"out={tmp_path / 'a.jsonl'}", "--no-status", "--log-format", "json",
+                     "--restarts", "2", "--checkpoint-dir", str(tmp_path / "ck"))
+    assert proc.stderr is not None
+    child = None
+    for line in proc.stderr:
+        if '"job process started"' in line:
+            child = json.loads(line)["pid"]
+        if child is not None and '"job started"' in line:
+            break
+    assert isinstance(child, int)
+    proc.kill()
+    proc.wait()
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # ended, not reaped yet
+        except FileNotFoundError:
+            return True
+
+    deadline = time.monotonic() + 60
+    while not gone():
+        assert time.monotonic() < deadline, "the job process outlived its supervisor"
+        time.sleep(0.05)  # another process's end: nothing here to await
