@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -320,6 +321,14 @@ def test_a_missing_current_file_is_refused_without_touching_the_store(tmp_path: 
             assert f"run `riverbed checkpoints repair {path}`" in message
         # Before, the read-write open wrote a new, empty MANIFEST and CURRENT, orphaning every table.
         assert sorted(os.listdir(path)) == before
+
+
+def test_a_current_file_naming_a_missing_manifest_says_to_repair(tmp_path: Path) -> None:
+    """It said only "RocksDB failed while opening it: IO error ... No such file" (a review)."""
+    with store_without_current(tmp_path) as path:
+        (path / "CURRENT").write_text("MANIFEST-999999\n")
+        with pytest.raises(CheckpointCorrupt, match=re.escape(f"run `riverbed checkpoints repair {path}`")):
+            RocksDBStore(path)
 
 
 # What a process killed while RocksDB created the store left behind (seen by killing store

@@ -110,6 +110,10 @@ def _map_error(exc: Exception, where: str, action: str, path: str = "DIR") -> Ch
         return StoreIOError(
             f"{where}: the path holds bytes that are not UTF-8 ({exc}), and RocksDB's Python binding "
             "takes only text paths: rename the directory, or give the checkpoints another one")
+    if text.startswith("IO error") and "MANIFEST" in text and "No such file" in text:
+        # (a CURRENT naming a MANIFEST that is gone: repair rebuilds both)
+        return CheckpointCorrupt(f"{where} is damaged: RocksDB reported {text!r} while {action}; "
+                                 f"{_repair_advice(path)}")
     if "No space left on device" in text:
         return StoreIOError(
             f"{where}: the disk is full ({text}) while {action}; free space and reopen the store: the "
