@@ -44,7 +44,9 @@ def follow_supervisor() -> None:
     supervisor goes. Its child runs in a process group of its own, so a SIGKILL of the
     supervisor left it running, holding the store's lock: a new supervisor was refused
     (StoreLocked) until the orphan ended. Linux only (prctl); elsewhere nothing changes."""
-    parent = os.environ.get(SUPERVISOR_ENV)
+    # Read once and not passed on: a `riverbed run` this job starts is no child of the
+    # supervisor, and took its own parent for a supervisor gone (it stopped at once, exit 0).
+    parent = os.environ.pop(SUPERVISOR_ENV, None)
     if not parent or not sys.platform.startswith("linux"):
         return
     try:

@@ -497,3 +497,14 @@ def test_a_supervised_job_stops_when_its_supervisor_is_killed(tmp_path: Path) ->
     while not gone():
         assert time.monotonic() < deadline, "the job process outlived its supervisor"
         time.sleep(0.05)  # another process's end: nothing here to await
+
+
+def test_the_supervisors_pid_is_not_passed_on_to_what_the_job_starts() -> None:
+    """A `riverbed run` that a supervised job started took its own parent for a supervisor gone
+    and stopped at once, exit 0 (a review): the variable is read once and removed."""
+    code = ("import os; from riverbed.supervise import SUPERVISOR_ENV, follow_supervisor; "
+            "follow_supervisor(); print(os.environ.get(SUPERVISOR_ENV))")
+    env = dict(os.environ, RIVERBED_SUPERVISOR=str(os.getpid()))  # this process: its parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "None"

@@ -192,6 +192,20 @@ def decode_partition(config: WindowConfig, data: Any, where: str = "partition sn
     return part
 
 
+def _same_clause(clause: Any, spec: Any) -> bool:
+    """A clause written another way for the same window (``time(1)``, ``time(1.0)``): its text
+    differs, its parsed spec is equal."""
+    from ._clause import parse_window_clause
+    from ._errors import WindowError
+
+    if not isinstance(clause, str):
+        return False
+    try:
+        return bool(parse_window_clause(clause) == spec)
+    except WindowError:
+        return False
+
+
 def check_header(config: WindowConfig, data: Any) -> None:
     """The snapshot is a window snapshot of this clause and flavor."""
     if not isinstance(data, Mapping):
@@ -200,7 +214,7 @@ def check_header(config: WindowConfig, data: Any) -> None:
     if fmt != FORMAT:
         raise SnapshotError(f"not a riverbed window snapshot: format {fmt!r}, expected {FORMAT!r}")
     clause, ours = data.get("clause"), config.spec.clause()
-    if clause != ours:
+    if clause != ours and not _same_clause(clause, config.spec):
         raise SnapshotError(f"the snapshot is of window '{clause}', this window is '{ours}'")
     flavor = data.get("flavor")
     if flavor != config.rules.flavor.value:
