@@ -118,7 +118,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         from .runtime import configure_logging, get_logger
         from .supervise import child_arguments, supervise
 
-        configure_logging(args.log_format, args.log_level)
+        configure_logging(args.log_format, args.log_level, route_stdlib=True)
         return supervise(child_arguments(argv), args.restarts, get_logger("riverbed-supervisor"))
     if args.command == "trace":
         from .trace import main as trace_main

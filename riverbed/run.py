@@ -339,7 +339,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
     err = echo or (lambda msg: print(msg, file=sys.stderr))
     address: tuple[str, int] | None = None
     try:
-        logs = configure_logging(log_format, log_level)  # type: ignore[arg-type]
+        logs = configure_logging(log_format, log_level, route_stdlib=True)  # type: ignore[arg-type]
         if logs == "json" and echo is None:  # stderr stays JSON lines: the failures too
             err = _json_lines(script)
         if console is not None:  # before the script runs: a typo or a taken port loads nothing

@@ -67,7 +67,8 @@ def _json_serializer() -> Callable[..., str]:
     return dumps_orjson
 
 
-def configure_logging(fmt: LogFormat, level: str = "info") -> Literal["json", "console"]:
+def configure_logging(fmt: LogFormat, level: str = "info", *,
+                      route_stdlib: bool = False) -> Literal["json", "console"]:
     """Configure structlog process-wide: events at ``level`` and above go to stderr in ``fmt``.
 
     ``fmt`` is ``"json"`` (one JSON object per line, with ``timestamp`` in UTC
@@ -77,9 +78,10 @@ def configure_logging(fmt: LogFormat, level: str = "info") -> Literal["json", "c
 
     Loggers made by `get_logger` *before* this call keep the old
     configuration, so configure first, then start the job. Returns the format
-    chosen (``"auto"`` resolved). Python warnings, the stdlib loggers' records
-    (a handler is added to the root logger) and exceptions that end a thread
-    are logged through it too.
+    chosen (``"auto"`` resolved). With ``route_stdlib`` (what ``riverbed run``
+    asks: the process is the job's), Python warnings, the stdlib loggers'
+    records (a handler is added to the root logger) and exceptions that end a
+    thread are logged through it too; a program of its own keeps its logging.
     """
     if fmt not in ("json", "console", "auto"):
         raise ValueError(f"log format {fmt!r}: expected 'json', 'console' or 'auto'")
@@ -112,7 +114,8 @@ def configure_logging(fmt: LogFormat, level: str = "info") -> Literal["json", "c
         context_class=dict,
         cache_logger_on_first_use=True,
     )
-    _route_the_rest()
+    if route_stdlib:
+        _route_the_rest()
     return fmt
 
 
