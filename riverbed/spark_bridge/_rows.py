@@ -12,7 +12,7 @@ a micro-batch; so every item carries its own order and time:
 - ``time``: the time stamped at the source (ns); hosts advance their clock to
   it before handling the item, so a replayed batch raises the same events;
 - ``value``: a watermark's value;
-- ``data``: the tuple as msgpack.
+- ``data``: the tuple as msgpack (a set as an extension type).
 
 A source bundle's run of tuples whose types the core has checked against a schema of scalar
 attributes travels as one marshal string (or pickle) instead (`pack_run`, `run_tuples`).
@@ -86,7 +86,32 @@ def derived_ord(cause: bytes, index: int) -> bytes:
     return cause + _SUB.pack(index)
 
 
-_PACK = msgpack.Packer(use_bin_type=True).pack  # one packer, not one per call
+_SET_EXT = 3  # a set or frozenset (schemas have set<T>): its items, packed as a list
+
+
+def _default(obj: Any) -> Any:
+    """What msgpack has no type for: a set (it failed the query with "can not serialize 'set'
+    object"); anything else is refused as before."""
+    if isinstance(obj, set | frozenset):
+        return msgpack.ExtType(_SET_EXT, msgpack.packb(list(obj), use_bin_type=True,
+                                                       default=_default))
+    raise TypeError(f"can not serialize {type(obj).__name__!r} object")
+
+
+def _hashable(item: Any) -> Any:
+    """A decoded set item made hashable again: a list was a tuple, a set a frozenset."""
+    if isinstance(item, list):
+        return tuple(_hashable(i) for i in item)
+    return frozenset(item) if isinstance(item, set) else item
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _SET_EXT:
+        return {_hashable(item) for item in decode(data)}
+    return msgpack.ExtType(code, data)
+
+
+_PACK = msgpack.Packer(use_bin_type=True, default=_default).pack  # one packer, not one per call
 
 
 def encode(tup: Any) -> bytes:
@@ -94,7 +119,7 @@ def encode(tup: Any) -> bytes:
 
 
 def decode(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
 
 
 _DUMPS = pickle.dumps
