@@ -151,6 +151,21 @@ class PortLayout:
         return self.output_schemas[port] if port < len(self.output_schemas) else None
 
 
+def own_rules(operator: Any, method: str, *args: Any) -> list[str]:
+    """What an operator's own rule ``method`` (`Operator.check_ports`, `check_parallel`) finds
+    wrong, one message per broken rule, when the graph is frozen. None is "nothing wrong" (a
+    check that returns only when it finds something), and a lone message is one problem, not
+    one per character; a check that fails is itself reported (user code)."""
+    check = getattr(operator, method, None)
+    if check is None:  # (a source that is not an Operator)
+        return []
+    try:
+        found = check(*args)
+        return [] if found is None else [found] if isinstance(found, str) else [str(m) for m in found]
+    except Exception as exc:
+        return [f"{type(operator).__name__}.{method} raised {exc!r}"]
+
+
 class Operator:
     """Base class of operators: override the handlers the operator needs.
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..windows import Delta, Punct, WindowSpec, WindowType
 from ._errors import GraphError, GraphValidationError
-from ._operator import Source
+from ._operator import Source, own_rules
 
 if TYPE_CHECKING:
     from ._model import FrozenGraph, InputPort, OperatorDef
@@ -292,16 +292,8 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
 
 def _operator_rules(region: ParallelRegion, op: OperatorDef) -> list[GraphError]:
     """The operator's own rules for running in the region's channels (`Operator.check_parallel`)."""
-    check = getattr(op.operator, "check_parallel", None)
-    if check is None:  # (a source that is not an Operator)
-        return []
-    try:
-        found = check(region.width)
-        problems = [] if found is None else [found] if isinstance(found, str) else list(found)
-    except Exception as exc:  # user code: a check that fails is itself reported
-        problems = [f"{type(op.operator).__name__}.check_parallel raised {exc!r}"]
     return [GraphError(op.name, "parallel", f"{region.kind} {region.name!r}: {message}")
-            for message in problems]
+            for message in own_rules(op.operator, "check_parallel", region.width)]
 
 
 def _check_source(region: ParallelRegion, op: OperatorDef) -> list[GraphError]:

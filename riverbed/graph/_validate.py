@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..windows import Delta, TimeIntervalSpec, WindowSpec
 from ._errors import GraphError, GraphValidationError
 from ._model import Connection, EventTime, FrozenGraph, InputPort, OperatorDef, parse_port_window
-from ._operator import PortLayout
+from ._operator import PortLayout, own_rules
 from ._regions import resolve_regions
 from ._schema import Schema
 
@@ -114,17 +114,8 @@ def _operator_rules(op: OperatorDef, defs: dict[str, OperatorDef]) -> list[Graph
     data = tuple(s for i, s in enumerate(op.outputs) if i != op.error_port)
     layout = PortLayout(op.name, tuple(p.window for p in op.inputs),
                         tuple(_port_schema(p, defs) for p in op.inputs), len(data), data)
-    check = getattr(op.operator, "check_ports", None)
-    if check is None:  # (a source that is not an Operator)
-        return []
-    try:
-        found = check(layout)
-        # None is "nothing wrong" (a check that returns only when it finds something), and a
-        # lone message is one problem, not one per character.
-        problems = [] if found is None else [found] if isinstance(found, str) else list(found)
-    except Exception as exc:  # user code: a check that fails is itself reported
-        problems = [f"{type(op.operator).__name__}.check_ports raised {exc!r}"]
-    return [GraphError(op.name, "operator", str(message)) for message in problems]
+    return [GraphError(op.name, "operator", message)
+            for message in own_rules(op.operator, "check_ports", layout)]
 
 
 def _check_operator(op: OperatorDef, defs: dict[str, OperatorDef]) -> list[GraphError]:
