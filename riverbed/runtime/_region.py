@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core import RegionMetrics, RestoreRefused, port_shapes, reusable_state, state_to_restore
 from ..graph import CheckpointBarrier, ConsistentRegion
-from ..windows import WindowError, parse_window_clause
+from ..windows import same_clause
 
 if TYPE_CHECKING:
     from ._clock import Clock
@@ -78,17 +78,6 @@ class _Pending:
     states: dict[str, Any]
     started: int  # the job clock's ns when it started, for its drain duration and timeout
     waiters: list[asyncio.Future[bool]]
-
-
-def _same_window(was: Any, is_: list[Any]) -> bool:
-    """Whether two recorded port shapes are one window: the same key and clauses that parse to
-    equal specs (``time(1)`` and ``time(1.0)`` are one window, written two ways)."""
-    if was[1] != is_[1] or (was[0] is None) != (is_[0] is None):
-        return False
-    try:
-        return bool(parse_window_clause(was[0]) == parse_window_clause(is_[0]))
-    except WindowError:
-        return False
 
 
 class Region:
@@ -203,7 +192,9 @@ class Region:
             return  # (a state of an older riverbed, or not a core's)
         now = port_shapes(odef)
         for port, (was, is_) in enumerate(zip(saved, now, strict=False)):
-            if list(was) != list(is_) and not _same_window(was, is_):
+            window = odef.inputs[port].window  # (``time(1)`` is ``time(1.0)``: one window)
+            if list(was) != list(is_) and not (was[1] == is_[1] and window is not None
+                                               and same_clause(was[0], window)):
                 raise RestoreRefused(
                     f"checkpoint {checkpoint_id}: operator {name!r} input port {port} had window "
                     f"{was[0]!r} partitioned by {was[1]!r}, and now has {is_[0]!r} partitioned by "

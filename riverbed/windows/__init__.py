@@ -14,7 +14,7 @@ state go through `encode_partition_key` and come back through
 `decode_partition_key`.
 """
 
-from ._clause import parse_window_clause
+from ._clause import parse_window_clause, same_clause
 from ._config import WindowConfig
 from ._errors import (
     PunctuationError,
@@ -90,6 +90,7 @@ __all__ = [
     "encode_partition_key",
     "make_window",
     "parse_window_clause",
+    "same_clause",
     "seconds_to_ns",
     "seconds_to_ticks",
 ]

@@ -273,6 +273,18 @@ def parse_window_clause(clause: str) -> WindowSpec | TimeIntervalSpec:
     return WindowSpec(wtype, eviction, trigger, partitioned, partition_eviction)
 
 
+def same_clause(clause: object, spec: WindowSpec | TimeIntervalSpec) -> bool:
+    """Whether clause text ``clause`` is the window ``spec``, however each was written
+    (``time(1)``, ``time(1.0)``): a checkpoint records the clause as text, and a restart
+    compares it with the graph's window."""
+    if not isinstance(clause, str):
+        return False
+    try:
+        return bool(parse_window_clause(clause) == spec)
+    except WindowClauseError:
+        return False
+
+
 def _time_interval(clause: str, items: list[_Item]) -> TimeIntervalSpec:
     """The options of a timeInterval clause, each at most once, then optionally 'partitioned'."""
     values: dict[str, float] = {}

@@ -39,6 +39,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._clause import same_clause
 from ._config import TIME, WindowConfig
 from ._errors import SnapshotError
 from ._keys import decode_partition_key, encode_partition_key
@@ -192,20 +193,6 @@ def decode_partition(config: WindowConfig, data: Any, where: str = "partition sn
     return part
 
 
-def _same_clause(clause: Any, spec: Any) -> bool:
-    """A clause written another way for the same window (``time(1)``, ``time(1.0)``): its text
-    differs, its parsed spec is equal."""
-    from ._clause import parse_window_clause
-    from ._errors import WindowError
-
-    if not isinstance(clause, str):
-        return False
-    try:
-        return bool(parse_window_clause(clause) == spec)
-    except WindowError:
-        return False
-
-
 def check_header(config: WindowConfig, data: Any) -> None:
     """The snapshot is a window snapshot of this clause and flavor."""
     if not isinstance(data, Mapping):
@@ -214,7 +201,7 @@ def check_header(config: WindowConfig, data: Any) -> None:
     if fmt != FORMAT:
         raise SnapshotError(f"not a riverbed window snapshot: format {fmt!r}, expected {FORMAT!r}")
     clause, ours = data.get("clause"), config.spec.clause()
-    if clause != ours and not _same_clause(clause, config.spec):
+    if clause != ours and not same_clause(clause, config.spec):  # (another spelling)
         raise SnapshotError(f"the snapshot is of window '{clause}', this window is '{ours}'")
     flavor = data.get("flavor")
     if flavor != config.rules.flavor.value:
