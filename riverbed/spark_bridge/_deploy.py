@@ -254,11 +254,9 @@ def _routing_unchanged(graph: FrozenGraph, p: Plan) -> bool:
         head = graph.operator(stage.members[0])
         if head.name == p.keyed and p.entries:
             return False  # a Join's equality keys
-        for inp in head.inputs:
+        for port, inp in enumerate(head.inputs):
             key = inp.partition_by
-            up = graph.operator(inp.connections[0].operator) if inp.connections else None
-            port = inp.connections[0].port if inp.connections else 0
-            schema = up.outputs[port] if up is not None and port < len(up.outputs) else None
+            schema = graph.input_schema(head.name, port)
             if not isinstance(key, str) or schema is None or schema.type_of(key) not in _STILL_ROUTED:
                 return False
     return True
