@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._codec import FORMAT, FORMAT_VERSION, decode_value, encode_value
+from ._codec import FORMAT, FORMAT_VERSION, SET_EXT, decode_value, encode_value, set_ext, set_from
 from ._errors import (
     CheckpointCorrupt,
     CheckpointEncodeError,
@@ -63,6 +63,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "SET_EXT",
     "Checkpoint",
     "CheckpointCorrupt",
     "CheckpointEncodeError",
@@ -85,4 +86,6 @@ __all__ = [
     "WarningHook",
     "decode_value",
     "encode_value",
+    "set_ext",
+    "set_from",
 ]

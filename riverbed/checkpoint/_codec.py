@@ -36,6 +36,7 @@ Never pickle: decoding arbitrary bytes from disk must not be able to run code.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
@@ -50,12 +51,15 @@ __all__ = [
     "HEADER_SIZE",
     "KIND_MANIFEST",
     "KIND_STATE",
+    "SET_EXT",
     "RecordHeader",
     "decode_record",
     "decode_value",
     "encode_record",
     "encode_value",
     "record_digest",
+    "set_ext",
+    "set_from",
     "short_repr",
 ]
 
@@ -101,9 +105,23 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, int):  # msgpack calls this only for an int outside its 64-bit types
         return msgpack.ExtType(BIGINT_EXT, obj.to_bytes(obj.bit_length() // 8 + 1, "big", signed=True))
     if isinstance(obj, set | frozenset):  # schemas have set<T>: windows hold such tuples
-        return msgpack.ExtType(SET_EXT, msgpack.packb(list(obj), default=_default,
-                                                      unicode_errors=_STR_ERRORS))
+        return set_ext(obj, _default)
     raise TypeError(f"cannot serialize {type(obj).__qualname__}")
+
+
+def set_ext(items: set[Any] | frozenset[Any], default: Callable[[Any], Any]) -> msgpack.ExtType:
+    """A set as msgpack extension `SET_EXT`: its items, packed as a list (``default`` takes what
+    msgpack has no type for). The checkpoints and the Spark bridge's rows both carry sets so."""
+    return msgpack.ExtType(SET_EXT, msgpack.packb(list(items), use_bin_type=True, default=default,
+                                                  unicode_errors=_STR_ERRORS))
+
+
+def set_from(items: Any) -> set[Any]:
+    """The set a `SET_EXT` extension's decoded items were (each hashable again: a tuple item
+    came back as a list, a frozenset as a set); ValueError if they are not a list."""
+    if not isinstance(items, list):
+        raise ValueError("a set extension holds no list")
+    return {_freeze(item) for item in items}
 
 
 def encode_value(value: Any, *, checkpoint_id: int, key: str) -> bytes:
@@ -179,11 +197,11 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise _BadExt("a big-int extension holds no bytes")
         return int.from_bytes(data, "big", signed=True)
     if code == SET_EXT:
-        items = msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False,
-                                unicode_errors=_STR_ERRORS)
-        if not isinstance(items, list):
-            raise _BadExt("a set extension holds no list")
-        return {_freeze(item) for item in items}  # (a tuple item came back as a list)
+        try:
+            return set_from(msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False,
+                                            unicode_errors=_STR_ERRORS))
+        except ValueError as exc:
+            raise _BadExt(str(exc)) from exc
     raise _BadExt(f"unknown msgpack extension type {code} (this format uses {DECIMAL_EXT}, Decimal, "
                   f"{BIGINT_EXT}, an int beyond 64 bits, and {SET_EXT}, a set)")
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
+from ..checkpoint import SET_EXT, set_ext, set_from
 from ..graph import Punct, Watermark
 
 __all__ = [
@@ -86,28 +87,17 @@ def derived_ord(cause: bytes, index: int) -> bytes:
     return cause + _SUB.pack(index)
 
 
-_SET_EXT = 3  # a set or frozenset (schemas have set<T>): its items, packed as a list
-
-
 def _default(obj: Any) -> Any:
-    """What msgpack has no type for: a set (it failed the query with "can not serialize 'set'
-    object"); anything else is refused as before."""
+    """What msgpack has no type for: a set, as checkpoints store it (it failed the query with
+    "can not serialize 'set' object"); anything else is refused as before."""
     if isinstance(obj, set | frozenset):
-        return msgpack.ExtType(_SET_EXT, msgpack.packb(list(obj), use_bin_type=True,
-                                                       default=_default))
+        return set_ext(obj, _default)
     raise TypeError(f"can not serialize {type(obj).__name__!r} object")
 
 
-def _hashable(item: Any) -> Any:
-    """A decoded set item made hashable again: a list was a tuple, a set a frozenset."""
-    if isinstance(item, list):
-        return tuple(_hashable(i) for i in item)
-    return frozenset(item) if isinstance(item, set) else item
-
-
 def _ext_hook(code: int, data: bytes) -> Any:
-    if code == _SET_EXT:
-        return {_hashable(item) for item in decode(data)}
+    if code == SET_EXT:
+        return set_from(decode(data))
     return msgpack.ExtType(code, data)
 
 
