@@ -225,7 +225,7 @@ def test_ints_beyond_64_bits_and_undecodable_text_round_trip(backend: Backend) -
 
 
 @pytest.mark.parametrize(("value", "match"), [
-    ({"s": {1, object()}}, r"at \['s'\]\[1\]: a object is not plain data: use dict, list, tuple, set"),
+    ({"s": {object()}}, r"at \['s'\]\[0\]: a object is not plain data: use dict, list, tuple, set"),
     ({"t": datetime(2026, 1, 1, tzinfo=UTC)}, r"at \['t'\]: a datetime is not plain data.*int nanoseconds"),
     ({"o": object()}, r"at \['o'\]: a object is not plain data"),
     (lambda: 1, r"at the top level: a function is not plain data"),
