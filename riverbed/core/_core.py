@@ -119,6 +119,9 @@ class OperatorCore:
         # its state (it came another way: a loop through an autonomous operator, or a feedback
         # connection that closes no loop): connection -> checkpoint id. Nothing is logged there.
         self._loop_early: dict[int, int] = {}
+        # Its input ports' window clauses and keys, as every checkpoint records them (`_state`):
+        # the graph does not change while it runs, so they are worked out once.
+        self.port_shapes = _state.port_shapes(odef)
         self._barrier_request: int | None = None  # sources: start this checkpoint next
         # The consistent region this operator is in (None: autonomous, barriers are dropped) and
         # the connections that carry its barriers (from operators of the same region).

@@ -28,7 +28,7 @@ def checkpoint_state(core: OperatorCore, *, drain: bool, drain_operator: bool | 
                for w in core.windows]
     return {
         "operator": core.guard(core.op.snapshot),
-        "ports": port_shapes(core.odef),
+        "ports": core.port_shapes,
         "windows": windows,
         "watermark": {"in": list(core._wm_in), "value": core._watermark, "sent": core._last_sent},
         "finals": list(core._final_from),
