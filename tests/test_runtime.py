@@ -323,6 +323,78 @@ def test_an_exception_in_user_code_stops_the_job_naming_operator_port_and_tuple(
         run_graph(g, clock=VirtualClock())
 
 
+def test_what_a_failing_operator_submitted_before_the_failure_reaches_the_sink() -> None:
+    # Without checkpoints nothing can replay what is in flight: the tuples the operator handled
+    # before the failing one go on, then final punctuation, as after a stop (exit 1 still).
+    g = Graph("fail")
+    s = g.source("s", ListSource([{"v": 1}, {"v": 2}, {"v": 3}]))
+    b = g.operator("boom", Boom(), [s])
+    sink = Collect()
+    g.sink("sink", sink, [b])
+    with pytest.raises(JobError, match=r"operator 'boom', input port 0: ZeroDivisionError"):
+        run_graph(g, clock=VirtualClock())
+    assert sink.items == [{"v": 1}, Punct.FINAL]
+    assert sink.shut_down
+
+
+class BoomAt(Operator):
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if tup["v"] == self.at:
+            raise ValueError(f"bad {self.at}")
+        self.submit(tup)
+
+
+def test_a_failure_drains_the_rest_of_the_graph_without_losing_what_was_submitted() -> None:
+    # One branch fails mid-stream: the source stops, and every tuple it had submitted by then
+    # reaches the other branch's sink; upstream of the failed operator never waits on its
+    # inbox (its later input is dropped), so the drain ends.
+    g = Graph("drain")
+    s = g.source("s", ListSource([{"v": i} for i in range(50_000)]))
+    after = Collect()
+    g.sink("after", after, [g.operator("fails", BoomAt(10_500), [s])])
+    other = Collect()
+    g.sink("other", other, [g.operator("pass", PassThrough(), [s], queue_batches=1)])
+    job = Job(g, clock=VirtualClock(), batch_size=100)
+    with pytest.raises(JobError, match=r"operator 'fails', input port 0: ValueError: bad 10500"):
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    submitted = job.metrics.operators["s"].outputs[0].tuples_submitted
+    assert submitted >= 10_600
+    assert other.tuples == [{"v": i} for i in range(submitted)]
+    assert other.items[-1] is Punct.FINAL
+    assert after.tuples == [{"v": i} for i in range(10_500)]
+
+
+class ShutdownFails(Collect):
+    def on_shutdown(self) -> None:
+        raise RuntimeError("cannot close")
+
+
+def test_an_on_shutdown_that_fails_is_reported_once() -> None:
+    g = Graph("closing")
+    sink = ShutdownFails()
+    g.sink("sink", sink, [g.source("s", ListSource([{"v": 1}]))])
+    with pytest.raises(JobError) as info:
+        run_graph(g, clock=VirtualClock())
+    assert str(info.value).count("cannot close") == 1
+    assert sink.items == [{"v": 1}, Punct.FINAL]
+
+
+def test_with_checkpoints_a_failure_ends_the_job_where_it_is() -> None:
+    # A restart goes on from the last checkpoint: a drain would repeat output after it.
+    from riverbed.checkpoint import MemoryStore
+    g = Graph("nodrain")
+    s = g.source("s", ListSource([{"v": 1}, {"v": 2}, {"v": 3}]))
+    sink = Collect()
+    g.sink("sink", sink, [g.operator("boom", Boom(), [s])])
+    job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore())
+    with pytest.raises(JobError, match=r"operator 'boom'"):
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    assert Punct.FINAL not in sink.items
+
+
 def test_an_error_port_receives_the_failed_tuple_and_the_job_goes_on() -> None:
     g = Graph("route")
     s = g.source("s", ListSource([{"v": 1}, {"v": 2}, {"v": 3}]))
@@ -390,10 +462,43 @@ def test_a_schema_violation_names_the_attribute_and_the_port() -> None:
     g = Graph("schema")
     s = g.source("s", ListSource([{"k": "a", "temp": 1.5}, {"k": "b", "temp": "hot"}]),
                  schema=Schema(k="rstring", temp="float64"))
-    g.sink("sink", Collect(), [s])
+    sink = Collect()
+    g.sink("sink", sink, [s])
     with pytest.raises(JobError, match=r"output port 0: attribute 'temp' = 'hot' is not a valid "
-                                       r"float64"):
+                                       r"float64") as info:
         run_graph(g, clock=VirtualClock())
+    assert str(info.value).count("is not a valid") == 1
+    assert sink.items == [{"k": "a", "temp": 1.5}, Punct.FINAL]  # what came before it goes on
+
+
+class AsyncBad(Source):
+    async def run(self) -> None:
+        self.submit({"k": "a", "temp": 1.5})
+        self.submit({"k": "b", "temp": "hot"})
+        await self.context.flush()
+
+
+def test_an_async_sources_schema_violation_names_the_source_once() -> None:
+    g = Graph("schema-async")
+    sink = Collect()
+    g.sink("sink", sink, [g.source("s", AsyncBad(), schema=Schema(k="rstring", temp="float64"))])
+    with pytest.raises(JobError) as info:
+        run_graph(g, clock=VirtualClock())
+    assert str(info.value) == ("job 'schema-async' failed:\n  operator 's', output port 0: attribute "
+                               "'temp' = 'hot' is not a valid float64: {'k': 'b', 'temp': 'hot'}")
+    assert sink.items == [{"k": "a", "temp": 1.5}, Punct.FINAL]
+
+
+def test_a_schema_violation_among_window_marks_keeps_what_came_before_it() -> None:
+    items = [{"k": "a", "temp": 1.5}, Punct.WINDOW, {"k": "b", "temp": 2.5}, Punct.WINDOW,
+             {"k": "c", "temp": "hot"}, Punct.WINDOW, {"k": "d", "temp": 3.5}]
+    g = Graph("schema-marked")
+    s = g.source("s", ListSource(items), schema=Schema(k="rstring", temp="float64"))
+    sink = Collect()
+    g.sink("sink", sink, [s])
+    with pytest.raises(JobError, match=r"attribute 'temp' = 'hot' is not a valid float64"):
+        run_graph(g, clock=VirtualClock())
+    assert sink.items == [*items[:4], Punct.FINAL]
 
 
 def test_a_tuple_a_window_rejects_goes_to_the_error_port() -> None:

@@ -111,25 +111,29 @@ class OutputPort:
         items: list[Any] = []
         controls: list[int] = []
         tuples = 0
-        for entry in split_marked(MarkedBatch(buf, 0)):
-            if type(entry) is list:
-                self.buf = entry
-                check = self.first_invalid
-                if check is not None:
-                    i = check(entry)
-                    if i >= 0:
-                        self._drop_invalid(i)
-                items.extend(self.buf)
-                tuples += len(self.buf)
-            else:
-                controls.append(len(items))
-                items.append(entry)
-        window_marks = len(at) - self.watermarks
-        buf.clear()
-        at.clear()
-        self.buf = buf  # the same list: hosts hold its bound ``append``
-        self.pending.append(MarkedBatch(items, tuples, window_marks, controls))
-        self.watermarks = 0
+        try:
+            for entry in split_marked(MarkedBatch(buf, 0)):
+                if type(entry) is list:
+                    self.buf = entry
+                    try:
+                        check = self.first_invalid
+                        if check is not None:
+                            i = check(entry)
+                            if i >= 0:
+                                self._drop_invalid(i)
+                    finally:  # (a violation that fails the operator: what came before it)
+                        items.extend(self.buf)
+                        tuples += len(self.buf)
+                else:
+                    controls.append(len(items))
+                    items.append(entry)
+        finally:
+            window_marks = sum(items[c] is Punct.WINDOW for c in controls)
+            buf.clear()
+            at.clear()
+            self.buf = buf  # the same list: hosts hold its bound ``append``
+            self.pending.append(MarkedBatch(items, tuples, window_marks, controls))
+            self.watermarks = 0
 
     def _runs_valid(self, check: Callable[[list[Any]], int]) -> bool:
         """Every tuple of the marked buffer is valid: with few marks, each run between them is
@@ -175,7 +179,11 @@ class OutputPort:
                 good.extend(rest)
                 break
             good.extend(rest[:i])
-            self.on_invalid(rest[i], validate(rest[i]) or "invalid")
+            try:
+                self.on_invalid(rest[i], validate(rest[i]) or "invalid")
+            except BaseException:  # it fails the operator: what came before it stays to send
+                buf[:] = good
+                raise
             rest = rest[i + 1:]
         buf[:] = good
 

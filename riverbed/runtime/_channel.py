@@ -23,8 +23,8 @@ __all__ = ["Inbox"]
 
 
 class Inbox:
-    __slots__ = ("_batches", "_capacity", "_getter", "_items", "_putters", "feedback", "high_water",
-                 "puts_waited")
+    __slots__ = ("_batches", "_capacity", "_getter", "_items", "_putters", "discarding", "feedback",
+                 "high_water", "puts_waited")
 
     def __init__(self, capacity: int, feedback: frozenset[int] = frozenset()) -> None:
         if capacity < 1:
@@ -37,6 +37,7 @@ class Inbox:
         self.feedback = feedback  # connections that close a loop: their puts never wait
         self.high_water = 0  # the most batches ever queued at once
         self.puts_waited = 0  # how often an upstream had to wait: backpressure at work
+        self.discarding = False  # its operator failed: what still comes is dropped (`discard`)
 
     @property
     def capacity(self) -> int:
@@ -54,6 +55,8 @@ class Inbox:
         """Queue a batch; wait while the inbox already holds ``capacity`` batches (unless
         ``connection`` closes a loop)."""
         if self._batches >= self._capacity and connection not in self.feedback:
+            if self.discarding:  # (up to ``capacity`` batches stay, unread: a bounded waste)
+                return
             self.puts_waited += 1
             while self._batches >= self._capacity:
                 fut = asyncio.get_running_loop().create_future()
@@ -71,6 +74,8 @@ class Inbox:
 
     def put_control(self, connection: int, item: Any) -> None:
         """Queue a control item now, in order after everything queued before it."""
+        if self.discarding:
+            return
         self._items.append((connection, item))
         self._wake_getter()
 
@@ -97,6 +102,12 @@ class Inbox:
             fut = self._putters.popleft()
             if not fut.done():
                 fut.set_result(None)
+
+    def discard(self) -> None:
+        """Its operator failed, and the job drains around it: drop what is queued, and from now
+        on what producers still put (they never wait), so that none waits for room forever."""
+        self.discarding = True
+        self.clear()
 
     async def get(self) -> tuple[int, Any]:
         """The next entry, waiting for one if the inbox is empty."""

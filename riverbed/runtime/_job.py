@@ -19,7 +19,7 @@ import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..core import JobError, JobMetrics, OperatorCore, OperatorError, RestoreRefused
+from ..core import JobError, JobMetrics, OperatorCore, OperatorError, RestoreRefused, SchemaViolation
 from ..graph import FrozenGraph, Graph, event_time_region
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
 from ._gc import JOB_GC_THRESHOLD, check_threshold, collection_threshold
@@ -76,7 +76,7 @@ class Job:
         self._tasks: set[asyncio.Task[None]] = set()
         self._tg: asyncio.TaskGroup | None = None
         self._aborted = False
-        self._failure: BaseException | None = None
+        self._failures: list[BaseException] = []
         self.checkpoints = checkpoints
         self.restore_enabled = restore
         self._log = logger
@@ -211,8 +211,8 @@ class Job:
             self._tg = None
             for host in self.parallel:
                 host.close()  # no worker process outlives the job, whatever ended it
-        if self._failure is not None:
-            raise JobError(self.name, [self._failure])
+        if self._failures:
+            raise JobError(self.name, self._failures)
         if self._aborted:
             raise JobError(self.name, [RuntimeError("aborted: tasks were cancelled, nothing drained")])
         return self.snapshot_metrics()
@@ -227,10 +227,25 @@ class Job:
 
     def fail_job(self, exc: BaseException) -> None:
         """Something no region can heal: the job ends with ``exc`` (`run` raises `JobError`)."""
-        if self._failure is None:
-            self._failure = exc
+        if not self._failures:
+            self._failures.append(exc)
         for task in list(self._tasks):
             task.cancel()
+
+    @property
+    def drains_failures(self) -> bool:
+        """Without checkpoints an operator's failure drains the job instead of cancelling it:
+        no restart could replay what is in flight, so what was submitted before the failure
+        reaches the sinks. With them, the job ends where it is, and a restart goes on from the
+        last checkpoint (output after it would be repeated)."""
+        return not self.regions
+
+    def operator_failed(self, exc: OperatorError | SchemaViolation) -> None:
+        """An operator failed and the job drains (`drains_failures`): the sources stop, final
+        punctuation drains the graph around the failed operator, and `run` raises `JobError`
+        naming it (and any other that fails meanwhile)."""
+        self._failures.append(exc)
+        self.stop()
 
     def log_region(self, event: str, *, level: str = "warning", **fields: Any) -> None:
         if self._log is not None:

@@ -73,6 +73,7 @@ class OperatorRunner:
         self._source_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._restore: Any = None
+        self._closing = False  # its inputs ended: final is on its way out
         self.region: Region | None = None  # its consistent region, if it is in one
         # How long the operator may keep the event loop while its inbox holds entries (or a
         # source while downstream has room): an entry taken and its output delivered do not
@@ -148,6 +149,7 @@ class OperatorRunner:
         inputs (or, for a source, its items) end. A failure inside a consistent region that
         heals is handed to the region instead of ending the job."""
         core = self.core
+        self._closing = False
         if not resume:
             core.activate(self.clock.now())
             if self._restore is not None:
@@ -157,14 +159,40 @@ class OperatorRunner:
             await self._drive()
         except (OperatorError, SchemaViolation) as exc:
             region = self.region
-            if region is None or not region.heals:
+            if region is not None and region.heals:
+                region.fail(self, exc)
+            elif self._job.drains_failures:
+                await self._end_failed(exc)
+            else:
                 raise
-            region.fail(self, exc)
         finally:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = self._timer_at = None
             core.cancel_timers()
+
+    async def _end_failed(self, exc: OperatorError | SchemaViolation) -> None:
+        """The operator failed in a job without checkpoints (nothing could replay what is in
+        flight): what it submitted before the failing tuple goes on downstream, then final
+        punctuation, as after a stop; what still comes in is dropped; the job stops its sources
+        and drains, then ends with the failure (`Job.operator_failed`)."""
+        self.inbox.discard()
+        self._job.operator_failed(exc)
+        core = self.core
+        try:
+            if not self._closing:  # (else final went out already, or its on_shutdown failed)
+                core.close_outputs()
+            await self.flush()
+        except (OperatorError, SchemaViolation):  # the same failure again: send final alone
+            for out in core.outputs:
+                out.reset()
+            core.close_outputs()
+            await self.flush()
+        if not self._closing:
+            try:
+                core.shut_down()  # its on_shutdown too: a sink's buffered lines reach its file
+            except (OperatorError, SchemaViolation) as again:
+                self._job.operator_failed(again)
 
     async def _drive(self) -> None:
         core = self.core
@@ -202,6 +230,7 @@ class OperatorRunner:
             # (the checkpoint holds it still open), then the maximum watermark and final, and
             # only once they are delivered does the operator report that it finished.
             core.serve_barrier()
+            self._closing = True
             core.close_outputs()
             await self.flush()
             core.shut_down()
@@ -249,8 +278,8 @@ class OperatorRunner:
     async def _guarded_run(self, src: Source) -> None:
         try:
             await src.run()
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, OperatorError, SchemaViolation):
+            raise  # (the last two name the operator already: a flush's schema check)
         except USER_FAILURES as exc:
             self.core.guard(_reraise, None, exc)
 
