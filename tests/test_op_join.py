@@ -245,6 +245,23 @@ def test_time_evictions_output_unmatched_tuples_on_their_own_without_a_mark(flav
     assert ran.times[0][-1] == 3 * S + 3 * S + lag  # b=2 arrived at 3 s: out once older than 3 s
 
 
+@pytest.mark.parametrize("flavor", ["java", "cpp"])
+def test_time_still_evicts_from_a_side_whose_input_ended(flavor: str) -> None:
+    # SPL's Join windows never see final: with the right input ended at 0 s and the left going
+    # on to 10 s, the right tuple leaves its window at 1 s, unmatched (the Java flavor's final
+    # stopped that window's timers for good).
+    g = Graph("j")
+    left = g.source("left", ListSource([{"id": 1, "l": "a"}, at(10)]))
+    right = g.source("right", ListSource([{"id": 9, "r": "y"}]))
+    out = g.operator("join", Join(equality_lhs="id", equality_rhs="id", algorithm="outer"),
+                     [left.window("sliding, time(1)", flavor=flavor),
+                      right.window("sliding, time(1)", flavor=flavor)])
+    sink = ListSink()
+    g.sink("k", sink, [out])
+    run_graph(g, clock=VirtualClock())
+    assert sink.tuples == [{"id": 1, "l": "a"}, {"id": 9, "r": "y"}]
+
+
 def test_delta_evictions_belong_to_the_arrivals_batch() -> None:
     op = Join(algorithm="rightOuter", match=lambda lhs, rhs: lhs["a"] == rhs["b"],
               default_tuple_lhs={"a": None})

@@ -955,7 +955,7 @@ class OperatorCore:
             return
         self.metrics.inputs[port].final_puncts_processed += 1
         window = self.windows[port]
-        if isinstance(window, StreamWindow):
+        if isinstance(window, StreamWindow) and self.op.windows_hear_final:
             self.guard(window.final_mark, port)
         self.guard(self.op.on_punct, port, Punct.FINAL, port)
         self._ports_open -= 1

@@ -202,6 +202,11 @@ class Operator:
     # watermark must never overtake the tuples it follows (E30), or a downstream timeInterval
     # window drops them as late.
     holds_watermarks: ClassVar[bool] = False
+    # A port's final punctuation reaches its window (Java flavor, R38: FINAL events, and its
+    # timers stop for good). Join's windows are SPL's C++ ones, which never see final: with one
+    # input ended, the other goes on, and time still evicts on both (an outer join's unmatched
+    # tuples leave when evicted); Join says False.
+    windows_hear_final: ClassVar[bool] = True
     context: OperatorContext
 
     # -- lifecycle ----------------------------------------------------------

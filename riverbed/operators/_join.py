@@ -170,6 +170,7 @@ class Join(Operator):
     """
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
+    windows_hear_final: ClassVar[bool] = False  # time evicts until the Join ends (C++ windows)
     # INSERTION and EVICTION come straight from the windows (`setup` registers the listeners).
     window_events: ClassVar[frozenset[EventType] | None] = frozenset({PARTITION_EVICTION})
 
