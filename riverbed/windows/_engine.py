@@ -686,7 +686,8 @@ class WindowEngine(Generic[T]):
 
     # ------------------------------------------------------ after a restore
 
-    def _rearm_after_restore(self, order: list[TimerStep] | None = None) -> None:
+    def _rearm_after_restore(self, order: list[TimerStep] | None = None, *,
+                             same_instant: bool = False) -> None:
         """Arm the restored state's timers (firing at once what fell due in between, C7), in
         ``order``: the snapshot's arming order, so that timers due at one instant fire as they
         would have without the restart (`_timer_order`). What it does not list (a snapshot
@@ -715,7 +716,7 @@ class WindowEngine(Generic[T]):
             steps.sort(key=lambda step: rank.get(step, len(rank)))  # stable: the rest keep theirs
         for kind, i in steps:
             if kind == "evict":
-                self._rearm_eviction(parts[i])
+                self._rearm_eviction(parts[i], same_instant=same_instant)
             elif kind == "tick":
                 self._rearm_tick(parts[i])
             elif kind == "window":
@@ -747,12 +748,15 @@ class WindowEngine(Generic[T]):
         self._rearm_eviction(part)
         self._rearm_tick(part)
 
-    def _rearm_eviction(self, part: Partition) -> None:
+    def _rearm_eviction(self, part: Partition, *, same_instant: bool = False) -> None:
         """A restored partition's sliding time eviction: what is past due leaves, the rest is
-        timed."""
+        timed. At the snapshot's own instant nothing leaves at once: the timers left nothing
+        due but what Java re-checks 1 ms after its deadline (R24), and that leaves when its
+        timer fires, as it would have without the restore."""
         config, state = self._config, self._state
         if config.ev == TIME and config.sliding:
-            self._evict_expired(part)
+            if not same_instant:
+                self._evict_expired(part)
             if part.arrivals and part.key in state.parts and not self._lazy:
                 self._arm_evict(part)
 

@@ -117,7 +117,7 @@ def encode_partition(part: Partition) -> dict[str, Any]:
 
 
 def encode(config: WindowConfig, state: WindowState,
-           timer_order: list[TimerStep] | None = None) -> dict[str, Any]:
+           timer_order: list[TimerStep] | None = None, *, suspended: bool = False) -> dict[str, Any]:
     """The state as plain data, with the header that names the window it belongs to, and the
     order its live timers were armed in (``timer_order``: `TimerStep`s, partitions by their
     place in ``partitions``)."""
@@ -125,7 +125,7 @@ def encode(config: WindowConfig, state: WindowState,
     for k, v in state.lru.items():
         lru.append(["m", k.age] if isinstance(k, AgeMarker) else ["p", encode_partition_key(k), v])
     parts = state.parts.values()
-    return {
+    data = {
         "format": FORMAT,
         "clause": config.spec.clause(),
         "flavor": config.rules.flavor.value,
@@ -142,6 +142,9 @@ def encode(config: WindowConfig, state: WindowState,
         "memory": [[encode_partition_key(k), *v] for k, v in state.memory.items()],
         "timer_order": [list(step) for step in timer_order or ()],
     }
+    if suspended:  # C14: a C++ window checkpointed (only then, and older snapshots lack it)
+        data["suspended"] = True
+    return data
 
 
 # ------------------------------------------------------------------------ decode

@@ -21,6 +21,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._clause import same_clause
 from ._errors import SnapshotError, WindowClauseError
 from ._events import PaneTiming
 from ._flavor import Flavor, rules_for
@@ -173,7 +174,7 @@ def decode(config: TimeIntervalConfig, data: Mapping[str, Any]) -> TimeIntervalS
     if data.get("format") != FORMAT:
         raise SnapshotError(f"not a timeInterval window snapshot: format {data.get('format')!r}, "
                             f"expected {FORMAT!r}")
-    if data.get("clause") != config.spec.clause():
+    if not same_clause(data.get("clause"), config.spec):  # (however each was written)
         raise SnapshotError(f"snapshot of window {data.get('clause')!r} cannot restore window "
                             f"{config.spec.clause()!r}")
     if data.get("resolution") != config.resolution:

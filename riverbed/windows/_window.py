@@ -367,7 +367,7 @@ class StreamWindow(WindowEngine[T]):
         It is the window's `WindowState` as data (see `riverbed.windows._state`).
         """
         self._settle_all()
-        return encode(self._config, self._state, self._timer_order())
+        return encode(self._config, self._state, self._timer_order(), suspended=self._suspended)
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Replace the state by a snapshot's, at this window's time (see `riverbed.windows._state`).
@@ -383,7 +383,9 @@ class StreamWindow(WindowEngine[T]):
         self._set_state(state)
         if state.final:
             return
-        self._rearm_after_restore(order)
+        if snapshot.get("suspended") is True:
+            self._suspend()  # C14: a C++ window checkpointed stays still until its next tuple
+        self._rearm_after_restore(order, same_instant=state.now == snapshot["now"])
 
     def snapshot_partition(self, partition: Hashable | None = None) -> dict[str, Any] | None:
         """One partition's state as plain data, or None for an unknown key."""
