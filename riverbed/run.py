@@ -83,8 +83,7 @@ def _console_address(text: str) -> tuple[str, int]:
 
     try:
         host, port = parse_address(text)
-        if port:
-            listen(host, port).close()
+        listen(host, port).close()  # (port 0 too: a host this machine lacks is refused now)
     except ConsoleError as exc:
         raise ScriptError(f"--console {text}: {exc}") from None
     return host, port

@@ -244,3 +244,43 @@ def test_screenshot_of_an_invalid_graph_shows_its_errors_in_red(browser: Any, tm
         "graph.sink('out', W(), [s.window('sliding, count(10), count(5), partitioned')])\n")
     stats = _render(browser, draw(load_view(script), "svg"), tmp_path / "broken.png")
     assert stats["red"] > 500, stats  # the outlined operator and the error text
+
+
+def test_the_page_keeps_as_many_checkpoints_as_the_server(browser: Any) -> None:
+    # A page left open listed every checkpoint it was ever pushed (and rebuilt the whole list at
+    # each new one); it keeps the server's 200. A job's metrics with one more checkpoint at each
+    # sample, sampled every 20 ms.
+    from riverbed.console import serve_console
+    from riverbed.graph import Graph
+    from riverbed.runtime import Job, VirtualClock
+    from riverbed.testing import ListSink, ListSource
+
+    g = Graph("many")
+    g.sink("k", ListSink(), [g.source("s", ListSource([{"v": 1}]))])
+    job = Job(g, clock=VirtualClock())  # (not run: Playwright's loop holds this thread)
+    base = job.snapshot_metrics().as_dict()
+
+    class Committing:
+        name = "many"
+        taken = 0
+
+        def snapshot_metrics(self) -> Any:
+            self.taken += 1
+            sample = dict(base, regions=[{
+                "name": "main", "state": "processing", "checkpoints": self.taken,
+                "last_committed": self.taken, "drain_ms": 1.0, "checkpoint_ms": 1.0, "resets": 0,
+                "last_recovery_ms": 0.0}])
+            return type("Metrics", (), {"as_dict": lambda _self: sample})()
+
+    server = serve_console(Committing(), job.graph, "127.0.0.1:0", interval=0.02)
+    try:
+        page = browser.new_page()
+        page.goto(server.url)
+        page.wait_for_selector("body[data-ready=true]", timeout=30_000)
+        _samples_seen(page, 300)
+        listed = page.eval_on_selector_all("#checkpoints li", "els => els.length")
+        kept = server.sampler.checkpoints.maxlen
+        assert kept is not None and 0 < listed <= kept, (listed, kept)
+        page.close()
+    finally:
+        server.close()

@@ -124,6 +124,15 @@ def test_run_with_a_bad_console_address_exits_2_at_once_before_the_graph_loads(t
         assert code == 2 and len(said) == 1, said
         assert said[0].startswith(f"riverbed run: --console 127.0.0.1:{number}: cannot serve on "
                                   f"127.0.0.1:{number}: ")
+        assert said[0].endswith("choose another port, or 0 for any free one")
+        assert not loaded.exists()
+    # A host this machine does not have, with port 0 (any port): refused before the script
+    # loads too, and the hint is about the host, not the port.
+    for host in ("192.0.2.1", "nosuchhost.invalid"):
+        said = []
+        code = run(str(script), status=False, console=f"{host}:0", echo=said.append)
+        assert code == 2 and len(said) == 1, said
+        assert said[0].endswith("give an address of this machine (127.0.0.1 by default)"), said
         assert not loaded.exists()
 
 

@@ -588,6 +588,17 @@ def test_an_operator_name_is_used_once() -> None:
         g.source("s", ListSource([]))
 
 
+def test_a_name_is_whole_a_trailing_newline_is_refused() -> None:
+    # "src\n" beside "src" looked identical in logs, metrics and drawings.
+    with pytest.raises(Exception, match="use letters, digits"):
+        Graph("job\n")
+    g = Graph("names")
+    with pytest.raises(Exception, match="use letters, digits"):
+        g.source("src\n", ListSource([]))
+    with pytest.raises(Exception, match="use letters, digits"):
+        g.parallel(2, name="p\n")
+
+
 def test_a_bad_event_time_in_a_batch_goes_to_the_error_port_and_the_rest_is_windowed() -> None:
     class Panes(Operator):
         def __init__(self) -> None:

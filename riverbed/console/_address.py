@@ -6,6 +6,7 @@ before the graph script runs, without importing the HTTP library.
 
 from __future__ import annotations
 
+import errno
 import socket
 
 __all__ = ["DEFAULT_HOST", "ConsoleError", "listen", "parse_address"]
@@ -45,5 +46,10 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         return socket.create_server((host, port), family=family)
     except OSError as exc:
-        raise ConsoleError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; choose another "
-                           "port, or 0 for any free one") from exc
+        if exc.errno == errno.EADDRINUSE:
+            hint = "choose another port, or 0 for any free one"
+        elif exc.errno == errno.EACCES:
+            hint = "ports below 1024 need privileges: choose another, or 0 for any free one"
+        else:  # a host this machine does not have, or a name that does not resolve
+            hint = "give an address of this machine (127.0.0.1 by default)"
+        raise ConsoleError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; {hint}") from exc

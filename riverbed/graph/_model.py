@@ -15,7 +15,6 @@ than the builder's private state.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -23,6 +22,7 @@ from typing import Any, Literal
 
 from ..windows import TimeIntervalSpec, WindowError, WindowSpec, parse_window_clause, seconds_to_ns
 from ._errors import GraphError, GraphValidationError
+from ._names import is_name
 from ._operator import Operator, Source
 from ._parallel import ParallelBlock, ParallelRegion, parallel_spec, process_spec, resolve_parallel
 from ._regions import ConsistentRegion, region_spec
@@ -44,7 +44,6 @@ __all__ = [
     "Stream",
 ]
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 OperatorKind = Literal["source", "operator", "sink"]
 PartitionBy = str | Callable[[Any], Hashable]
 
@@ -317,7 +316,7 @@ class Graph:
     """
 
     def __init__(self, name: str, params: Mapping[str, Any] | None = None) -> None:
-        if not _NAME.match(name):
+        if not is_name(name):
             raise GraphError(None, "name", f"graph name {name!r}: use letters, digits, _ . -")
         self.name = name
         self.params = dict(params or {})
@@ -448,7 +447,7 @@ class Graph:
     def _add(self, name: str, operator: Operator, kind: OperatorKind, inputs: Iterable[PortArg], *,
              outputs: list[Schema | Mapping[str, str] | None], event_time: EventTime | None,
              error_port: bool, queue_batches: int | None = None) -> tuple[Stream, ...]:
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not is_name(name):
             raise GraphError(str(name), "name", "operator names use letters, digits, _ . - and "
                                                 "start with a letter or _")
         if name in self._pending:

@@ -35,7 +35,6 @@ obey the same rules, except those about channels (there is one), and need not be
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from types import TracebackType
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..windows import Delta, Punct, WindowSpec, WindowType
 from ._errors import GraphError, GraphValidationError
+from ._names import is_name
 from ._operator import Source, own_rules
 
 if TYPE_CHECKING:
@@ -52,7 +52,6 @@ __all__ = ["MAX_WIDTH", "ParallelBlock", "ParallelRegion", "parallel_spec", "pro
            "resolve_parallel"]
 
 MAX_WIDTH = 256  # more channels than this is a mistake (a width meant for another setting)
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 PartitionKey = str | Callable[[Any], Hashable]
 
 
@@ -169,7 +168,7 @@ def parallel_spec(name: str, width: Any, partition_by: Any, params: Mapping[str,
     """A region from `Graph.parallel`'s arguments, checked at once. ``width`` None: the graph's
     ``width`` parameter if it has one, else the CPU count. ``processes`` None: the graph's
     ``processes`` parameter if it has one, else (at run time) the CPU count."""
-    if not _NAME.match(name):
+    if not is_name(name):
         raise GraphError(None, "parallel", f"parallel region name {name!r}: use letters, digits, "
                                            "_ . -")
     if width is None:
@@ -187,7 +186,7 @@ def parallel_spec(name: str, width: Any, partition_by: Any, params: Mapping[str,
 
 def process_spec(name: str) -> ParallelRegion:
     """A process group from `Graph.process`'s arguments, checked at once."""
-    if not _NAME.match(name):
+    if not is_name(name):
         raise GraphError(None, "parallel", f"process group name {name!r}: use letters, digits, "
                                            "_ . -")
     return ParallelRegion(name, 1, None, process=True)

@@ -15,18 +15,17 @@ checkpoint in between before the job fails, default 5).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._errors import GraphError
+from ._names import is_name
 
 __all__ = ["ConsistentRegion", "RegionTrigger", "region_spec", "resolve_regions"]
 
 RegionTrigger = Literal["periodic", "operator_driven"]
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _SPL_NAMES = {"drainTimeout": "drain_timeout", "resetTimeout": "reset_timeout",
               "maxConsecutiveResetAttempts": "max_consecutive_reset_attempts"}
 _TRIGGERS = {"periodic": "periodic", "operator_driven": "operator_driven",
@@ -62,7 +61,7 @@ def _seconds(region: str, what: str, value: Any, *, minimum: float = 0.0) -> flo
 
 def region_spec(name: str, start: tuple[str, ...], params: Mapping[str, Any]) -> ConsistentRegion:
     """A region from `Graph.consistent_region`'s arguments (SPL spellings accepted), checked."""
-    if not _NAME.match(name):
+    if not is_name(name):
         raise GraphError(None, "consistent-region", f"region name {name!r}: use letters, digits, "
                                                     "_ . -")
     if not start:

@@ -8,6 +8,7 @@ const state = {
   samples: [],        // newest last, at most `keep`
   checkpoints: [],    // the checkpoint history, oldest first
   keep: 600,
+  keepCheckpoints: 200,  // as many as the server keeps (`Sampler(checkpoints=200)`)
   selected: null,     // the operator whose details are shown
   groups: new Map(),  // operator name -> its <g> in the drawing
 };
@@ -247,6 +248,8 @@ function connect() {
     if (state.samples.length > state.keep) state.samples.shift();
     if (sample.checkpoints.length) {
       state.checkpoints.push(...sample.checkpoints);
+      // A page left open for a day would list every checkpoint, rebuilt at each new one.
+      state.checkpoints.splice(0, state.checkpoints.length - state.keepCheckpoints);
       renderCheckpoints();
     }
     show(sample);
