@@ -19,7 +19,7 @@ from riverbed.operators._utility import DeDuplicate, Split, SplitMapping, Thread
 from riverbed.operators._utility_sync import Barrier, DynamicFilter, Gate, Pair
 from riverbed.operators._utility_timed import Beacon, Delay, Throttle
 from riverbed.runtime import Job, JobError, VirtualClock, run_graph, run_virtual
-from riverbed.testing import ListSink, at, run_until_crash
+from riverbed.testing import ListSink, ListSource, at, run_until_crash
 from tests.test_op_relational import F, W, items, plain, run, run_split
 
 S = 1_000_000_000
@@ -423,6 +423,27 @@ def test_throttle_lets_a_slow_stream_through_and_pays_a_burst_back_over_the_peri
     # over the last sync points is back at 2 per second.
     assert stamped(out[0]) == [(0.0, 0), (1.0, 1), (2.0, 2), (3.0, 3), (3.0, 4), (3.0, 5), (3.0, 6),
                                (3.5, 7), (4.0, 8), (4.5, 9), (5.0, 10), (7.0, 11), (7.0, F)]
+
+
+class LateClock(VirtualClock):
+    """A clock whose timers fire 1 ms late, as a real clock's do (the event loop's poll rounds up
+    to milliseconds)."""
+
+    def call_at(self, when: int, callback: Any) -> Any:
+        return super().call_at(when + 1_000_000, callback)
+
+
+def test_throttle_holds_its_rate_when_its_timers_fire_late() -> None:
+    # 10,000/s: a tuple every 0.1 ms, against timers 1 ms late. Timed from each late wake, the
+    # backlog left at ~3,900/s; timed from when each was due, every millisecond's ten leave.
+    g = Graph("late")
+    sink = ListSink()
+    g.sink("k", sink, [g.operator("thr", Throttle(10_000.0),
+                                  [g.source("s", ListSource([{"v": i} for i in range(3000)]))])])
+    run_graph(g, clock=LateClock())
+    assert len(sink.tuples) == 3000
+    took = (sink.times[-2] - sink.times[0]) / S  # the last tuple's time (final after it)
+    assert 0.29 <= took <= 0.31, took  # 3,000 at 10,000/s: 0.3 s
 
 
 def test_throttle_snapshot_restore_continue() -> None:
