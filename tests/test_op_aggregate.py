@@ -87,6 +87,10 @@ def test_spl_parameter_names_are_accepted_and_a_parameter_given_twice_is_refused
     ({"output": {"n": Count()}, "group_by": 3}, "group_by=3: expected an attribute name"),
     ({"output": {"n": Count()}, "copy": "sym"}, "copy='sym': expected a sequence"),
     ({}, "nothing to output"),
+    ({"output": {"n": Count}}, r"output 'n' = Count: the function, not a call of it; did you mean "
+                               r"Count\(\)\?"),
+    ({"output": {"s": Sum}}, r"did you mean Sum\(\.\.\.\)\?"),
+    ({"output": {"avg": Aggregate({"n": Count()})}}, "an operator, not an output function"),
 ])
 def test_bad_parameters_are_refused_when_building(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(OperatorParameterError, match=message):
@@ -117,6 +121,20 @@ def test_windows_and_parameters_that_do_not_fit_are_refused_with_the_graph(
     with pytest.raises(GraphValidationError, match=message) as info:
         run_operator(op, rows(1), window=window)
     assert [(e.operator, e.rule) for e in info.value.errors] == [("op", "operator")]
+
+
+def test_an_integer_average_into_a_declared_float_is_refused_with_the_graph() -> None:
+    # SPL's Average(T) is a T: 1 and 2 average to 1, which passed a float64 output's check.
+    g = Graph("avg")
+    s = g.source("s", ListSource([]), schema=Schema(v="int32", f="float64"))
+    g.operator("a", Aggregate({"a": Average("v"), "b": Average("f"), "c": Average("v")}),
+               [s.window("tumbling, count(2)")], [Schema(a="float64", b="float64", c="int64")])
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    assert [e.message for e in info.value.errors] == [
+        "output 'a' = Average(value='v'): the average of 'v' (int32) is an integer, truncated "
+        "(SPL's Average(T) is a T), but 'a' is float64: average a float "
+        "(Average(lambda t: float(t['v']))) or declare 'a' an integer"]
 
 
 def test_every_misfit_is_listed_with_the_attributes_the_schema_lacks() -> None:

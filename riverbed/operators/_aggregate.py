@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import re
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import islice
@@ -59,7 +60,7 @@ from ..windows import (
 from ..windows import (
     Time as TimePolicy,
 )
-from ._aggregate_functions import Accumulator, AggregateFunction, Average, Last, Scope, Sum
+from ._aggregate_functions import Accumulator, AggregateFunction, Average, Last, NoArgument, Scope, Sum
 from ._aggregate_math import SumAccumulator, freeze
 from ._aggregate_rows import Column, RowBuilder, compile_rows, expression_key, reads_scope
 from ._aggregate_runs import FloatRuns, RunRows, compile_run_rows
@@ -80,6 +81,7 @@ GroupBy = str | Sequence[str] | Callable[[Any], Hashable]
 OutputValue = AggregateFunction | Callable[[Any], Any] | object
 
 # Column kinds: how one output attribute is computed for one group.
+_INTEGRAL = re.compile(r"u?int(8|16|32|64)")  # SPL's integral types
 _FUNCTION, _INCREMENTAL, _EXPRESSION, _CONSTANT = range(4)
 _KIND_NAMES = {_FUNCTION: "function", _INCREMENTAL: "incremental", _EXPRESSION: "expression",
                _CONSTANT: "constant"}
@@ -404,8 +406,29 @@ class Aggregate(Operator):
         reads: dict[str, str] = {}  # each attribute once, where it is named first
         for what, attr in self._attributes_read():
             reads.setdefault(attr, what)
-        return problems + attribute_problems([(what, attr) for attr, what in reads.items()],
-                                             ports.input_schema())
+        return (problems + attribute_problems([(what, attr) for attr, what in reads.items()],
+                                              ports.input_schema())
+                + self._truncated_averages(ports.input_schema(), ports.output_schema()))
+
+    def _truncated_averages(self, inputs: Schema | None, outputs: Schema | None) -> list[str]:
+        """SPL's ``Average(T)`` is a T: of integers, an integer (truncated). Into a declared
+        float attribute SPL's compiler refuses it; here the int would pass the float check, and
+        1 and 2 would average to 1 where the user, declaring float64, expects 1.5."""
+        if inputs is None or outputs is None:
+            return []
+        problems = []
+        for attr, kind, obj in self._columns:
+            if kind != _FUNCTION or type(obj) is not Average or not isinstance(obj.value, str):
+                continue
+            source, target = inputs.type_of(obj.value), outputs.type_of(attr)
+            if source is not None and target is not None and _INTEGRAL.match(source) \
+                    and target.startswith(("float", "decimal")):
+                problems.append(
+                    f"output {attr!r} = {obj!r}: the average of {obj.value!r} ({source}) is an "
+                    f"integer, truncated (SPL's Average(T) is a T), but {attr!r} is {target}: "
+                    f"average a float (Average(lambda t: float(t[{obj.value!r}]))) or declare "
+                    f"{attr!r} an integer")
+        return problems
 
     def _with_declared(self, output: Schema | None) -> list[tuple[str, int, Any]]:
         """The output clause, and for each attribute of the declared ``output`` it does not
@@ -996,6 +1019,14 @@ def _columns(output: object, copy: object, group_names: list[str]) -> list[tuple
             continue
         seen.add(attr)
         value = output.get(attr, Last(attr))
+        if isinstance(value, type) and issubclass(value, AggregateFunction):
+            raise OperatorParameterError(
+                f"Aggregate: output {attr!r} = {value.__name__}: the function, not a call of it; "
+                f"did you mean {value.__name__}({'' if issubclass(value, NoArgument) else '...'})?")
+        if isinstance(value, Operator) or (isinstance(value, type) and issubclass(value, Operator)):
+            raise OperatorParameterError(
+                f"Aggregate: output {attr!r} = {value!r}: an operator, not an output function "
+                "(a function of the group's tuples is CustomAggregate(...))")
         if isinstance(value, AggregateFunction):
             columns.append((attr, _FUNCTION, value))
         elif callable(value):

@@ -87,6 +87,7 @@ __all__ = [
     "MaxCount",
     "Min",
     "MinCount",
+    "NoArgument",
     "PaneIndex",
     "PaneTimingOf",
     "PopulationStdDev",
@@ -167,11 +168,11 @@ def _reader(expr: object, fname: str) -> Callable[[_Any], _Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class _NoArg(AggregateFunction):
+class NoArgument(AggregateFunction):
     pass
 
 
-class Count(_NoArg):
+class Count(NoArgument):
     """``Count()``: the number of tuples in the group (in the partition without group_by)."""
 
     __slots__ = ()
@@ -180,7 +181,7 @@ class Count(_NoArg):
         return len(tuples)
 
 
-class CountAll(_NoArg):
+class CountAll(NoArgument):
     """``CountAll()``: the number of tuples in the window, whatever the groups.
 
     Sliding windows: every partition's tuples (IBM's general path counts the
@@ -196,7 +197,7 @@ class CountAll(_NoArg):
         return scope.count_all
 
 
-class CountGroups(_NoArg):
+class CountGroups(NoArgument):
     """``CountGroups()``: the number of groups in this output batch (1 without group_by)."""
 
     __slots__ = ()
@@ -205,7 +206,7 @@ class CountGroups(_NoArg):
         return scope.n_groups
 
 
-class CountByGroup(_NoArg):
+class CountByGroup(NoArgument):
     """``CountByGroup()``: each group's size, in output order (IBM: hash order).
 
     Without group_by IBM returns ``[CountAll()]``, and so do we.
@@ -218,7 +219,7 @@ class CountByGroup(_NoArg):
         return list(scope.group_sizes) if scope.grouped else [scope.count_all]
 
 
-class IntervalStart(_NoArg):
+class IntervalStart(NoArgument):
     """SPL ``intervalStart()`` in a timeInterval Aggregate: the pane's start, in ticks."""
 
     __slots__ = ()
@@ -229,7 +230,7 @@ class IntervalStart(_NoArg):
         return scope.pane.interval_start
 
 
-class IntervalEnd(_NoArg):
+class IntervalEnd(NoArgument):
     """SPL ``intervalEnd()`` in a timeInterval Aggregate: the pane's end (excluded), in ticks."""
 
     __slots__ = ()
@@ -240,7 +241,7 @@ class IntervalEnd(_NoArg):
         return scope.pane.interval_end
 
 
-class PaneIndex(_NoArg):
+class PaneIndex(NoArgument):
     """SPL ``paneIndex()``: 0 for a pane's first trigger, then 1, 2, ... for late re-triggers."""
 
     __slots__ = ()
@@ -251,7 +252,7 @@ class PaneIndex(_NoArg):
         return scope.pane.pane_index
 
 
-class PaneTimingOf(_NoArg):
+class PaneTimingOf(NoArgument):
     """SPL ``paneTiming()``: `PaneTiming.ON_COMPLETE` for the first trigger, then ``LATE``."""
 
     __slots__ = ()
