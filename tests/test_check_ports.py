@@ -97,3 +97,30 @@ def test_the_standard_operators_check_the_attributes_they_read_against_declared_
         f"bar: partitionBy of input port 1 reads attribute 'zz', {lacks}",
         f"j: equality_lhs reads attribute 'q', {lacks}",
         f"j: equality_rhs reads attribute 'zz', {lacks}"]
+
+
+def test_an_operator_passing_its_input_on_unchanged_needs_the_inputs_schema_out() -> None:
+    # A narrower or retyped output failed the job at its first tuple (exit 1), not at freeze.
+    from riverbed.operators import Delay, Filter, Sort, Split
+
+    given = Schema(k="int32", a="int32")
+    g = Graph("narrow")
+    s = g.source("s", ListSource([]), schema=given)
+    g.operator("filter", Filter(lambda t: True), [s], [Schema(k="int32")])
+    g.operator("delay", Delay(1.0), [s], [Schema(k="int32", a="float64")])
+    g.operator("sort", Sort(sort_by="k"), [s.window("tumbling, count(2)")],
+               [Schema(k="int32", a="int32", b="rstring")])
+    g.operator("split", Split(index=lambda t: 0), [s], [given, Schema(a="int32", k="int32")])
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    found = {e.operator: e.message for e in info.value.errors}
+    assert found == {
+        "filter": "output port 0 sends input port 0's tuples on unchanged, so its schema must be "
+                  "the input's tuple<int32 k, int32 a>; the declared tuple<int32 k> lacks 'a'",
+        "delay": "output port 0 sends input port 0's tuples on unchanged, so its schema must be "
+                 "the input's tuple<int32 k, int32 a>; the declared tuple<int32 k, float64 a> "
+                 "makes 'a' float64 (the input's is int32)",
+        "sort": "output port 0 sends input port 0's tuples on unchanged, so its schema must be "
+                "the input's tuple<int32 k, int32 a>; the declared tuple<int32 k, int32 a, "
+                "rstring b> adds 'b'",
+    }  # (Split's second port: the same attributes in another order is the same schema)

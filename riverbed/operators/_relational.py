@@ -58,6 +58,8 @@ class Filter(ShapedOperator):
     port. Final is forwarded by the runtime after the input ended.
     """
 
+    passes_through: ClassVar[bool] = True
+
     port_ranges = PortRanges(inputs=(1, 1), outputs=(1, 2))
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"

@@ -49,7 +49,7 @@ from ..windows import (
 )
 from ._join_parts import _key_in, _key_out, _port_counts
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import attribute_problems, batch_submit, every_event
+from ._utility_support import attribute_problems, batch_submit, every_event, passthrough_problems
 
 __all__ = ["Sort", "SortStateError"]
 
@@ -209,8 +209,9 @@ class Sort(Operator):
         (`Operator.check_ports`: at `Graph.freeze`)."""
         problems = _port_problems((len(ports.windows), ports.outputs),
                                   ports.windows[0] if ports.windows else None)
-        return problems + attribute_problems([("sort_by", n) for n in self._sort_names],
-                                             ports.input_schema())
+        return (problems + attribute_problems([("sort_by", n) for n in self._sort_names],
+                                              ports.input_schema())
+                + passthrough_problems(ports))
 
     def setup(self) -> None:
         try:

@@ -134,6 +134,8 @@ class Split(ShapedOperator):
     output port. Final is forwarded by the runtime.
     """
 
+    passes_through: ClassVar[bool] = True
+
     port_ranges = PortRanges(inputs=(1, 1), outputs=(1, None))
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "preserving"
@@ -318,6 +320,8 @@ class ThreadedSplit(ShapedOperator):
     every buffer; final is forwarded by the runtime. The round-robin position
     is snapshotted so a restored job continues the rotation.
     """
+
+    passes_through: ClassVar[bool] = True
 
     port_ranges = PortRanges(inputs=(1, 1), outputs=(1, None))
 

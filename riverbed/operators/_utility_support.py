@@ -52,6 +52,7 @@ __all__ = [
     "key_out",
     "output_schema",
     "params",
+    "passthrough_problems",
     "port_shape",
     "result_submit",
     "results_submit",
@@ -214,10 +215,36 @@ class ShapedOperator(Operator):
     freeze when they do not fit (`check_ports`), and `port_shape` reads them at setup."""
 
     port_ranges: ClassVar[PortRanges]
+    # Its output ports send input port 0's tuples on unchanged (Filter, Split, Delay...): SPL
+    # wants their schemas to be the input's, and a narrower one failed at the first tuple.
+    passes_through: ClassVar[bool] = False
 
     def check_ports(self, ports: PortLayout) -> list[str]:
-        return self.port_ranges.problems(type(self).__name__, len(ports.windows), ports.outputs,
-                                         ports.windows)
+        problems = self.port_ranges.problems(type(self).__name__, len(ports.windows), ports.outputs,
+                                             ports.windows)
+        return problems + passthrough_problems(ports) if self.passes_through else problems
+
+
+def passthrough_problems(ports: PortLayout) -> list[str]:
+    """For each output port whose declared schema is not input port 0's (both declared), what
+    differs: an operator that sends its input's tuples on unchanged cannot add, drop or retype
+    an attribute (SPL's compiler refuses it; here the first tuple failed the job)."""
+    given = ports.input_schema(0)
+    if given is None:
+        return []
+    problems = []
+    for port, declared in enumerate(ports.output_schemas):
+        if declared is None or declared.as_dict() == given.as_dict():
+            continue
+        have, want = given.as_dict(), declared.as_dict()
+        diffs = [f"lacks {n!r}" for n in have if n not in want]
+        diffs += [f"adds {n!r}" for n in want if n not in have]
+        diffs += [f"makes {n!r} {want[n]} (the input's is {have[n]})"
+                  for n in have if n in want and want[n] != have[n]]
+        problems.append(f"output port {port} sends input port 0's tuples on unchanged, so its "
+                        f"schema must be the input's {given}; the declared {declared} "
+                        + ", ".join(diffs))
+    return problems
 
 
 def attribute_problems(reads: Iterable[tuple[str, Any]], schema: Schema | None) -> list[str]:

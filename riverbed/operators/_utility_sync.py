@@ -244,6 +244,8 @@ class DynamicFilter(ShapedOperator):
     once every input port ended. State: the key set.
     """
 
+    passes_through: ClassVar[bool] = True
+
     port_ranges = PortRanges(inputs=(2, 3), outputs=(1, 2))
 
     window_punctuation: ClassVar[WindowPunctuationMode] = "generating"
@@ -333,6 +335,8 @@ class Gate(ShapedOperator):
     before them have. SPL does not checkpoint Gate; riverbed snapshots the
     count and the waiting items.
     """
+
+    passes_through: ClassVar[bool] = True
 
     port_ranges = PortRanges(inputs=(2, 2), outputs=(1, 1))
 

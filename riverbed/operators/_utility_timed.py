@@ -214,6 +214,8 @@ def _item_in(data: list[Any]) -> Any:
 class _Holding(ShapedOperator):
     """An operator holding items for later: a timer to wake it, final held while it holds items."""
 
+    passes_through: ClassVar[bool] = True
+
     port_ranges = PortRanges(inputs=(1, 1), outputs=(1, 1))
 
     _operator: ClassVar[str] = ""

@@ -44,8 +44,8 @@ def build(params: dict[str, Any]) -> Graph:
         [paced.window("timeInterval, intervalDuration(1), creationPeriod(0.5), discardAge(0.3), "
                       "partitioned", partition_by="sensor")], [PANE])
     smooth = g.operator("smooth", Aggregate(
-        {"sensor": Last("sensor"), "start": Last("start"), "n": Sum("n"), "avg": Average("total"),
-         "peak": Max("total")}),
+        {"sensor": Last("sensor"), "start": Last("start"), "n": Sum("n"),
+         "avg": Average(lambda t: float(t["total"])), "peak": Max("total")}),
         [panes.window("sliding, count(4), count(1), partitioned", partition_by="sensor")], [SMOOTH])
     g.sink("write", FileSink(params["out"], format="csv", transactional=True), [smooth])
     return g
