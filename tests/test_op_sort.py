@@ -340,3 +340,19 @@ def test_a_progressive_sort_keeps_its_order_after_a_key_it_cannot_compare() -> N
     # [9 1 7]: 3 evicts 9: out 1; then 3, 7, 2, 6, and final flushes 4, 8, 9 in order
     assert [t["v"] for t in ok.tuples] == [5, 1, 3, 7, 2, 6, 4, 8, 9]
     assert [e["tuple"] for e in bad.tuples] == [{"v": None}]
+
+
+def test_a_failed_flush_names_the_event_not_the_tuple_that_completed_the_window() -> None:
+    # {'w': 2} lacks the sort key; {'v': 3} only completed the window, and was named as if it
+    # had failed: "KeyError: 'v' on tuple {'v': 3}".
+    from riverbed.operators import Aggregate, Sum
+    from riverbed.runtime import JobError
+    from riverbed.testing import run_operator
+
+    for op in (Aggregate({"s": Sum("v")}), Sort(sort_by="v")):
+        with pytest.raises(JobError) as info:
+            run_operator(op, [{"v": 1}, {"w": 2}, {"v": 3}], window="tumbling, count(3)")
+        assert str(info.value).splitlines()[-1].strip() == (
+            "operator 'op', input port 0: KeyError: 'v' at EVICTION (3 tuples), set off by "
+            "tuple {'v': 3}")
+

@@ -64,7 +64,7 @@ from ._host import CoreHost, FinalHold, TimerHandle
 from ._loops import LoopLog
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
 from ._output import MarkedBatch, OutputPort
-from ._windows import Window, build_window, route_listener_errors
+from ._windows import Window, build_window, failed_event, route_listener_errors
 
 __all__ = ["CoreHost", "FinalHold", "OperatorCore", "TimerHandle"]
 
@@ -1061,7 +1061,7 @@ class OperatorCore:
             raise exc
         error_port = self.odef.error_port
         if error_port is None or not isinstance(exc, Exception):
-            raise OperatorError(self.name, port, tup, exc) from exc
+            raise OperatorError(self.name, port, tup, exc, event=failed_event(exc)) from exc
         reason = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
         self.outputs[error_port].buf.append(
             {"operator": self.name, "port": port, "tuple": tup, "error": reason})

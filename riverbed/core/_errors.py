@@ -21,7 +21,8 @@ class OperatorError(Exception):
     """User code (or a window it drives) raised: the job stops with this, unless the
     operator has an error port, where the tuple and the error go instead."""
 
-    def __init__(self, operator: str, port: int | None, tup: Any, cause: BaseException) -> None:
+    def __init__(self, operator: str, port: int | None, tup: Any, cause: BaseException, *,
+                 event: str | None = None) -> None:
         self.operator = operator
         self.port = port
         self.tuple = tup
@@ -29,7 +30,10 @@ class OperatorError(Exception):
         where = f"operator {operator!r}"
         if port is not None:
             where += f", input port {port}"
-        what = f" on tuple {_short(tup)}" if tup is not None else ""
+        if event is not None:  # a window's event failed: the tuple only set it off
+            what = f" at {event}" + (f", set off by tuple {_short(tup)}" if tup is not None else "")
+        else:
+            what = f" on tuple {_short(tup)}" if tup is not None else ""
         super().__init__(f"{where}: {type(cause).__name__}: {cause}{what}")
 
 

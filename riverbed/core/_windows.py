@@ -105,3 +105,26 @@ def route_listener_errors(window: Window, route: Callable[[list[Any], str], None
         route(tuples or [None], reason)
 
     window.on_listener_error(failed, before)
+
+
+def failed_event(exc: BaseException) -> str | None:
+    """The window event a listener raised ``exc`` in, as a failure names it ("EVICTION of
+    partition 'a' (3 tuples)"), or None when it was not raised in one. A tumble's listener
+    that fails was reported "on tuple" the one that completed the window, which is not the
+    culprit. The handlers the windows call are the operators' own (Aggregate and Sort register
+    theirs), unwrapped on the hot path, so the failure's frames are read here, once, instead:
+    the innermost one holding an event."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for value in frame.f_locals.values():
+            if isinstance(value, StreamWindowEvent):
+                n = len(value.tuples)
+                label = value.type.name
+                if value.partition is not None:
+                    label += f" of partition {value.partition!r}"
+                return f"{label} ({n} tuple{'' if n == 1 else 's'})"
+    return None
