@@ -192,7 +192,14 @@ def test_sampler_rates_are_differences_over_the_time_between_samples(tmp_path: P
     assert (sink["late"], sink["waits_rate"], sink["queue"], sink["capacity"]) == (7, 1.5, 12, 16)
     for now in (13.0, 14.0):
         sampler.sample(now=now)
-    assert len(sampler.history()["samples"]) == 3  # the oldest dropped
+    samples = sampler.history()["samples"]
+    assert len(samples) == 3  # the oldest dropped
+    # Whole only the newest: the older ones hold what the page plots (600 whole samples of an
+    # 800-operator graph took 600 MB).
+    assert samples[-1] is sampler.latest and "streams" in samples[-1]
+    assert [set(s) for s in samples[:-1]] == [{"t", "operators"}] * 2
+    assert samples[0]["operators"]["sink"] == {"in_rate": 200.0, "out_rate": None, "queue": 12,
+                                               "waits_rate": 1.5}
 
 
 def test_sampler_keeps_a_checkpoint_and_reset_history(tmp_path: Path) -> None:

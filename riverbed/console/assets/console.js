@@ -13,6 +13,15 @@ const state = {
   groups: new Map(),  // operator name -> its <g> in the drawing
 };
 
+function plotted(sample) {
+  const operators = {};
+  for (const [name, op] of Object.entries(sample.operators)) {
+    operators[name] = { in_rate: op.in_rate, out_rate: op.out_rate, queue: op.queue,
+                        waits_rate: op.waits_rate };
+  }
+  return { t: sample.t, operators };
+}
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
@@ -244,6 +253,9 @@ function connect() {
     // A (re)connected stream starts with the newest sample, which /api/history may already
     // have given: taking it twice would list its checkpoints twice.
     if (newest && sample.t <= newest.t) return;
+    // The page keeps whole only the newest sample; the others hold what the plots read
+    // (the server keeps its history the same way).
+    if (newest) state.samples[state.samples.length - 1] = plotted(newest);
     state.samples.push(sample);
     if (state.samples.length > state.keep) state.samples.shift();
     if (sample.checkpoints.length) {
