@@ -106,7 +106,8 @@ def load_script(script: str | Path, params: dict[str, Any],
     except (GraphError, GraphValidationError):
         raise
     except Exception as exc:
-        raise ScriptError(f"{path}: the script failed: {type(exc).__name__}: {exc}") from exc
+        raise ScriptError(f"{path}: the script failed: {type(exc).__name__}: {exc}"
+                          f"{_where(exc, path)}") from exc
     build = namespace.get("build")
     if callable(build):
         read = _ReadParams(params)
@@ -115,7 +116,8 @@ def load_script(script: str | Path, params: dict[str, Any],
         except (GraphError, GraphValidationError):
             raise
         except Exception as exc:
-            raise ScriptError(f"{path}: build(params) failed: {_build_failure(exc, read)}") from exc
+            raise ScriptError(f"{path}: build(params) failed: {_build_failure(exc, read)}"
+                              f"{_where(exc, path)}") from exc
         for message in _misspelled(read):
             (warn or _warn_on_stderr)(message)
     elif params:
@@ -178,6 +180,23 @@ def _misspelled(params: _ReadParams) -> list[str]:
     return out
 
 
+def _where(exc: BaseException, script: Path) -> str:
+    """Where in the script ``exc`` was raised (its deepest frame in the script's own file:
+    " (at graph.py:12, in helper)"), or nothing when none is (a SyntaxError says its line)."""
+    found = None
+    tb = exc.__traceback__
+    target = script.resolve()
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if Path(code.co_filename).resolve() == target:
+            found = (tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    line, function = found
+    return f" (at {script.name}:{line}" + ("" if function == "<module>" else f", in {function}") + ")"
+
+
 def _build_failure(exc: Exception, params: _ReadParams) -> str:
     """What went wrong in ``build(params)``, naming the parameter behind it where one is."""
     if isinstance(exc, KeyError) and params.missing and exc.args and exc.args[0] == params.missing[-1]:
@@ -188,7 +207,7 @@ def _build_failure(exc: Exception, params: _ReadParams) -> str:
     # name the parameter that holds it; else the last one read, the likeliest culprit.
     culprits = [n for n in dict.fromkeys(reversed(params.read))
                 if isinstance(params[n], str) and repr(dict.get(params, n)) in str(exc)]
-    if not culprits and params.read and isinstance(exc, ValueError | TypeError):
+    if not culprits and params.read and isinstance(exc, ValueError | TypeError | ArithmeticError):
         culprits = [params.read[-1]]
     if culprits:
         name = culprits[0]

@@ -53,7 +53,48 @@ def test_any_other_build_failure_is_one_line_exit_2(tmp_path: Path) -> None:
     script = _script(tmp_path, "def build(params):\n    raise RuntimeError('no database')\n")
     code, said = _run(script)
     assert code == EXIT_INVALID and said == [f"riverbed run: {script}: build(params) failed: "
-                                             "RuntimeError: no database"]
+                                             "RuntimeError: no database (at graph.py:3, in build)"]
+
+
+def test_a_failure_says_where_in_the_script_it_was_raised(tmp_path: Path) -> None:
+    # A NameError in a helper said what, not where (only a SyntaxError had its line).
+    script = _script(tmp_path, "def helper():\n    return Pas\n\n\ndef build(params):\n"
+                               "    helper()\n")
+    code, said = _run(script)
+    assert code == EXIT_INVALID and said == [
+        f"riverbed run: {script}: build(params) failed: NameError: name 'Pas' is not defined "
+        "(at graph.py:3, in helper)"]
+    script = _script(tmp_path, "import json\nSETTINGS = json.loads('{')\n")
+    code, said = _run(script)
+    assert code == EXIT_INVALID and len(said) == 1 and said[0].endswith("(at graph.py:3)")
+
+
+def test_a_parameter_that_overflows_is_named(tmp_path: Path) -> None:
+    script = _script(tmp_path, "def build(params):\n    n = int(params['n'])\n    return Graph('g')\n")
+    code, said = _run(script, "n=1e400")
+    assert code == EXIT_INVALID and len(said) == 1
+    assert "OverflowError: cannot convert float infinity to integer (parameter -p n=inf)" in said[0]
+
+
+def test_a_delta_on_an_attribute_the_schema_lacks_points_at_it(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+from riverbed import Operator, Schema
+from riverbed.testing import ListSource
+
+class Sink(Operator):
+    def on_tuple(self, tup, port):
+        pass
+
+def build(params):
+    g = Graph("wt")
+    s = g.source("s", ListSource([]), schema=Schema(sensor="rstring", v="int64"))
+    g.sink("snk", Sink(), [s.window("tumbling, delta(vv, 3)")])
+    return g
+""")
+    code, said = _run(script)
+    assert code == EXIT_INVALID
+    assert ("eviction delta(vv, 3) uses 'vv', which is not in the schema tuple<rstring sensor, int64 "
+            "v>\n    tumbling, delta(vv, 3)\n                    ^^ [unknown-attribute]") in said[0]
 
 
 @pytest.mark.parametrize("period", ["inf", "1e-9", "0.00001", "nan", "-1s", "0"])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..windows import Delta, TimeIntervalSpec, WindowSpec
+from ..windows import Delta, TimeIntervalSpec, WindowClauseError, WindowSpec
 from ._errors import GraphError, GraphValidationError
 from ._model import Connection, EventTime, FrozenGraph, InputPort, OperatorDef, parse_port_window
 from ._operator import PortLayout, own_rules
@@ -189,9 +189,9 @@ def _check_window(op: OperatorDef, i: int, port: InputPort, schema: Schema | Non
             if isinstance(policy, Delta):
                 t = schema.type_of(policy.attribute)
                 if t is None:
-                    errors.append(GraphError(op.name, "unknown-attribute",
-                                             f"input port {i}: {role} {policy.clause()} uses "
-                                             f"{policy.attribute!r}, which is not in the schema {schema}"))
+                    errors.append(GraphError(op.name, "unknown-attribute", f"input port {i}: " + _pointed(
+                        f"{role} {policy.clause()} uses {policy.attribute!r}, which is not in the "
+                        f"schema {schema}", window, role, policy.attribute)))
                 elif t not in _NUMERIC:
                     errors.append(GraphError(op.name, "attribute-type",
                                              f"input port {i}: {role} {policy.clause()}: "
@@ -315,3 +315,16 @@ def event_time_region(defs: dict[str, OperatorDef] | Any) -> dict[str, EventTime
                 region[op.name] = et
                 frontier.append((op.name, et))
     return region
+
+
+def _pointed(reason: str, window: WindowSpec, role: str, attribute: str) -> str:
+    """``reason`` with the clause under it and a caret under the delta's attribute, as the
+    clause parser's own errors point at the text (eviction's delta is the first, trigger's the
+    last)."""
+    clause = window.clause()
+    text = f"delta({attribute}"
+    at = clause.find(text) if role == "eviction" else clause.rfind(text)
+    if at < 0:
+        return reason
+    return str(WindowClauseError(reason, clause, at + len("delta("), len(attribute)))
+
