@@ -294,3 +294,11 @@ def test_custom_without_tuple_logic_says_so() -> None:
     with pytest.raises(JobError, match=r"Custom 'op' received a tuple on input port 0 but has no "
                                        r"on_tuple logic"):
         run(Custom(), [{"v": 1}])
+
+
+def test_custom_cannot_end_an_output_early_and_says_so() -> None:
+    # SPL's submit(Sys.FinalMarker, port) has no equivalent: the operator fails, saying why.
+    op = Custom(lambda o, t, p: o.submit_punct(Punct.FINAL, 0))
+    with pytest.raises(JobError, match=r"only window marks can be submitted; .* SPL's "
+                                       r"submit\(Sys.FinalMarker\) is not supported"):
+        run(op, [{"v": 1}])

@@ -212,7 +212,9 @@ class OperatorCore:
     def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None:
         if punct is not Punct.WINDOW:
             raise ValueError(f"operator {self.name!r}: only window marks can be submitted; final "
-                             "punctuation is sent by the runtime when the inputs end")
+                             "punctuation is sent by the runtime when the inputs end (an output "
+                             "port cannot end early: SPL's submit(Sys.FinalMarker) is not "
+                             "supported)")
         try:  # `OutputPort.mark` inlined: a mark after each join arrival
             out = self.outputs[port] if port >= 0 else None  # not an index from the end
         except (IndexError, TypeError):

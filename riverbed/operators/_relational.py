@@ -288,7 +288,10 @@ class Custom(ShapedOperator):
     Any number of input and output ports, no windows. Punctuation: free:
     incoming window marks are not forwarded, so submit one where the output
     should have it; final is forwarded by the runtime once every input port
-    has seen final (after ``on_punct`` ran for it).
+    has seen final (after ``on_punct`` ran for it). SPL's
+    ``submit(Sys.FinalMarker, port)``, which ends one output stream early, has
+    no equivalent: an output port ends with the operator (submitting
+    `Punct.FINAL` fails the operator, saying so).
     """
 
     port_ranges = PortRanges(inputs=(0, None), outputs=(0, None))
