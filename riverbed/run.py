@@ -464,7 +464,8 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             if signals == 1:
                 hint = ("a checkpoint, then every operator ends where it is (no final "
                         "punctuation: a restart goes on from there)" if job.regions else
-                        "sources end, final punctuation drains the graph")
+                        "an operator failed: its drain is already under way" if job.failures
+                        else "sources end, final punctuation drains the graph")
                 log.info("stopping", signal=signal.Signals(signum).name,
                          hint=f"{hint}; signal again to abort")
                 job.stop()
@@ -500,9 +501,12 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
         else:
             asyncio.run(main())
     except JobError as exc:
-        if aborted:
+        if aborted and not job.failures:
             err(f"riverbed run: job {job.name!r} aborted")
             return EXIT_ABORTED
+        if aborted:  # while a failure drained: the failure is what the user must hear of
+            err(f"riverbed run: {exc} (aborted while draining)")
+            return EXIT_FAILED
         if len(exc.errors) == 1 and isinstance(exc.errors[0], RestoreRefused):
             err(f"riverbed run: {checkpoint_dir}: {exc.errors[0]}")
             return EXIT_INVALID

@@ -124,3 +124,12 @@ def test_an_operator_passing_its_input_on_unchanged_needs_the_inputs_schema_out(
                 "the input's tuple<int32 k, int32 a>; the declared tuple<int32 k, int32 a, "
                 "rstring b> adds 'b'",
     }  # (Split's second port: the same attributes in another order is the same schema)
+
+
+def test_a_passed_on_schema_may_space_its_types_another_way() -> None:
+    from riverbed.operators import Filter
+
+    g = Graph("spaced")
+    s = g.source("s", ListSource([]), schema=Schema(v="map<rstring,int64>", w="list<int64>"))
+    g.operator("f", Filter(lambda t: True), [s], [Schema(v="map<rstring, int64>", w="list< int64 >")])
+    g.freeze()  # the same types: not refused

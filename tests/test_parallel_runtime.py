@@ -276,6 +276,32 @@ def test_an_operator_failing_in_a_worker_stops_the_job_naming_it_and_the_tuple()
     assert all(_gone(m.pid) for m in job.parallel[0].metrics())
 
 
+def test_a_worker_failing_during_a_failure_drain_is_listed_after_the_first() -> None:
+    # An operator of the job's process fails and the job drains; then one in a worker fails
+    # too: the JobError named only the worker's, dropping the first.
+    class BoomAt(Operator):
+        def __init__(self, at: int) -> None:
+            self.at = at
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            if tup["v"] == self.at:
+                raise ValueError(f"bad {self.at}")
+            self.submit(tup)
+
+    g = Graph("two")
+    src = g.source("src", Readings(2000), schema=READING)
+    g.sink("a_sink", Collect(), [g.operator("a", BoomAt(100), [src])])
+    with g.parallel(1):
+        p = g.operator("p", BoomAt(150), [src])
+    g.sink("p_sink", Collect(), [p])
+    job = Job(g, batch_size=100)
+    with pytest.raises(JobError) as info:
+        asyncio.run(job.run())
+    named = [(e.operator, "bad 150" in str(e) or str(e.cause)) for e in info.value.errors
+             if isinstance(e, OperatorError)]
+    assert named == [("a", "bad 100"), ("p", True)], named
+
+
 def test_a_tuple_without_the_key_stops_the_job_naming_the_region_and_tuple() -> None:
     class NoKey(Source):
         def generate(self) -> Any:

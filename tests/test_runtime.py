@@ -471,6 +471,40 @@ def test_a_schema_violation_names_the_attribute_and_the_port() -> None:
     assert sink.items == [{"k": "a", "temp": 1.5}, Punct.FINAL]  # what came before it goes on
 
 
+def test_a_violation_in_a_sources_last_batch_still_sends_final() -> None:
+    # The violation surfaced while final was being sealed in: final was then never sent and the
+    # job hung (a review of the drain).
+    g = Graph("lastbatch")
+    sink = Collect()
+    g.sink("sink", sink, [g.source("s", ItemSource([{"v": 1}, {"v": "bad"}, Punct.FINAL]),
+                                   schema=Schema(v="int64"))])
+    with pytest.raises(JobError, match=r"attribute 'v' = 'bad' is not a valid int64"):
+        run_graph(g, clock=VirtualClock())
+    assert sink.items == [{"v": 1}, Punct.FINAL]
+
+
+class AbortsOnFirst(Operator):
+    def __init__(self) -> None:
+        self.job: Job | None = None
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        assert self.job is not None
+        if self.job.failures:  # a drain under way: the user aborts it
+            self.job.abort()
+
+
+def test_an_abort_during_a_failure_drain_keeps_the_failure() -> None:
+    g = Graph("abortdrain")
+    s = g.source("s", ListSource([{"v": i} for i in range(5000)]))
+    g.sink("after", Collect(), [g.operator("fails", BoomAt(3), [s])])
+    aborter = AbortsOnFirst()
+    g.sink("slow", aborter, [s])
+    job = Job(g, clock=VirtualClock(), batch_size=100)
+    aborter.job = job
+    with pytest.raises(JobError, match=r"operator 'fails', input port 0: ValueError: bad 3"):
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+
+
 class AsyncBad(Source):
     async def run(self) -> None:
         self.submit({"k": "a", "temp": 1.5})

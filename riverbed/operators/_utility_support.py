@@ -233,10 +233,13 @@ def passthrough_problems(ports: PortLayout) -> list[str]:
     if given is None:
         return []
     problems = []
+    have = {n: "".join(t.split()) for n, t in given.as_dict().items()}  # (map<a, b> = map<a,b>)
     for port, declared in enumerate(ports.output_schemas):
-        if declared is None or declared.as_dict() == given.as_dict():
+        if declared is None:
             continue
-        have, want = given.as_dict(), declared.as_dict()
+        want = {n: "".join(t.split()) for n, t in declared.as_dict().items()}
+        if want == have:
+            continue
         diffs = [f"lacks {n!r}" for n in have if n not in want]
         diffs += [f"adds {n!r}" for n in want if n not in have]
         diffs += [f"makes {n!r} {want[n]} (the input's is {have[n]})"

@@ -205,8 +205,8 @@ class Job:
                 for region in self.regions:
                     if region.period is not None or region.spec is not None:
                         self.spawn(region.periodic(), f"{self.name}/{region.name or 'job'}/checkpoints")
-        except* Exception as group:
-            raise JobError(self.name, _flatten(group)) from None
+        except* Exception as group:  # (after failures a drain had: they come first)
+            raise JobError(self.name, self._failures + _flatten(group)) from None
         finally:
             self._tg = None
             for host in self.parallel:
@@ -240,11 +240,21 @@ class Job:
         last checkpoint (output after it would be repeated)."""
         return not self.regions
 
-    def operator_failed(self, exc: OperatorError | SchemaViolation) -> None:
+    @property
+    def failures(self) -> list[BaseException]:
+        """What failed so far (a job that drains after a failure has one at least)."""
+        return list(self._failures)
+
+    def operator_failed(self, exc: OperatorError | SchemaViolation, operator: str) -> None:
         """An operator failed and the job drains (`drains_failures`): the sources stop, final
         punctuation drains the graph around the failed operator, and `run` raises `JobError`
         naming it (and any other that fails meanwhile)."""
+        first = not self._failures
         self._failures.append(exc)
+        if self._log is not None:
+            self._log.error("operator failed", operator=operator, error=str(exc),
+                            hint="the sources stop and what was submitted before the failure "
+                                 "drains to the sinks; the job then fails" if first else None)
         self.stop()
 
     def log_region(self, event: str, *, level: str = "warning", **fields: Any) -> None:

@@ -177,22 +177,28 @@ class OperatorRunner:
         punctuation, as after a stop; what still comes in is dropped; the job stops its sources
         and drains, then ends with the failure (`Job.operator_failed`)."""
         self.inbox.discard()
-        self._job.operator_failed(exc)
+        self._job.operator_failed(exc, self.name)
         core = self.core
-        try:
-            if not self._closing:  # (else final went out already, or its on_shutdown failed)
-                core.close_outputs()
-            await self.flush()
-        except (OperatorError, SchemaViolation):  # the same failure again: send final alone
-            for out in core.outputs:
-                out.reset()
-            core.close_outputs()
-            await self.flush()
-        if not self._closing:
+        closed = self._closing  # (final went out already, and its on_shutdown failed)
+        for last in (False, False, True):
+            try:
+                if not self._closing:
+                    core.close_outputs()  # (a port's seal that fails leaves what came before)
+                    self._closing = True
+                await self.flush()
+                break
+            except (OperatorError, SchemaViolation) as again:  # another tuple's violation
+                self._job.operator_failed(again, self.name)
+                if last:  # final alone, whatever the ports hold: downstream must end
+                    for out in core.outputs:
+                        out.reset()
+                    core.close_outputs()
+                    await self.flush()
+        if not closed:
             try:
                 core.shut_down()  # its on_shutdown too: a sink's buffered lines reach its file
             except (OperatorError, SchemaViolation) as again:
-                self._job.operator_failed(again)
+                self._job.operator_failed(again, self.name)
 
     async def _drive(self) -> None:
         core = self.core
@@ -230,8 +236,8 @@ class OperatorRunner:
             # (the checkpoint holds it still open), then the maximum watermark and final, and
             # only once they are delivered does the operator report that it finished.
             core.serve_barrier()
-            self._closing = True
             core.close_outputs()
+            self._closing = True  # (after: a seal that fails in it leaves final to send)
             await self.flush()
             core.shut_down()
         except asyncio.CancelledError:
