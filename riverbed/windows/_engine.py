@@ -545,7 +545,8 @@ class WindowEngine(Generic[T]):
             self._arm_tick(part, state.now + period)
 
     def _new_partition(self, key: Hashable) -> Partition:
-        part = Partition(key, self._config.sliding)
+        config = self._config
+        part = Partition(key, config.sliding, deltas=config.ev == DELTA, times=config.ev == TIME)
         evicted = self._dropped_evicted.pop(key, None)  # C++: the key's count goes on
         part.evicted = self._next_epoch() if evicted is None else evicted
         state = self._state

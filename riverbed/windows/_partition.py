@@ -19,7 +19,9 @@ from typing import Any
 
 from ._timers import Timer
 
-__all__ = ["STORED", "Partition"]
+__all__ = ["NOTHING", "STORED", "Partition"]
+
+NOTHING: tuple[()] = ()  # a partition's values or arrivals that its window's eviction never keeps
 
 STORED = ("key", "tuples", "values", "arrivals", "trigger_count", "seen_full", "delta_ref",
           "has_delta_ref", "last_tick")
@@ -43,13 +45,17 @@ class Partition:
         "values",
     )
 
-    def __init__(self, key: Hashable | None, sliding: bool) -> None:
+    def __init__(self, key: Hashable | None, sliding: bool, *, deltas: bool = True,
+                 times: bool = True) -> None:
         # Stored in snapshots.
         self.key = key
         # Sliding windows pop from the front; tumbling windows only append and flush.
         self.tuples: Any = deque() if sliding else []
-        self.values: deque[Any] = deque()  # delta-eviction attribute values, parallel to tuples
-        self.arrivals: deque[int] = deque()  # time-eviction arrival times (ns), parallel to tuples
+        # Delta-eviction attribute values and time-eviction arrival times (ns), parallel to the
+        # tuples: a window whose eviction keeps neither shares one empty tuple, never written
+        # (two empty deques were 1.5 KB of the 1.7 KB each partition of a Java window keeps).
+        self.values: deque[Any] = deque() if deltas else NOTHING  # type: ignore[assignment]
+        self.arrivals: deque[int] = deque() if times else NOTHING  # type: ignore[assignment]
         self.trigger_count = 0  # count trigger: arrivals since the last trigger
         self.seen_full = False  # sliding: INITIAL_FULL already raised
         self.delta_ref: Any = None  # delta trigger reference (per-partition flavors)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._clause import same_clause
-from ._config import TIME, WindowConfig
+from ._config import DELTA, TIME, WindowConfig
 from ._errors import SnapshotError
 from ._keys import decode_partition_key, encode_partition_key
 from ._partition import Partition
@@ -95,7 +95,8 @@ class WindowState:
         """The state of a window just built: no partition (an unpartitioned window's one)."""
         state = cls()
         if not config.spec.partitioned:
-            state.parts[None] = Partition(None, config.sliding)
+            state.parts[None] = Partition(None, config.sliding, deltas=config.ev == DELTA,
+                                          times=config.ev == TIME)
         return state
 
 
@@ -184,10 +185,13 @@ def decode_partition(config: WindowConfig, data: Any, where: str = "partition sn
     if any(isinstance(a, bool) or not isinstance(a, int) for a in arrivals):
         raise SnapshotError(f"{where}: arrival times must be integer nanoseconds")
     key = _key(data.get("key"), where)
-    part = Partition(key if config.spec.partitioned else None, config.sliding)
+    part = Partition(key if config.spec.partitioned else None, config.sliding,
+                     deltas=config.ev == DELTA, times=config.ev == TIME)
     part.tuples = deque(tuples) if config.sliding else list(tuples)
-    part.values = deque(values)
-    part.arrivals = deque(arrivals)
+    if values or config.ev == DELTA:
+        part.values = deque(values)
+    if arrivals or config.ev == TIME:
+        part.arrivals = deque(arrivals)
     part.trigger_count = _field(data, "trigger_count", int, where)
     part.seen_full = _field(data, "seen_full", bool, where)
     part.delta_ref = data.get("delta_ref")
