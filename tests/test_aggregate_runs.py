@@ -1,4 +1,4 @@
-"""A full sliding count window's batch of triggers taken as one run (`FloatRuns`, the window's
+"""A full sliding count window's batch of triggers taken as one run (`SumRuns`, the window's
 `register_trigger_run`): the same rows, marks and errors as one trigger at a time.
 
 The reference is Aggregate's generic column loop (``_reference = True``), which takes no runs.
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from riverbed.core import JobError
 from riverbed.graph import Punct
 from riverbed.operators import Aggregate, AnyOf, Average, Count, Last, Sum
-from riverbed.operators._aggregate_runs import FloatRuns
+from riverbed.operators._aggregate_runs import SumRuns
 from riverbed.testing import at, run_operator
 from riverbed.windows import EventType, StreamWindow, StreamWindowEvent, make_window
 from tests.test_aggregate_fast import same_items
@@ -31,14 +31,14 @@ OUTPUT = {"ts": Last("ts"), "avg": Average("v"), "total": Sum("v"), "n": Count()
 def runs_taken(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many batches runs took (each call's result, counted)."""
     taken = [0]
-    take = FloatRuns.take
+    take = SumRuns.take
 
-    def counted(self: FloatRuns, *args: Any) -> bool:
+    def counted(self: SumRuns, *args: Any) -> bool:
         done = take(self, *args)
         taken[0] += done
         return done
 
-    monkeypatch.setattr(FloatRuns, "take", counted)
+    monkeypatch.setattr(SumRuns, "take", counted)
     return taken
 
 
@@ -84,6 +84,35 @@ def test_a_long_stream_of_floats_goes_by_runs_and_equals_the_reference(runs_take
     assert runs_taken[0] >= 10  # every batch after the window first filled
     assert len(fast) == 2 * 3000 + 1 and fast[1:-1:2] == [Punct.WINDOW] * 3000  # and final
     assert same_items(fast, ref)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(st.integers(-10**6, 10**6) | st.sampled_from([2**70, -2**70, 0, -1]),
+                       min_size=1, max_size=60),
+       cuts=st.sets(st.integers(0, 40), min_size=2, max_size=12), size=st.integers(1, 7))
+def test_runs_of_ints_give_the_rows_of_one_trigger_at_a_time(
+        values: list[int], cuts: set[int], size: int) -> None:
+    # Exact int sums, an int Sum and SPL's integer Average (truncated toward zero).
+    fast, ref = both(items_of(values, cuts), size)
+    assert same_items(fast, ref), (fast, ref)
+
+
+def test_a_long_stream_of_ints_goes_by_runs_and_equals_the_reference(runs_taken: list[int]) -> None:
+    values = [(i * 7919 % 1000) - 500 for i in range(3000)]
+    fast, ref = both(items_of(values, set(range(99, 3000, 250))), 100)
+    assert runs_taken[0] >= 10
+    assert same_items(fast, ref)
+    rows = [x for x in fast if isinstance(x, dict)]
+    assert all(type(r["total"]) is int and type(r["avg"]) is int for r in rows)
+    assert rows[-1]["avg"] == int(sum(values[-100:]) / 100)  # (toward zero)
+
+
+def test_a_window_mixing_ints_and_floats_goes_one_trigger_at_a_time(runs_taken: list[int]) -> None:
+    values: list[Any] = list(range(40))
+    values[25] = 25.0
+    fast, ref = both(items_of(values, {9, 19, 29}), 5)
+    assert same_items(fast, ref)
+    assert runs_taken[0] == 1  # 10-19; 20-29 held 25.0, and 30-39 found it in the window
 
 
 def test_a_batch_with_a_value_the_scaling_cannot_keep_exact_goes_one_trigger_at_a_time(

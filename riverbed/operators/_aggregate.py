@@ -60,10 +60,18 @@ from ..windows import (
 from ..windows import (
     Time as TimePolicy,
 )
-from ._aggregate_functions import Accumulator, AggregateFunction, Average, Last, NoArgument, Scope, Sum
+from ._aggregate_functions import (
+    Accumulator,
+    AggregateFunction,
+    Average,
+    Last,
+    NoArgument,
+    Scope,
+    Sum,
+)
 from ._aggregate_math import SumAccumulator, freeze
 from ._aggregate_rows import Column, RowBuilder, compile_rows, expression_key, reads_scope
-from ._aggregate_runs import FloatRuns, RunRows, compile_run_rows
+from ._aggregate_runs import RunRows, SumRuns, compile_run_rows
 from ._params import OperatorParameterError, spl_aliases
 from ._utility_support import attribute_problems, declared_output, result_submit, results_submit
 
@@ -385,8 +393,8 @@ class Aggregate(Operator):
         self._build: RowBuilder = self._build_reference
         self._needs_scope = True
         self._reference = False  # True: the generic column loop (property tests compare both)
-        self._run_rows: RunRows | None = None
-        self._runs: FloatRuns | None = None  # a full sliding count window's batches of triggers
+        self._run_rows: tuple[RunRows, RunRows] | None = None
+        self._runs: SumRuns | None = None  # a full sliding count window's batches of triggers
         self._window: Any = None
         self._reset()
 
@@ -523,7 +531,7 @@ class Aggregate(Operator):
     def _listen(self, window: Any, tumbling: bool) -> None:
         """Register with the window, per event type, the handler this window mode needs."""
         handlers: dict[EventType, Callable[[StreamWindowEvent[Any]], None]]
-        runs: FloatRuns | None = None
+        runs: SumRuns | None = None
         if isinstance(window, TimeIntervalWindow):
             if self._reference or self._key_of is not None or self._needs_scope:
                 handlers = {TRIGGER: self._pane_trigger, INITIAL_FULL: self._initial_full}
@@ -555,7 +563,7 @@ class Aggregate(Operator):
                 handlers = {TRIGGER: trigger, INITIAL_FULL: self._initial_full,
                             PARTITION_EVICTION: self._partition_evicted}
                 if self._key_of is None and self._run_rows is not None:
-                    runs = FloatRuns(self._run_rows, results_submit(self, 0))
+                    runs = SumRuns(self._run_rows, results_submit(self, 0))
             elif self._incremental and self._key_of is None:  # one group: handlers of its own
                 handlers.update({INSERTION: self._insert_single, EVICTION: self._evict_single,
                                  TRIGGER: self._trigger_single})
@@ -780,7 +788,7 @@ class Aggregate(Operator):
         self._trigger_caught_up(event)
 
     def _trigger_run(self, key: Hashable, batch: Sequence[Any], tuples: Any, size: int) -> bool:
-        """A full window's batch of triggers at once (`FloatRuns`), when the partition is
+        """A full window's batch of triggers at once (`SumRuns`), when the partition is
         mirrored up to the window's last eviction and allowed to output."""
         state = self._states.get(key)
         runs = self._runs

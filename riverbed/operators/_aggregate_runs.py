@@ -11,9 +11,11 @@ divided the same way, so the same correctly rounded results), and builds the row
 comprehension.
 
 A run applies only while every value in the window and in the batch is a float that the
-scaling keeps exact (each accumulator on its fast path), and only to rows made of Sum and
-Average of attributes, Last and Any of attributes, Count and constants: no user code runs
-in a run. Anything else, and any read that raises, refuses the batch before anything
+scaling keeps exact (each accumulator on its fast path), or every one is an int (the sums
+are exact as they are: no scaling, an int Sum, an Average truncated toward zero as SPL's
+integer Average is), and only to rows made of Sum and Average of attributes, Last and Any of
+attributes, Count and constants: no user code runs in a run. Anything else (a window mixing
+ints and floats, a bool), and any read that raises, refuses the batch before anything
 changes, and its triggers go one at a time as before, raising what they raise.
 """
 
@@ -31,18 +33,26 @@ from ._aggregate_functions import Average, Count, Last, Sum
 from ._aggregate_math import _FAST, _FAST_BITS, _FAST_DEN, SumAccumulator
 from ._aggregate_rows import Column, compiled
 
-__all__ = ["FloatRuns", "RunRows", "compile_run_rows"]
+__all__ = ["RunRows", "SumRuns", "compile_run_rows"]
 
 RunRows = Callable[[Sequence[Any], list[list[int]], int, int], list[dict[str, Any]]]
 """``build(batch, sums, den, size)``: one row per tuple of ``batch``, where ``sums[i]`` holds
 accumulator ``i``'s scaled sum after each step, ``den`` is ``size`` scaled."""
 
 _FLOATS = {float}
+_INTS = {int}  # (not bool: `SumAccumulator` takes bools apart)
 
 
-def compile_run_rows(columns: Sequence[Column]) -> RunRows | None:
-    """The run's row builder for these columns, or None when one of them needs more than a
-    run has (a user function, the window's tuples, an accumulator that is not an exact sum)."""
+def compile_run_rows(columns: Sequence[Column]) -> tuple[RunRows, RunRows] | None:
+    """The run's row builders for these columns, one for floats and one for ints, or None
+    when one of them needs more than a run has (a user function, the window's tuples, an
+    accumulator that is not an exact sum)."""
+    floats = _compile_run_rows(columns, ints=False)
+    ints = _compile_run_rows(columns, ints=True)
+    return None if floats is None or ints is None else (floats, ints)  # (both or neither)
+
+
+def _compile_run_rows(columns: Sequence[Column], *, ints: bool) -> RunRows | None:
     env: dict[str, Any] = {"FAST_DEN": _FAST_DEN}
     items: list[str] = []
     sums: dict[int, str] = {}  # accumulator index -> its name in the comprehension
@@ -54,7 +64,11 @@ def compile_run_rows(columns: Sequence[Column]) -> RunRows | None:
             expr = f"c{i}"
         elif kind == "incremental" and cls in (Sum, Average) and isinstance(obj.value, str):
             name = sums.setdefault(index, f"s{index}")
-            expr = f"{name} / den" if cls is Average else f"{name} / FAST_DEN"
+            if ints:  # exact ints: the sum itself, and SPL's integer Average (toward zero)
+                expr = f"({name} // size if {name} >= 0 else -(-{name} // size))" \
+                    if cls is Average else name
+            else:
+                expr = f"{name} / den" if cls is Average else f"{name} / FAST_DEN"
         elif kind == "function" and cls in (Last, AnyOf) and isinstance(obj.value, str):
             env[f"attr{i}"] = obj.value
             expr = f"t[attr{i}]"
@@ -72,6 +86,15 @@ def compile_run_rows(columns: Sequence[Column]) -> RunRows | None:
     return build
 
 
+def _integers(read: Callable[[Any], Any], tuples: Sequence[Any] | deque[Any]) -> list[int] | None:
+    """Each tuple's value, if every one is an int; None otherwise, or if a read raises."""
+    try:
+        values = list(map(read, tuples))
+    except Exception:  # the trigger that reads it raises it, one at a time
+        return None
+    return values if set(map(type, values)) == _INTS else None
+
+
 def _scaled(read: Callable[[Any], Any], tuples: Sequence[Any] | deque[Any]) -> list[int] | None:
     """Each tuple's value times 2**80 as an int, if every value is a float that this keeps
     exact (`SumAccumulator.add`'s fast path); None otherwise, or if a read raises."""
@@ -87,18 +110,19 @@ def _scaled(read: Callable[[Any], Any], tuples: Sequence[Any] | deque[Any]) -> l
     return list(map(int, scaled))
 
 
-class FloatRuns:
-    """One Aggregate's runs: its row builder, its results submit, and each accumulator's
-    scaled values parallel to the mirrored window (kept between runs while no single trigger
-    moved the mirror; rebuilt from it otherwise)."""
+class SumRuns:
+    """One Aggregate's runs: its row builders (floats, ints), its results submit, and each
+    accumulator's values (scaled floats, or ints) parallel to the mirrored window (kept between
+    runs while no single trigger moved the mirror; rebuilt from it otherwise)."""
 
-    __slots__ = ("at", "build", "emit", "mirrors", "owner")
+    __slots__ = ("at", "build", "build_ints", "emit", "ints", "mirrors", "owner")
 
-    def __init__(self, build: RunRows, emit: Callable[[list[Any]], None]) -> None:
-        self.build = build
+    def __init__(self, builds: tuple[RunRows, RunRows], emit: Callable[[list[Any]], None]) -> None:
+        self.build, self.build_ints = builds
         self.emit = emit
         self.owner: Any = None  # the mirror state `mirrors` belong to
         self.at = -1  # its window eviction count when they were last right
+        self.ints = False  # what `mirrors` hold: ints, or floats scaled to ints
         self.mirrors: list[deque[int]] = []
 
     def take(self, state: Any, order: deque[Any], accs: list[Any], batch: Sequence[Any],
@@ -106,13 +130,24 @@ class FloatRuns:
         """Emit the rows of ``batch``'s triggers and move the mirror (``order``, ``accs``,
         ``state.evicted``) past them; False, having changed nothing, where a run does not
         apply. ``order`` mirrors the full window (``size`` tuples) as of ``state.evicted``."""
+        ints = None  # each accumulator: all floats on the fast path, or all ints
         for acc in accs:
-            if (type(acc) is not SumAccumulator or acc.floats != acc.n or acc.ints or acc.scaled
-                    or acc.nan or acc.pinf or acc.ninf or acc.broken):
+            if (type(acc) is not SumAccumulator or acc.scaled or acc.nan or acc.pinf or acc.ninf
+                    or acc.broken or acc.other):
                 return False
+            if acc.floats == acc.n and not acc.ints:
+                kind = False
+            elif not acc.floats and not acc.fast:
+                kind = True
+            else:
+                return False
+            if ints is not None and kind != ints:
+                return False
+            ints = kind
+        values = _integers if ints else _scaled
         mirrors = self.mirrors
-        if self.owner is not state or self.at != state.evicted:
-            rebuilt = [_scaled(acc.read, order) for acc in accs]
+        if self.owner is not state or self.at != state.evicted or self.ints is not ints:
+            rebuilt = [values(acc.read, order) for acc in accs]
             if None in rebuilt:
                 return False
             mirrors = [deque(m) for m in rebuilt if m is not None]
@@ -120,25 +155,31 @@ class FloatRuns:
         news: list[list[int]] = []
         sums: list[list[int]] = []
         for acc, mirror in zip(accs, mirrors, strict=True):
-            new = _scaled(acc.read, batch)
+            new = values(acc.read, batch)
             if new is None:
                 return False
             old = list(islice(mirror, k)) if k <= size else [*mirror, *new[:k - size]]
-            steps = accumulate(map(sub, new, old), initial=acc.fast)
+            steps = accumulate(map(sub, new, old), initial=acc.ints if ints else acc.fast)
             next(steps)
             news.append(new)
             sums.append(list(steps))
         try:
-            rows = self.build(batch, sums, size << _FAST_BITS, size)
+            if ints:
+                rows = self.build_ints(batch, sums, size, size)
+            else:
+                rows = self.build(batch, sums, size << _FAST_BITS, size)
         except Exception:  # (a Last attribute missing: its trigger raises it)
             return False
         self.emit(rows)
         for acc, mirror, new, s in zip(accs, mirrors, news, sums, strict=True):
-            acc.fast = s[-1]
+            if ints:
+                acc.ints = s[-1]
+            else:
+                acc.fast = s[-1]
             mirror.extend(new)
             drop_front(mirror, k)
         order.extend(batch)
         drop_front(order, k)
         state.evicted += k
-        self.owner, self.at, self.mirrors = state, state.evicted, mirrors
+        self.owner, self.at, self.ints, self.mirrors = state, state.evicted, bool(ints), mirrors
         return True
