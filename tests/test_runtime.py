@@ -337,6 +337,22 @@ def test_what_a_failing_operator_submitted_before_the_failure_reaches_the_sink()
     assert sink.shut_down
 
 
+class BreaksAfterTwo(Source):
+    def generate(self) -> Any:
+        yield {"v": 1}
+        yield {"v": 2}
+        raise ValueError("source broke")
+
+
+def test_what_a_source_yielded_before_it_raised_reaches_the_sink() -> None:
+    g = Graph("srcfail")
+    sink = Collect()
+    g.sink("sink", sink, [g.source("s", BreaksAfterTwo())])
+    with pytest.raises(JobError, match=r"operator 's': ValueError: source broke"):
+        run_graph(g, clock=VirtualClock())
+    assert sink.items == [{"v": 1}, {"v": 2}, Punct.FINAL]
+
+
 class BoomAt(Operator):
     def __init__(self, at: int) -> None:
         self.at = at

@@ -272,8 +272,15 @@ class OperatorRunner:
         while not self._job.stopping:
             core.serve_barrier()
             # What generate() raises names the source (and may heal its region), as an async
-            # source's failure does: it is the source's own code running here.
-            chunk = core.guard(list, None, itertools.islice(it, size))
+            # source's failure does: it is the source's own code running here. The items it
+            # yielded before it raised go on first (`list.extend` keeps them).
+            chunk: list[Any] = []
+            try:
+                chunk.extend(itertools.islice(it, size))
+            except USER_FAILURES as exc:
+                if chunk:
+                    core.emit_items(chunk)
+                core.guard(_reraise, None, exc)
             if not chunk or core.emit_items(chunk):
                 return
             await self.flush()
