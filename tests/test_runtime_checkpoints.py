@@ -375,3 +375,31 @@ def test_run_until_crash_raises_a_failure_of_the_job_itself() -> None:
         run_until_crash(job(), None)
     with pytest.raises(JobError, match="three"):
         run_until_crash(job(), 10**12)  # it failed before the crash was due
+
+
+def test_a_source_waiting_for_the_clock_sends_its_barrier_at_once() -> None:
+    # An idle source (items at 0 s and 3 s) and a busy one into a Union, then 1 s panes. The
+    # idle source's barrier went out only when it woke, and the Union, aligning, held the busy
+    # source's tuples until then: with checkpoints every 0.45 s the panes were [(1 s, 6)]
+    # instead of 11, 10, 10 (a fuzz review).
+    from riverbed.operators import Aggregate, Count, Union
+    from riverbed.testing import ListSink, at
+
+    def build(sink: ListSink) -> Graph:
+        g = Graph("idle")
+        busy = g.source("busy", ListSource([x for i in range(30) for x in (at(0.05 + i / 10), {"i": i})]))
+        idle = g.source("idle", ListSource([{"i": -1}, at(3.0), {"i": -2}]))
+        u = g.operator("union", Union(), [busy, idle])
+        agg = g.operator("agg", Aggregate({"n": Count()}), [u.window("tumbling, time(1)")])
+        g.sink("sink", sink, [agg])
+        return g
+
+    panes = []
+    for kwargs in ({}, {"checkpoints": MemoryStore(), "checkpoint_period": 0.45}):
+        sink = ListSink()
+        job = Job(build(sink), clock=VirtualClock(), **kwargs)  # type: ignore[arg-type]
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+        panes.append([(t, x["n"]) for x, t in zip(sink.items, sink.times, strict=True)
+                      if isinstance(x, dict)])
+    assert panes[0] == [(1_000_000_000, 11), (2_000_000_000, 10), (3_000_000_000, 10)]
+    assert panes[1] == panes[0]

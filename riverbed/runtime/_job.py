@@ -392,7 +392,7 @@ class _RunnerHost:
         await self._runner.flush()
 
     async def sleep_until(self, core: OperatorCore, when: int) -> None:
-        await self._job.clock.sleep_until(when)
+        await self._runner.sleep_until(when)
 
 
 def _flatten(group: BaseExceptionGroup[Exception]) -> list[BaseException]:

@@ -226,7 +226,7 @@ class Region:
             elif r.name in self.hosted:
                 continue  # in worker processes: barriers reach it there (replicas: see below)
             elif r.odef.kind == "source":
-                core.start_checkpoint(checkpoint_id)
+                r.start_checkpoint(checkpoint_id)  # (at once, if it waits for the clock)
             elif core.inputs_ended or not any(c.operator in self.member_names
                                               for c in core.connections):
                 # No barrier can reach it (its inputs ended but it still holds items, like

@@ -71,6 +71,7 @@ class OperatorRunner:
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
         self._source_task: asyncio.Task[None] | None = None
+        self._barrier_waiter: asyncio.Future[None] | None = None  # a source waiting for the clock
         self._task: asyncio.Task[None] | None = None
         self._restore: Any = None
         self._closing = False  # its inputs ended: final is on its way out
@@ -105,6 +106,40 @@ class OperatorRunner:
     def restore_on_start(self, state: Any) -> None:
         """Restore ``state`` (from `OperatorCore.checkpoint_state`) when the job starts."""
         self._restore = state
+
+    def start_checkpoint(self, checkpoint_id: int) -> None:
+        """A source's region asks for a checkpoint: its barrier goes out at its next batch
+        boundary or flush, or at once if it is waiting for the clock (`sleep_until`)."""
+        self.core.start_checkpoint(checkpoint_id)
+        waiter = self._barrier_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def sleep_until(self, when: int) -> None:
+        """A source waits for the clock (``context.sleep_until``). In a consistent region a
+        barrier asked for meanwhile goes out at once: waiting for the source's next item held
+        the barrier, and every operator aligning it (a Union, a Join, a windowed port fed by
+        this source and a busy one) held the busy source's tuples for the whole wait, so a
+        time window counted them in a later pane (a fuzz review: 25 of 31 tuples moved)."""
+        clock = self.clock
+        if self.region is None:
+            await clock.sleep_until(when)
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.core.barrier_requested:
+                await self.flush()  # (the barrier, after what was submitted)
+            waiter = self._barrier_waiter = loop.create_future()
+            sleep = loop.create_task(clock.sleep_until(when))
+            try:
+                await asyncio.wait((sleep, waiter), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self._barrier_waiter = None
+                if not sleep.done():
+                    sleep.cancel()
+            if sleep.done():
+                sleep.result()
+                return
 
     def request_stop(self) -> None:
         """A stop was requested: an async source is cancelled (a sync one stops between batches)."""
