@@ -187,3 +187,24 @@ def test_a_window_whose_events_span_partitions_is_refused_beyond_width_1(clause:
         with pytest.raises(GraphValidationError, match=why) as info:
             g.freeze()
         assert _rules(info.value) == [("w", "parallel")]
+
+
+def test_countall_of_a_partitioned_sliding_window_is_refused_beyond_width_1() -> None:
+    # CountAll counts every partition's tuples: split over channels it counted only each
+    # channel's (3 against 2 at width 2). Count() does not, and width 1 changes nothing.
+    from riverbed.operators import Aggregate, Count, CountAll
+    from riverbed.testing import ListSource
+
+    def build(width: int, count: Any) -> Graph:
+        g = Graph("ca")
+        s = g.source("s", ListSource([]), schema=Schema(k="int64", v="int64"))
+        with g.parallel(width, partition_by="k"):
+            g.operator("agg", Aggregate({"n": count}),
+                       [s.window("sliding, count(10), count(1), partitioned", partition_by="k")])
+        return g
+
+    with pytest.raises(GraphValidationError, match=r"operator 'agg'.*CountAll\(\) .* counts the "
+                                                    r"tuples of every partition"):
+        build(2, CountAll()).freeze().parallel  # noqa: B018 - the regions are resolved here
+    assert build(1, CountAll()).freeze().parallel
+    assert build(2, Count()).freeze().parallel
