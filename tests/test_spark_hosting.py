@@ -367,3 +367,18 @@ def test_a_ctrl_c_while_spark_starts_is_one_line(monkeypatch: Any, capsys: Any) 
     assert spark_command("run", "examples/sensors.py") == 130
     err = capsys.readouterr().err
     assert err == "riverbed spark: interrupted while Spark started; nothing was deployed\n"
+
+
+def test_a_java_error_whose_text_the_gone_jvm_cannot_give_is_a_stop() -> None:
+    # py4j's Java errors ask the JVM for their text: with the JVM gone, str() raised
+    # ConnectionRefusedError out of the stop's own handler (a traceback, exit 1).
+    from riverbed.spark_bridge._cli import _jvm_gone, _riverbed_failure, _text
+
+    class Py4JJavaError(Exception):
+        def __str__(self) -> str:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    gone = Py4JJavaError()
+    gone.__context__ = ConnectionRefusedError(111, "Connection refused")
+    assert "Py4JJavaError" in _text(gone)
+    assert _jvm_gone(gone) and not _riverbed_failure(gone)

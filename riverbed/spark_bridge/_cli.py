@@ -96,7 +96,7 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
             d.stop()
     except Exception as exc:  # a failed query: Spark's StreamingQueryException
         if not requested or not (_jvm_gone(exc) or not _riverbed_failure(exc)):
-            print(f"riverbed spark: the query failed: {failure_of(str(exc))}", file=sys.stderr)
+            print(f"riverbed spark: the query failed: {failure_of(_text(exc))}", file=sys.stderr)
             return EXIT_FAILED
         # Stopped, and the signal reached Spark's own processes as well: ``kill -- -PGID``,
         # ``timeout`` and systemd signal the whole process group, and the JVM (which pyspark
@@ -104,7 +104,7 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
         # committed stands, and the batch it was in is run again by the next run.
         d.abandon()
         echo("riverbed spark: stopped; Spark's processes ended with the signal before the query "
-             f"could stop ({failure_of(str(exc))})" + (
+             f"could stop ({failure_of(_text(exc))})" + (
                  ": its checkpoint is temporary, a run starts over" if d.temporary else
                  f": a run with --checkpoint {d.checkpoint} resumes from its last committed "
                  "micro-batch"))
@@ -139,10 +139,19 @@ def _jvm_gone(exc: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, (ConnectionError, EOFError)) or \
                 type(current).__name__ == "Py4JNetworkError" or \
-                any(sign in str(current) for sign in _JVM_GONE):
+                any(sign in _text(current) for sign in _JVM_GONE):
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+def _text(exc: BaseException) -> str:
+    """What ``exc`` says; py4j's Java errors ask the JVM for it, and a JVM the signal ended
+    raised ConnectionRefusedError from ``str()`` itself (a traceback, exit 1, seen under load)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"{type(exc).__name__} (its message was in Spark's JVM, which is gone)"
 
 
 def _riverbed_failure(exc: BaseException) -> bool:
@@ -152,7 +161,7 @@ def _riverbed_failure(exc: BaseException) -> bool:
     Hadoop's shell ("ExitCodeException exitCode=143"), each seen about 1 run in 3 on a loaded
     machine (exit 1, and the stop-38 test failed); a stop too (exit 0), its batch run again by
     the next run, where a real failure would fail again."""
-    return _RIVERBED_ERROR.search(str(exc)) is not None
+    return _RIVERBED_ERROR.search(_text(exc)) is not None
 
 
 def failure_of(message: str) -> str:
