@@ -654,6 +654,8 @@ class WindowEngine(Generic[T]):
 
     def _arm_evict(self, part: Partition) -> None:
         due = part.arrivals[0] + self._config.evict_after
+        if part.evict_at is not None:  # restored: the timer it had (`Partition.evict_at`)
+            due, part.evict_at = part.evict_at, None
         timer = part.idle_evict_timer
         if timer is None:
             part.evict_timer = self._timers.arm(due, partial(self._on_evict_timer, part))

@@ -31,6 +31,7 @@ class Partition:
     __slots__ = (
         "arrivals",
         "delta_ref",
+        "evict_at",
         "evict_timer",
         "evicted",
         "has_delta_ref",
@@ -70,6 +71,9 @@ class Partition:
         self.tick_timer: Timer | None = None
         self.evict_timer: Timer | None = None
         self.idle_evict_timer: Timer | None = None  # a fired eviction timer, kept to be armed again
+        # Restored at its snapshot's instant: when the eviction timer was armed for, if not its
+        # oldest tuple's deadline (a C++ window's C14 poll, a period after a suspended check).
+        self.evict_at: int | None = None
 
     def cancel_timers(self) -> None:
         if self.tick_timer is not None:

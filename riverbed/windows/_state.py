@@ -103,8 +103,8 @@ class WindowState:
 # ------------------------------------------------------------------------ encode
 
 
-def encode_partition(part: Partition) -> dict[str, Any]:
-    return {
+def encode_partition(part: Partition, evict_after: int | None = None) -> dict[str, Any]:
+    data = {
         "key": encode_partition_key(part.key),
         "tuples": list(part.tuples),
         "values": list(part.values),
@@ -115,6 +115,11 @@ def encode_partition(part: Partition) -> dict[str, Any]:
         "has_delta_ref": part.has_delta_ref,
         "last_tick": part.last_tick,
     }
+    timer = part.evict_timer
+    if (evict_after is not None and timer is not None and timer.alive and part.arrivals
+            and timer.due != part.arrivals[0] + evict_after):
+        data["evict_at"] = timer.due  # (a C14 poll: a restore at this instant keeps it)
+    return data
 
 
 def encode(config: WindowConfig, state: WindowState,
@@ -133,7 +138,7 @@ def encode(config: WindowConfig, state: WindowState,
         "now": state.now,
         "active": state.active,
         "final": state.final,
-        "partitions": [encode_partition(p) for p in parts],
+        "partitions": [encode_partition(p, config.evict_after) for p in parts],
         "lru": lru,
         "total": sum(len(p.tuples) for p in parts),
         "shared_delta_ref": [state.shared_has_ref, state.shared_ref],
@@ -197,6 +202,11 @@ def decode_partition(config: WindowConfig, data: Any, where: str = "partition sn
     part.delta_ref = data.get("delta_ref")
     part.has_delta_ref = _field(data, "has_delta_ref", bool, where)
     part.last_tick = _field(data, "last_tick", int, where)
+    evict_at = data.get("evict_at")
+    if evict_at is not None:
+        if isinstance(evict_at, bool) or not isinstance(evict_at, int):
+            raise SnapshotError(f"{where}: 'evict_at' must be integer nanoseconds")
+        part.evict_at = evict_at
     return part
 
 
@@ -239,6 +249,9 @@ def decode(config: WindowConfig, data: Any, *, now: int, active: bool) -> Window
     now = max(now, snap_now) if not active else now
     if snap_now > now:
         raise SnapshotError(f"the snapshot was taken at {snap_now} ns, after this window's time {now} ns")
+    for part in parts:  # a poll already past: the restore's evictions at once (C7) cover it
+        if part.evict_at is not None and part.evict_at <= now:
+            part.evict_at = None
     age_last_tick = data.get("age_last_tick")
     state = WindowState(
         now=now, active=True, final=_field(data, "final", bool, where),

@@ -383,9 +383,9 @@ class StreamWindow(WindowEngine[T]):
         self._set_state(state)
         if state.final:
             return
-        if snapshot.get("suspended") is True:
-            self._suspend()  # C14: a C++ window checkpointed stays still until its next tuple
         self._rearm_after_restore(order, same_instant=state.now == snapshot["now"])
+        if snapshot.get("suspended") is True:  # (after: its timers are armed once, as they were)
+            self._suspend()  # C14: a C++ window checkpointed stays still until its next tuple
 
     def snapshot_partition(self, partition: Hashable | None = None) -> dict[str, Any] | None:
         """One partition's state as plain data, or None for an unknown key."""
