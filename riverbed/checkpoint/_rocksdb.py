@@ -147,6 +147,9 @@ class RepairReport:
         return [i.id for i in self.before or () if i.status != "missing" and i.id not in after]
 
 
+FLUSH_EVERY = 200  # saves that drop old checkpoints between two memtable flushes
+
+
 class RocksDBStore(CheckpointStore):
     """Checkpoints in a RocksDB directory that this store opens exclusively.
 
@@ -168,6 +171,7 @@ class RocksDBStore(CheckpointStore):
         self._path = os.fspath(path)
         self._read_only = read_only
         self._compacting = True
+        self._unflushed = 0  # saves that dropped old checkpoints since the memtable was flushed
         self._closed = True  # until the database is open
         self._check_directory()
         self._db = self._open(auto_compactions=True)
@@ -370,6 +374,8 @@ class RocksDBStore(CheckpointStore):
                              "open it without read_only (only one process can)")
         try:
             self._db.write(_batch(puts, delete_ranges), self._sync)
+            if delete_ranges:
+                self._flush_now_and_then()
             return
         except Exception as exc:
             error = _map_error(exc, self._describe(), f"writing {len(puts)} record(s)", self._path)
@@ -383,6 +389,21 @@ class RocksDBStore(CheckpointStore):
             self._db.write(_batch(puts, delete_ranges), self._sync)
         except Exception as exc:
             raise _map_error(exc, self._describe(), f"writing {len(puts)} record(s)", self._path) from exc
+
+    def _flush_now_and_then(self) -> None:
+        """Write the memtable out every `FLUSH_EVERY` saves that dropped old checkpoints. Small
+        states never fill RocksDB's 64 MB write buffer, so each save's range deletion stayed
+        in it, and every new iterator (three a save) walked all of them: a save took 0.5 ms at
+        first, 23 ms after 2,000 checkpoints and 115 ms after 4,000, memory growing 40 MB a
+        thousand (a review). Flushed, the tombstones go to a table file that compactions drop:
+        0.6 ms a save through 4,000."""
+        self._unflushed += 1
+        if self._unflushed >= FLUSH_EVERY:
+            self._unflushed = 0
+            try:
+                self._db.flush()
+            except Exception as exc:
+                raise _map_error(exc, self._describe(), "flushing the memtable", self._path) from exc
 
     def _close(self) -> None:
         error: Exception | None = None
