@@ -109,7 +109,14 @@ class SourceContext(OperatorContext, Protocol):
         ...
 
     async def flush(self) -> None:
-        """Deliver what the source submitted (waits while downstream is full: backpressure)."""
+        """Deliver what the source submitted (waits while downstream is full: backpressure).
+
+        What was submitted since the last flush goes on as one batch, and stays one batch
+        through every operator downstream: a flush after each tuple costs ~5 µs a tuple at each
+        hop (25x a loop through three operators, against 1.6x when the source submits a run
+        and flushes once). Flush when a run ends or the source is about to wait; waiting for
+        the clock (`sleep_until`) flushes anyway.
+        """
         ...
 
     async def sleep_until(self, when: int) -> None:
