@@ -737,3 +737,33 @@ def test_a_long_run_of_small_checkpoints_flushes_the_memtable_now_and_then(tmp_p
             store.save(cid, {"op": {"count": cid}}, job="j", time_ns=cid)
         assert list(path.glob("*.sst")), "the memtable was never written out"
         assert store.latest_good() is not None and store.latest_good().id == FLUSH_EVERY + 9
+
+
+def test_a_memtable_flush_that_fails_is_a_warning_and_the_save_stands(tmp_path: Path) -> None:
+    # The save's write had committed when its flush failed (a full disk writing the table
+    # file): raising said the save failed, and the ledger, not updated, later reported the
+    # checkpoint it had dropped as lost.
+    from riverbed.checkpoint import StoreWarning
+    from riverbed.checkpoint._rocksdb import FLUSH_EVERY
+
+    warnings: list[StoreWarning] = []
+    store = RocksDBStore(tmp_path / "ck", keep_last=2, on_warning=warnings.append)
+    real = store._db
+
+    class FullDisk:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def flush(self, *args: Any) -> None:
+            raise Exception("IO error: No space left on device: While appending to file: 000123.sst")
+
+    store._db = FullDisk()  # type: ignore[assignment]
+    for cid in range(1, FLUSH_EVERY + 3):
+        store.save(cid, {"op": {"n": cid}}, job="j", time_ns=cid)
+    assert [w.kind for w in warnings] == ["flush"]
+    assert "the checkpoints are safe" in warnings[0].message
+    store._db = real
+    store.close()
+    with RocksDBStore(tmp_path / "ck", keep_last=2) as again:
+        assert [(i.id, i.status) for i in again.list()] == [(FLUSH_EVERY + 1, "ok"), (FLUSH_EVERY + 2, "ok")]
+        assert not again.lost

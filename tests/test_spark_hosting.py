@@ -382,3 +382,19 @@ def test_a_java_error_whose_text_the_gone_jvm_cannot_give_is_a_stop() -> None:
     gone.__context__ = ConnectionRefusedError(111, "Connection refused")
     assert "Py4JJavaError" in _text(gone)
     assert _jvm_gone(gone) and not _riverbed_failure(gone)
+
+
+def test_after_a_stop_signal_a_failure_of_the_graph_still_fails() -> None:
+    # A driver-stage failure surfacing from the query's stop (RuntimeError from an
+    # OperatorError, raised in this process) was read as Spark's side of the signal: exit 0.
+    from riverbed.core import OperatorError
+    from riverbed.spark_bridge._cli import _from_spark, _riverbed_failure
+
+    failed = RuntimeError("the driver stage failed: operator 'sink', input port 0: ValueError")
+    failed.__cause__ = OperatorError("sink", 0, {"a": 1}, ValueError("disk full"))
+    assert _riverbed_failure(failed) and not _from_spark(failed)
+
+    StreamingQueryException = type("StreamingQueryException", (Exception,),
+                                   {"__module__": "pyspark.errors.exceptions.captured"})
+    spark_side = StreamingQueryException("Query terminated with exception:  SQLSTATE: XXKST")
+    assert _from_spark(spark_side) and not _riverbed_failure(spark_side)

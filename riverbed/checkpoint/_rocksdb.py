@@ -374,14 +374,15 @@ class RocksDBStore(CheckpointStore):
                              "open it without read_only (only one process can)")
         try:
             self._db.write(_batch(puts, delete_ranges), self._sync)
-            if delete_ranges:
-                self._flush_now_and_then()
-            return
         except Exception as exc:
             error = _map_error(exc, self._describe(), f"writing {len(puts)} record(s)", self._path)
             if not isinstance(error, CheckpointCorrupt) or not self._compacting:
                 raise error from exc
             cause = exc
+        else:
+            if delete_ranges:  # (after the write: it committed, whatever the flush does)
+                self._flush_now_and_then()
+            return
         # A write cannot be corrupt itself: this is RocksDB's background error, set when a compaction
         # read a damaged table file. The write was refused before it reached the log.
         self._reopen_without_compaction(cause)
@@ -402,8 +403,10 @@ class RocksDBStore(CheckpointStore):
             self._unflushed = 0
             try:
                 self._db.flush()
-            except Exception as exc:
-                raise _map_error(exc, self._describe(), "flushing the memtable", self._path) from exc
+            except Exception as exc:  # the save committed (its log): a warning, not a failure
+                error = _map_error(exc, self._describe(), "writing its memtable out", self._path)
+                self._warn(StoreWarning("flush", f"{error}; the checkpoints are safe in RocksDB's "
+                                                 "log, but saves slow down until a flush succeeds"))
 
     def _close(self) -> None:
         error: Exception | None = None

@@ -88,7 +88,7 @@ Ranges = Sequence[tuple[bytes, bytes]]
 SkipHook = Callable[[int, CheckpointError], None]
 """Called by `CheckpointStore.latest_good` with the id and the reason of each checkpoint it skips."""
 
-WarningKind = Literal["lost", "damaged", "ledger"]
+WarningKind = Literal["lost", "damaged", "ledger", "flush"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +100,9 @@ class StoreWarning:
     store was stepped over: a table file that compaction cannot read, ids that
     a scan could not reach; every checkpoint saved since is still safe) or
     ``"ledger"`` (the record of committed checkpoints could not be read or
-    written, so losses may go unnoticed). ``message`` says what happened,
+    written, so losses may go unnoticed) or ``"flush"`` (RocksDB's memtable
+    could not be written out: every save stays safe in its log, but saves
+    slow down until a flush succeeds). ``message`` says what happened,
     what it costs and what to do.
     """
 

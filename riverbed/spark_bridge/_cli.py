@@ -95,7 +95,7 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
                 f" (a run with --checkpoint {d.checkpoint} resumes from it)"))
             d.stop()
     except Exception as exc:  # a failed query: Spark's StreamingQueryException
-        if not requested or not (_jvm_gone(exc) or not _riverbed_failure(exc)):
+        if not requested or _riverbed_failure(exc) or not (_jvm_gone(exc) or _from_spark(exc)):
             print(f"riverbed spark: the query failed: {failure_of(_text(exc))}", file=sys.stderr)
             return EXIT_FAILED
         # Stopped, and the signal reached Spark's own processes as well: ``kill -- -PGID``,
@@ -154,14 +154,33 @@ def _text(exc: BaseException) -> str:
         return f"{type(exc).__name__} (its message was in Spark's JVM, which is gone)"
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what caused it, each once."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
 def _riverbed_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` carries a riverbed error (an operator's, a key group's, a source's):
-    the graph failed. After a stop signal to the process group, anything else is Spark's side
-    ending of the signal: a process the JVM was spawning ("spawn helper ... signal: 15"),
-    Hadoop's shell ("ExitCodeException exitCode=143"), each seen about 1 run in 3 on a loaded
-    machine (exit 1, and the stop-38 test failed); a stop too (exit 0), its batch run again by
-    the next run, where a real failure would fail again."""
-    return _RIVERBED_ERROR.search(_text(exc)) is not None
+    """Whether ``exc`` is or carries a riverbed error (an operator's, a key group's, a
+    source's, the driver stage's: raised here, or in a task whose traceback Spark's message
+    holds): the graph failed, signal or not (a review found a driver-stage failure read as a
+    stop, exit 0)."""
+    return any(type(e).__module__.startswith("riverbed.") or _RIVERBED_ERROR.search(_text(e))
+               for e in _chain(exc))
+
+
+def _from_spark(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from Spark's JVM (a query's failure through py4j). After a stop
+    signal to the process group, such a failure without a riverbed error is Spark's side ending
+    of the signal: a process the JVM was spawning ("spawn helper ... signal: 15"), Hadoop's
+    shell ("ExitCodeException exitCode=143"), each seen about 1 run in 3 on a loaded machine
+    (exit 1, and the stop-38 test failed); a stop (exit 0), its batch run again by the next
+    run, where a real failure would fail again."""
+    return any(type(e).__module__.startswith(("py4j", "pyspark")) for e in _chain(exc))
 
 
 def failure_of(message: str) -> str:
