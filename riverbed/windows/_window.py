@@ -386,6 +386,8 @@ class StreamWindow(WindowEngine[T]):
         self._rearm_after_restore(order, same_instant=state.now == snapshot["now"])
         if snapshot.get("suspended") is True:  # (after: its timers are armed once, as they were)
             self._suspend()  # C14: a C++ window checkpointed stays still until its next tuple
+        for part in state.parts.values():  # (a poll no timer took: a lazy window has none)
+            part.evict_at = None
 
     def snapshot_partition(self, partition: Hashable | None = None) -> dict[str, Any] | None:
         """One partition's state as plain data, or None for an unknown key."""
