@@ -434,16 +434,22 @@ class LateClock(VirtualClock):
         return super().call_at(when + 1_000_000, callback)
 
 
+def _throttled(rate: float, n: int, clock: VirtualClock) -> list[int]:
+    """When each of ``n`` tuples left a Throttle at ``rate`` on ``clock``."""
+    g = Graph("paced")
+    sink = ListSink()
+    g.sink("k", sink, [g.operator("thr", Throttle(rate),
+                                  [g.source("s", ListSource([{"v": i} for i in range(n)]))])])
+    run_graph(g, clock=clock)
+    assert len(sink.tuples) == n
+    return sink.times[:-1]  # (final after the last tuple)
+
+
 def test_throttle_holds_its_rate_when_its_timers_fire_late() -> None:
     # 10,000/s: a tuple every 0.1 ms, against timers 1 ms late. Timed from each late wake, the
     # backlog left at ~3,900/s; timed from when each was due, every millisecond's ten leave.
-    g = Graph("late")
-    sink = ListSink()
-    g.sink("k", sink, [g.operator("thr", Throttle(10_000.0),
-                                  [g.source("s", ListSource([{"v": i} for i in range(3000)]))])])
-    run_graph(g, clock=LateClock())
-    assert len(sink.tuples) == 3000
-    took = (sink.times[-2] - sink.times[0]) / S  # the last tuple's time (final after it)
+    times = _throttled(10_000.0, 3000, LateClock())
+    took = (times[-1] - times[0]) / S
     assert 0.29 <= took <= 0.31, took  # 3,000 at 10,000/s: 0.3 s
 
 
@@ -465,13 +471,7 @@ class StallingClock(VirtualClock):
 def test_throttle_makes_up_for_a_stall_by_one_period_at_most() -> None:
     # 1,000/s, period 10 ms: after an 80 ms stall the tuples of the last period leave at once,
     # not the 80 ms's worth (a 100 ms catch-up let 92 leave in 10 ms).
-    g = Graph("stall")
-    sink = ListSink()
-    g.sink("k", sink, [g.operator("thr", Throttle(1000.0),
-                                  [g.source("s", ListSource([{"v": i} for i in range(1500)]))])])
-    run_graph(g, clock=StallingClock())
-    times = sink.times[:-1]  # (final after the last tuple)
-    assert len(times) == 1500
+    times = _throttled(1000.0, 1500, StallingClock())
     most = max(bisect.bisect_right(times, t + S // 100 - 1) - i for i, t in enumerate(times))
     assert most <= 30, most
     assert (times[-1] - times[0]) / S == pytest.approx(1.5, abs=0.1)  # the rate holds overall

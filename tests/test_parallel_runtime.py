@@ -279,14 +279,7 @@ def test_an_operator_failing_in_a_worker_stops_the_job_naming_it_and_the_tuple()
 def test_a_worker_failing_during_a_failure_drain_is_listed_after_the_first() -> None:
     # An operator of the job's process fails and the job drains; then one in a worker fails
     # too: the JobError named only the worker's, dropping the first.
-    class BoomAt(Operator):
-        def __init__(self, at: int) -> None:
-            self.at = at
-
-        def on_tuple(self, tup: Any, port: int) -> None:
-            if tup["v"] == self.at:
-                raise ValueError(f"bad {self.at}")
-            self.submit(tup)
+    from tests.test_runtime import BoomAt
 
     g = Graph("two")
     src = g.source("src", Readings(2000), schema=READING)
