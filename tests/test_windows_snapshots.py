@@ -322,3 +322,32 @@ def test_a_time_interval_snapshot_restores_into_its_window_written_another_way()
         event_time="ts", partition_by="k")
     b.restore(json.loads(json.dumps(a.snapshot())))
     assert b.snapshot()["panes"] == a.snapshot()["panes"] != []
+
+
+@pytest.mark.parametrize(("at", "mode", "evicted_at"), [
+    (None, None, 2.0), (0.7, "checkpoint", 1.7), (0.7, "reset", 1.7), (0.7, "snapshot", 2.0)])
+def test_a_java_partition_age_check_starts_again_a_period_after_a_checkpoint_or_reset(
+        at: float | None, mode: str | None, evicted_at: float) -> None:
+    # IBM's drain cancels the age check, and the resume (RESUME_SUBMISSION, after a checkpoint
+    # or a reset) schedules it a period from then; riverbed kept the old phase. A snapshot
+    # alone, a host's own (a Spark key group's per batch), changes nothing.
+    from riverbed.windows import EventType
+
+    w: StreamWindow[dict[str, Any]] = StreamWindow(
+        "tumbling, count(100), partitioned, partitionAge(1)", flavor="java", partition_by="k")
+    out: list[float] = []
+    w.register_listener(lambda e: out.append(w.now / S) if e.partition == "a" else None,
+                        [EventType.PARTITION_EVICTION])
+    w.activate(0)
+    for t, k in [(0.1, "a"), (0.6, "b"), (1.1, "b"), (1.6, "b"), (2.1, "b"), (2.6, "b")]:
+        if at is not None and at < t and mode is not None:
+            w.advance_time(int(at * S))
+            snap = w.snapshot() if mode == "snapshot" else w.checkpoint()
+            if mode == "snapshot":
+                w.restore(snap)
+            elif mode == "reset":
+                w.reset(snap)
+            at = None
+        w.advance_time(int(t * S))
+        w.insert({"k": k})
+    assert out == [evicted_at]

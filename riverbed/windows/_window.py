@@ -27,6 +27,7 @@ from ._errors import PunctuationError, WindowStateError
 from ._events import EventType, Listener
 from ._flavor import Flavor, FlavorRules
 from ._listeners import ErrorHandler, Handler, Partitioner
+from ._partition_eviction import PartitionAgeJava
 from ._policy import Count, Delta, Punct, Time, WindowSpec, WindowType
 from ._state import WindowState, decode, decode_partition, decode_timer_order, encode, encode_partition
 from ._trigger_runs import TriggerRun
@@ -416,7 +417,22 @@ class StreamWindow(WindowEngine[T]):
     def checkpoint(self) -> dict[str, Any]:
         """Drain (report pending evictions), then snapshot (spec C3, C4). Raises no other event."""
         self.drain()
+        self._resume_age_check()
         return self.snapshot()
+
+    def _resume_age_check(self) -> None:
+        """Java partitionAge: IBM's drain cancels the age check, and the resume after a
+        checkpoint or a reset starts it again, a period from then (`PartitionAgeEvictionHandler`:
+        ``activatePartitions`` schedules it at a fixed period after the resume). The spec is
+        silent; IBM's code decides. A restore alone keeps the snapshot's phase (a host's own
+        snapshots, as a Spark key group's per batch, go on as if never taken)."""
+        state = self._state
+        if not isinstance(self._config.evictor, PartitionAgeJava) or not state.active or state.final:
+            return
+        if state.age_timer is not None:
+            state.age_timer.cancel()
+        state.age_last_tick = state.now
+        self._config.evictor.start(state, self._timers, self._evict_partition)
 
     def reset(self, checkpoint: Mapping[str, Any] | None) -> None:
         """Reset to a checkpoint, or to the initial state with None; no event for the discarded
@@ -425,6 +441,7 @@ class StreamWindow(WindowEngine[T]):
             self.reset_to_initial_state()
         else:
             self.restore(checkpoint)
+            self._resume_age_check()
         self._suspend()
 
     def reset_to_initial_state(self) -> None:
