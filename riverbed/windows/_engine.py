@@ -29,7 +29,7 @@ from ._events import EventType, StreamWindowEvent
 from ._fastpath import EngineHooks, compile_inserters
 from ._listeners import Handler, ListenerRegistry, Partitioner
 from ._partition import Partition
-from ._state import TimerStep, WindowState
+from ._state import TimerStep, WindowState, new_partition
 from ._timers import Entry, Timer, TimerQueue
 from ._trigger_runs import TriggerRun, run_inserter
 
@@ -545,8 +545,7 @@ class WindowEngine(Generic[T]):
             self._arm_tick(part, state.now + period)
 
     def _new_partition(self, key: Hashable) -> Partition:
-        config = self._config
-        part = Partition(key, config.sliding, deltas=config.ev == DELTA, times=config.ev == TIME)
+        part = new_partition(self._config, key)
         evicted = self._dropped_evicted.pop(key, None)  # C++: the key's count goes on
         part.evicted = self._next_epoch() if evicted is None else evicted
         state = self._state

@@ -48,7 +48,7 @@ from ._partition_eviction import AgeMarker, PartitionAgeJava
 from ._timers import Timer
 
 __all__ = ["FORMAT", "TimerStep", "WindowState", "decode", "decode_partition", "decode_timer_order",
-           "encode", "encode_partition"]
+           "encode", "encode_partition", "new_partition"]
 
 FORMAT = "riverbed.window/1"
 
@@ -95,9 +95,14 @@ class WindowState:
         """The state of a window just built: no partition (an unpartitioned window's one)."""
         state = cls()
         if not config.spec.partitioned:
-            state.parts[None] = Partition(None, config.sliding, deltas=config.ev == DELTA,
-                                          times=config.ev == TIME)
+            state.parts[None] = new_partition(config, None)
         return state
+
+
+def new_partition(config: WindowConfig, key: Hashable | None) -> Partition:
+    """An empty partition of a window with ``config``: delta values and arrival times kept only
+    where its eviction uses them."""
+    return Partition(key, config.sliding, deltas=config.ev == DELTA, times=config.ev == TIME)
 
 
 # ------------------------------------------------------------------------ encode
@@ -190,8 +195,7 @@ def decode_partition(config: WindowConfig, data: Any, where: str = "partition sn
     if any(isinstance(a, bool) or not isinstance(a, int) for a in arrivals):
         raise SnapshotError(f"{where}: arrival times must be integer nanoseconds")
     key = _key(data.get("key"), where)
-    part = Partition(key if config.spec.partitioned else None, config.sliding,
-                     deltas=config.ev == DELTA, times=config.ev == TIME)
+    part = new_partition(config, key if config.spec.partitioned else None)
     part.tuples = deque(tuples) if config.sliding else list(tuples)
     if values or config.ev == DELTA:
         part.values = deque(values)
