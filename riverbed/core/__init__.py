@@ -18,7 +18,6 @@ from ._metrics import (
 )
 from ._output import MarkedBatch, OutputPort, split_marked
 from ._reuse import reusable_state, state_to_restore
-from ._state import port_shapes
 from ._sync import StampClock, SyncGraph
 
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "StampClock",
     "SyncGraph",
     "TimerHandle",
-    "port_shapes",
     "reusable_state",
     "split_marked",
     "state_to_restore",

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..core import RegionMetrics, RestoreRefused, port_shapes, reusable_state, state_to_restore
+from ..core import RegionMetrics, RestoreRefused, reusable_state, state_to_restore
 from ..graph import CheckpointBarrier, ConsistentRegion
 from ..windows import same_clause
 
@@ -163,7 +163,7 @@ class Region:
                 "was taken from a different graph of the same job name; give this graph a "
                 "checkpoint directory of its own")
         for r in self.members:
-            self._check_ports(latest.id, r.name, r.odef, latest.states[r.name])
+            self._check_ports(latest.id, r.name, r.odef, r.core.port_shapes, latest.states[r.name])
         gone = sorted(set(latest.states) - {r.name for r in self.members})
         if gone:
             self.job.log_region("state left behind", region=self.label, checkpoint=latest.id,
@@ -181,7 +181,8 @@ class Region:
         self.next_id = max(self.next_id, latest.id + 1)
 
     @staticmethod
-    def _check_ports(checkpoint_id: int, name: str, odef: Any, state: Any) -> None:
+    def _check_ports(checkpoint_id: int, name: str, odef: Any, now: list[list[str | None]],
+                     state: Any) -> None:
         """Refuse a state whose input ports had another window clause or partition key than
         the graph's now: a changed clause failed the restore once the job ran (exit 1, retried),
         a changed key merged the old partitions into the new ones (exit 0)."""
@@ -190,7 +191,6 @@ class Region:
         saved = state.get("ports") if isinstance(state, dict) else None
         if saved is None:
             return  # (a state of an older riverbed, or not a core's)
-        now = port_shapes(odef)
         for port, (was, is_) in enumerate(zip(saved, now, strict=False)):
             window = odef.inputs[port].window  # (``time(1)`` is ``time(1.0)``: one window)
             if list(was) != list(is_) and not (was[1] == is_[1] and window is not None

@@ -133,16 +133,8 @@ def _jvm_gone(exc: BaseException) -> bool:
     """Whether ``exc`` says Spark's JVM can no longer be reached (py4j's connection refused,
     reset or closed), as when a signal to the process group ended it: a stop, not a failure.
     A query or driver stage that failed for its own reasons says something else."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, (ConnectionError, EOFError)) or \
-                type(current).__name__ == "Py4JNetworkError" or \
-                any(sign in _text(current) for sign in _JVM_GONE):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    return any(isinstance(e, (ConnectionError, EOFError)) or type(e).__name__ == "Py4JNetworkError"
+               or any(sign in _text(e) for sign in _JVM_GONE) for e in _chain(exc))
 
 
 def _text(exc: BaseException) -> str:
