@@ -31,6 +31,13 @@ class _OverBudget(Exception):
     pass
 
 
+def _spend(budget: list[int]) -> None:
+    """One container more copied: `_OverBudget` once the budget is used up."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _OverBudget
+
+
 def _copy(value: Any, budget: list[int]) -> Any:
     """``value`` as the checkpoint store gives it back (`riverbed.checkpoint._codec`): a dict or
     list subclass as a plain dict or list, a tuple as a list (dict keys as they are). A reset
@@ -41,19 +48,13 @@ def _copy(value: Any, budget: list[int]) -> Any:
     reset but as lists from a restart, so an operator could pass its reset tests and fail
     after a real restart."""
     if isinstance(value, dict):
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _OverBudget
+        _spend(budget)
         return {k: _copy(v, budget) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _OverBudget
+        _spend(budget)
         return [_copy(v, budget) for v in value]
     if isinstance(value, set | frozenset):
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _OverBudget
+        _spend(budget)
         return set(value)  # (its items are hashable: immutable)
     if isinstance(value, bytearray):
         return bytes(value)

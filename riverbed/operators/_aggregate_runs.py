@@ -130,23 +130,23 @@ class SumRuns:
         """Emit the rows of ``batch``'s triggers and move the mirror (``order``, ``accs``,
         ``state.evicted``) past them; False, having changed nothing, where a run does not
         apply. ``order`` mirrors the full window (``size`` tuples) as of ``state.evicted``."""
-        ints = None  # each accumulator: all floats on the fast path, or all ints
+        kinds = set()  # each accumulator: all floats on the fast path (False), or all ints (True)
         for acc in accs:
             if (type(acc) is not SumAccumulator or acc.scaled or acc.nan or acc.pinf or acc.ninf
                     or acc.broken or acc.other):
                 return False
             if acc.floats == acc.n and not acc.ints:
-                kind = False
+                kinds.add(False)
             elif not acc.floats and not acc.fast:
-                kind = True
+                kinds.add(True)
             else:
                 return False
-            if ints is not None and kind != ints:
-                return False
-            ints = kind
+        if len(kinds) > 1:
+            return False
+        ints = True in kinds
         values = _integers if ints else _scaled
         mirrors = self.mirrors
-        if self.owner is not state or self.at != state.evicted or self.ints is not ints:
+        if self.owner is not state or self.at != state.evicted or self.ints != ints:
             rebuilt = [values(acc.read, order) for acc in accs]
             if None in rebuilt:
                 return False
@@ -181,5 +181,5 @@ class SumRuns:
         order.extend(batch)
         drop_front(order, k)
         state.evicted += k
-        self.owner, self.at, self.ints, self.mirrors = state, state.evicted, bool(ints), mirrors
+        self.owner, self.at, self.ints, self.mirrors = state, state.evicted, ints, mirrors
         return True
