@@ -276,6 +276,46 @@ def test_an_operator_failing_in_a_worker_stops_the_job_naming_it_and_the_tuple()
     assert all(_gone(m.pid) for m in job.parallel[0].metrics())
 
 
+class BoomAt777(Operator):
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if tup["v"] == 777:
+            raise ValueError("seven hundred seventy-seven")
+        self.submit(tup)
+
+
+@pytest.mark.parametrize(("clock", "chain"), [("real", False), ("virtual", False),
+                                              ("virtual", True)])
+def test_a_member_failing_without_checkpoints_drains_the_job(clock: str, chain: bool) -> None:
+    # As in the job's process: what the failed operator submitted before the failure, and what
+    # the other channel had, reaches the sink, then final (the job ended at once, with
+    # whatever the merge had not let out yet lost).
+    g = Graph("boom")
+    src = g.source("src", Readings(20_000), schema=READING)
+    with g.parallel(2, partition_by="k"):
+        out = g.operator("boom", BoomAt777(), [src])
+        if chain:
+            out = g.operator("after", Pass(), [out])
+    sink = Collect()
+    g.sink("sink", sink, [out])
+    job = Job(g, batch_size=100, clock=VirtualClock() if clock == "virtual" else None)
+    with pytest.raises(JobError) as info:
+        if clock == "virtual":
+            run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+        else:
+            asyncio.run(job.run())
+    (err,) = info.value.errors
+    assert isinstance(err, OperatorError) and err.operator == "boom"
+    assert "ValueError: seven hundred seventy-seven on tuple {'k': " in str(err)
+    submitted = job.metrics.operators["src"].outputs[0].tuples_submitted
+    assert submitted < 20_000  # the source stopped
+    failing = channel_of(f"s{(777 * 7919) % 37}", 2)
+    expected = [t for t in Readings(submitted).generate()
+                if channel_of(t["k"], 2) != failing or t["v"] < 777]
+    assert _by_key(sink.tuples) == _by_key(expected)
+    assert sink.finals == 1
+    assert job.metrics.operators["boom"].inputs[0].errors == 1
+
+
 def test_a_worker_failing_during_a_failure_drain_is_listed_after_the_first() -> None:
     # An operator of the job's process fails and the job drains; then one in a worker fails
     # too: the JobError named only the worker's, dropping the first.

@@ -226,3 +226,40 @@ def test_a_stream_feeding_two_members_goes_through_feed() -> None:
     graph = g.freeze()
     got, _ = _both(graph, [*_tuples(3), Punct.WINDOW, *_tuples(2, 3), Punct.FINAL])
     assert {e[0] for _, exits in got for e in exits} == {"op", "after"}
+
+
+class _FailsAt(Operator):
+    """Submits each tuple; raises at ``v == at``, or in a timer due at ``timer_at``."""
+
+    def __init__(self, at: int = -1, timer_at: int | None = None) -> None:
+        self.at, self.timer_at = at, timer_at
+
+    def on_ports_ready(self) -> None:
+        if self.timer_at is not None:
+            self.context.call_at(self.timer_at, self._boom)
+
+    def _boom(self) -> None:
+        raise RuntimeError("timer")
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if tup["v"] == self.at:
+            raise ValueError("bad")
+        self.submit(tup)
+
+
+@pytest.mark.parametrize("where", ["tuple", "timer"])
+def test_a_host_that_drains_failures_ends_the_failed_operator_and_goes_on(where: str) -> None:
+    # A parallel region's worker in a job without checkpoints: the operator ends as in the
+    # runtime (what it submitted first, then final; later input dropped), the failure is kept.
+    op = _FailsAt(at=2) if where == "tuple" else _FailsAt(timer_at=50)
+    graph = _graph(op, None, after=Functor(lambda t: t))
+    sync = SyncGraph(graph, _members(graph))
+    sync.drains_failures = True
+    sync.feed("src", 0, _tuples(2))  # v = 0, 1
+    sync.advance(100)
+    sync.feed("src", 0, _tuples(3, start=2))  # v = 2, 3, 4: dropped (or failing at 2)
+    sync.feed("src", 0, Punct.FINAL)
+    exits = sync.take_exits()
+    assert [e[2] for e in exits] == [_tuples(2), Punct.FINAL]
+    assert [type(f.cause) for f in sync.failures] == [ValueError if where == "tuple" else RuntimeError]
+    assert sync.finished

@@ -598,6 +598,35 @@ class OperatorCore:
         for out in self.outputs:
             out.control(Punct.FINAL)
 
+    def end_failed(self) -> list[OperatorError | SchemaViolation]:
+        """The operator failed where nothing can replay what is in flight (a job without
+        checkpoints drains instead): what it submitted before the failure stays to be sent,
+        then the maximum watermark and final go out on every port not closed yet, as when its
+        inputs end, so downstream drains. A submitted tuple that violates its port's schema is
+        dropped with those after it in the batch, and its failure returned for the job to
+        report; a port that keeps failing ends with final alone. The host then delivers, and
+        shuts the operator down."""
+        failures: list[OperatorError | SchemaViolation] = []
+        for out in self.outputs:
+            for _ in range(3):
+                if not out.buf:
+                    break
+                try:
+                    out.seal()  # (a violation leaves the tuples before it)
+                except (OperatorError, SchemaViolation) as exc:
+                    failures.append(exc)
+            if out.buf:
+                out.reset()
+        # A close that failed part way (a port's seal) left final on the ports before it.
+        open_ports = [out for out in self.outputs
+                      if not (out.pending and out.pending[-1] is Punct.FINAL)]
+        if len(open_ports) == len(self.outputs):
+            self.close_outputs()
+        else:
+            for out in open_ports:
+                out.control(Punct.FINAL)
+        return failures
+
     def shut_down(self, *, report: bool = True) -> None:
         """The operator ends: ``on_shutdown``, then (with ``report``) the host hears of it, to
         store its final state for checkpoints taken after (not when a stop suspends the job:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..graph import FrozenGraph, Punct, Watermark, event_time_region
 from ._core import OperatorCore
+from ._errors import OperatorError, SchemaViolation
 from ._output import MarkedBatch, split_marked
 
 __all__ = ["StampClock", "SyncGraph"]
@@ -118,6 +119,11 @@ class SyncGraph:
     """
 
     split_marked_exits = True
+    # A host whose job drains after a failure (no checkpoints: nothing could replay what is in
+    # flight) sets this: an operator that raises then ends as the runtime's does
+    # (`OperatorCore.end_failed`), its failures kept in ``failures`` for the host to report,
+    # and the others go on. Otherwise the failure is raised to the host.
+    drains_failures = False
 
     def __init__(self, graph: FrozenGraph, members: Sequence[str], *, now: int = 0,
                  state: Mapping[str, Any] | None = None, name: str | None = None,
@@ -126,6 +132,7 @@ class SyncGraph:
         self.graph = graph
         self.name = name or graph.name
         self.stopping = False
+        self.failures: list[OperatorError | SchemaViolation] = []
         self.clock = StampClock(state["now"] if state is not None else now)
         member_set = set(members)
         region = event_time_region(graph)
@@ -296,8 +303,13 @@ class SyncGraph:
         """Run ``action`` on a member's core between two items (a host-level call on its
         windows); what it makes the operator submit is routed as usual."""
         core = self._by_name[operator]
-        result = core.guard(action, None, core)
-        self._route(core)
+        try:
+            result = core.guard(action, None, core)
+            self._route(core)
+        except (OperatorError, SchemaViolation) as exc:
+            self._end_failed(core, exc)
+            self._pump()
+            return None
         self._end_if_done(core)
         self._arm(core)
         self._pump()
@@ -355,8 +367,12 @@ class SyncGraph:
         def fire(core: OperatorCore = core) -> None:
             self._timers.pop(core.name, None)
             if not core.finished:
-                core.on_time(self.clock.now())
-                self._route(core)
+                try:
+                    core.on_time(self.clock.now())
+                    self._route(core)
+                except (OperatorError, SchemaViolation) as exc:
+                    self._end_failed(core, exc)
+                    return
                 self._end_if_done(core)  # a timer may release the last held tuple (Delay)
                 self._arm(core)
 
@@ -377,8 +393,12 @@ class SyncGraph:
     def _step(self, core: OperatorCore, conn: int, payload: Any) -> None:
         """``core`` handles one entry; what it sends is routed, and it ends once its inputs
         have."""
-        core.handle(conn, payload)
-        self._route(core)
+        try:
+            core.handle(conn, payload)
+            self._route(core)
+        except (OperatorError, SchemaViolation) as exc:
+            self._end_failed(core, exc)
+            return
         self._end_if_done(core)
         self._arm(core)
 
@@ -387,9 +407,39 @@ class SyncGraph:
         Asked after an item and after a timer: a Delay or Throttle holding final releases it
         from a timer, when no item comes any more."""
         if core.inputs_done and not core.finished:
-            core.close_outputs()
-            self._route(core)
+            try:
+                core.close_outputs()
+                self._route(core)
+            except (OperatorError, SchemaViolation) as exc:
+                self._end_failed(core, exc)
+                return
+            self._shut_down(core)
+
+    def _end_failed(self, core: OperatorCore, exc: OperatorError | SchemaViolation) -> None:
+        """``core`` failed: raised to the host, or (`drains_failures`) it ends as the runtime's
+        failed operator does: what it submitted before goes on, then final; what still comes
+        to it is dropped; the failure is kept for the host."""
+        if not self.drains_failures:
+            raise exc
+        self.failures.append(exc)
+        self._queues[core.name].clear()
+        self.failures.extend(core.end_failed())
+        self._route(core)
+        timer = self._timers.pop(core.name, None)
+        if timer is not None:
+            timer.cancel()
+        self._shut_down(core)
+
+    def _shut_down(self, core: OperatorCore) -> None:
+        """``core`` ends (its ``on_shutdown``); a failure there ends it all the same when the
+        host drains failures."""
+        try:
             core.shut_down()
+        except (OperatorError, SchemaViolation) as exc:
+            if not self.drains_failures:
+                raise
+            self.failures.append(exc)
+            core.finished = core.metrics.finished = True
 
     def _route(self, core: OperatorCore) -> None:
         name = core.name

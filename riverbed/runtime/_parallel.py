@@ -49,6 +49,11 @@ other, and a reset restores each replica to its checkpointed position in the new
 
 Process groups (`Graph.process`) are hosted here too, as regions of width 1 without a key.
 
+Failures: without checkpoints (`Job.drains_failures`) a member that fails ends in its worker
+as in the job's process (what it submitted first, then final; `SyncGraph.drains_failures`), the
+worker tells the job (``FAILING``), which stops its sources and drains; the channel goes on. A
+replicated source's failure, or a worker that dies, still ends the job at once.
+
 Worker processes end on every path: after final (the socket closes, the worker sees EOF),
 and on a failure, an abort or a stop (`close` kills what is still alive and reaps it).
 """
@@ -81,6 +86,7 @@ from ._parallel_wire import (
     COMMIT,
     EMIT,
     FAILED,
+    FAILING,
     FEED,
     METRICS_OUT,
     OUT,
@@ -548,7 +554,8 @@ class ParallelHost:
                                        "key": self._splitter.key, "wall_clock": wall_clock,
                                        "batch": self.job.batch_size,
                                        "stopping": self.job.stopping, "suspend": self._suspending,
-                                       "checkpoint": asking},
+                                       "checkpoint": asking,
+                                       "drains": self.job.drains_failures},
                                daemon=True)
             # Blocked across the fork: a stop signalled to the whole process group in the
             # moment the child still has the job's handlers would be written, by the child,
@@ -670,6 +677,11 @@ class ParallelHost:
             kind = msg[0]
             if kind == FAILED:
                 raise self._failed(ch, msg)
+            if kind == FAILING:  # an operator failed and ended; the channel goes on (a drain)
+                failure = self._failed(ch, msg)
+                assert isinstance(failure, OperatorError)
+                self.job.operator_failed(failure, failure.operator)
+                continue
             if kind == METRICS_OUT:
                 continue
             assert kind in (OUT, EMIT), msg
@@ -901,8 +913,10 @@ class ParallelHost:
                             retired=self._retired_metrics, failures=self._failures)
 
     def _failed(self, ch: _Channel, msg: tuple[Any, ...]) -> BaseException:
-        _, op, port, text, error_type, message = msg
-        if op is not None and op in self.runners:  # its worker ends before it could count it
+        kind, op, port, text, error_type, message = msg
+        # Its worker ends before it could count it (FAILING: the channel goes on, and its
+        # metrics count it).
+        if kind == FAILED and op is not None and op in self.runners:
             key = (op, port or 0)  # (no port: a timer's or a mark's failure, the first port's)
             self._failures[key] = self._failures.get(key, 0) + 1
             self._fold()

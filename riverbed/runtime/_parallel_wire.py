@@ -21,6 +21,9 @@ metrics, reports, finals, cpu, writes)``, ``reports`` the states ``(checkpoint_i
 state)`` its operators took at barriers, ``finals`` ``(operator, state)`` of those that ended,
 ``cpu`` the worker's CPU seconds so far, ``writes`` the writes to the socket so far; or
 ``(METRICS_OUT, metrics)``; or ``(FAILED, operator, port, tuple_text, error_type, message)``.
+In a job that drains after a failure (no checkpoints), an operator of the channel that failed
+ends and the channel goes on: ``(FAILING, operator, port, tuple_text, error_type, message)``
+goes before the answer that carries what the operator sent before it failed, and final.
 A worker whose channel has replicated sources (`_replica`) also sends, unasked, ``(EMIT,
 producing, exits, deadline, finished, metrics, reports, finals, cpu, writes)`` for each batch
 they produced (``producing``: a replica still runs), answering nothing; up to 16 such
@@ -43,10 +46,11 @@ from collections.abc import Hashable
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["CHECKPOINT", "COMMIT", "EMIT", "FAILED", "FEED", "METRICS", "METRICS_OUT", "OUT", "STOP", "TICK",
+__all__ = ["CHECKPOINT", "COMMIT", "EMIT", "FAILED", "FAILING", "FEED", "METRICS", "METRICS_OUT", "OUT",
+           "STOP", "TICK",
            "channel_of", "dumps", "frame", "key_bytes", "loads"]
 
-FEED, TICK, METRICS, OUT, METRICS_OUT, FAILED, COMMIT, EMIT, STOP, CHECKPOINT = range(10)
+FEED, TICK, METRICS, OUT, METRICS_OUT, FAILED, COMMIT, EMIT, STOP, CHECKPOINT, FAILING = range(11)
 
 _HEADER = struct.Struct("!i")
 _LONG = struct.Struct("!Q")

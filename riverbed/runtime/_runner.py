@@ -215,20 +215,11 @@ class OperatorRunner:
         self._job.operator_failed(exc, self.name)
         core = self.core
         closed = self._closing  # (final went out already, and its on_shutdown failed)
-        for last in (False, False, True):
-            try:
-                if not self._closing:
-                    core.close_outputs()  # (a port's seal that fails leaves what came before)
-                    self._closing = True
-                await self.flush()
-                break
-            except (OperatorError, SchemaViolation) as again:  # another tuple's violation
+        if not closed:
+            for again in core.end_failed():  # another tuple's violation
                 self._job.operator_failed(again, self.name)
-                if last:  # final alone, whatever the ports hold: downstream must end
-                    for out in core.outputs:
-                        out.reset()
-                    core.close_outputs()
-                    await self.flush()
+            self._closing = True
+        await self.flush()
         if not closed:
             try:
                 core.shut_down()  # its on_shutdown too: a sink's buffered lines reach its file

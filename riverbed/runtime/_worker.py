@@ -51,6 +51,7 @@ from ._parallel_wire import (
     COMMIT,
     EMIT,
     FAILED,
+    FAILING,
     FEED,
     METRICS,
     METRICS_OUT,
@@ -276,6 +277,10 @@ class _Served:
         metrics = _metrics(sync) if finished or self.answers % METRICS_EVERY == 0 else None
         message = frame(dumps((kind, fed, _exits(sync), _deadline(sync), finished, metrics,
                                reports, finals, time.process_time(), self.writes)))
+        if sync.failures:  # operators that failed and ended (the job drains): told first
+            told = [frame(dumps((FAILING, *_failure(exc)[1:]))) for exc in sync.failures]
+            sync.failures.clear()
+            message = b"".join((*told, message))
         if keep:
             with self.lock:
                 self.kept.append(message)
@@ -384,14 +389,15 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
           channels: Sequence[int] = (0,), width: int = 1,
           key: Callable[[Any], Hashable] | None = None, wall_clock: bool = False,
           batch: int = 1000, stopping: bool = False, suspend: bool = False,
-          checkpoint: int | None = None) -> None:
+          checkpoint: int | None = None, drains: bool = False) -> None:
     """The body of a worker process (forked): host ``channels`` of ``members`` (one socket to
     the job each, in ``socks``) until the job hangs up (``name``: the region's, a channel's is
     ``name[channel]``; ``region``: the consistent region they are in; ``restore``: each
     channel's operators' states; ``width``: the region's, for replicated sources, keyed by
     ``key``; ``stopping``, ``suspend``: the job was asked to stop already, as a ``STOP`` says;
     ``checkpoint``: a checkpoint of the region under way, which the replicas take before their
-    first batch).
+    first batch; ``drains``: the job drains after a failure, so an operator that fails ends and
+    the channel goes on, `SyncGraph.drains_failures`).
 
     Several channels in one process (a region wider than the machine has cores): each keeps its
     own operators, replicas, keys and socket; the process takes the job's messages first, then
@@ -428,6 +434,7 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
             for core in sync.cores:
                 place(core, channel, width)
             sync.stopping = stopping  # the job was asked to stop already: replicas end at once
+            sync.drains_failures = drains
             replicas = Replicas(sync, channel=channel, width=width, key=key, batch=batch)
             replicas.suspend = suspend
             if checkpoint is not None and region is not None:
