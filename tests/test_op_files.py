@@ -478,6 +478,25 @@ def test_formats_quoting_suppress_append_and_an_empty_input(tmp_path: Path) -> N
         sink_graph(FileSink(str(tmp_path / "x.txt"), format="line"), [{"a": "1", "b": "2"}])
 
 
+def test_csv_columns_follow_the_declared_schema_so_the_file_reads_back(tmp_path: Path) -> None:
+    # An Aggregate builds its tuples with the copied attributes first; SPL writes a tuple in
+    # its type's order, and a file in dict order failed to read back with the same schema.
+    from riverbed.operators import Aggregate, Average, Count
+    out = Schema(sensor="rstring", avg="float64", n="int64", seq="int64")
+    g = Graph("order")
+    src = g.source("src", ListSource([{"sensor": "s0", "temp": float(i), "seq": i} for i in range(4)]),
+                   schema=Schema(sensor="rstring", temp="float64", seq="int64"))
+    agg = g.operator("agg", Aggregate({"avg": Average("temp"), "n": Count()}, copy=("sensor", "seq")),
+                     [src.window("tumbling, count(4)")], [out])
+    g.sink("file", FileSink(str(tmp_path / "o.csv"), suppress=["seq"]), [agg])
+    g.sink("all", FileSink(str(tmp_path / "all.csv")), [agg])
+    run_graph(g, clock=VirtualClock())
+    assert (tmp_path / "o.csv").read_text() == '"s0",1.5,4\n'
+    assert (tmp_path / "all.csv").read_text() == '"s0",1.5,4,3\n'
+    back = read_source(FileSource(str(tmp_path / "all.csv")), out)
+    assert back == [{"sensor": "s0", "avg": 1.5, "n": 4, "seq": 3}, W, F]
+
+
 def test_sink_parameters_are_checked(tmp_path: Path) -> None:
     cases: list[tuple[Callable[[], Any], str]] = [
         (lambda: FileSink("f", close_mode="dynamic"),  # type: ignore[arg-type]

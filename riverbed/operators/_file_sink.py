@@ -230,6 +230,9 @@ class FileSink(Operator):
         self.closed_files_port: int | None = port
         self.file_mode: int | None = file_mode
         self._eol: bytes = eol.encode(self.encoding)
+        # csv: the declared schema's attributes, in its order (`on_ports_ready`); None: the
+        # tuple's own order (no schema declared)
+        self._columns: list[str] | None = None
         self._next_id = 0
         self._file: _OutFile | None = None
         self._between_files = False  # a file was closed; the next tuple opens the next one
@@ -267,6 +270,14 @@ class FileSink(Operator):
         if self.move_file_to_directory is not None and not os.path.isdir(self.move_file_to_directory):
             raise FileSinkError(f"{self._op}: move_file_to_directory={self.move_file_to_directory!r} "
                                 "is not an existing directory")
+
+    def on_ports_ready(self) -> None:
+        # SPL writes a tuple's attributes in its type's order. A dict keeps the order its
+        # operator built it in (an Aggregate's copied attributes first, a Join's right side
+        # first), so a file written in that order could not be read back with the schema.
+        schema = self.context.input_schema(0)
+        if self.format == "csv" and schema is not None:
+            self._columns = [n for n in schema.names if n not in self.suppress]
 
     def on_tuple(self, tup: Any, port: int) -> None:
         self._close_if_expired()
@@ -352,6 +363,15 @@ class FileSink(Operator):
         if type(tup) is not dict:
             raise FileSinkError(f"{self._op}: expected a dict tuple, got {type(tup).__name__}")
         text: str
+        columns = self._columns
+        if columns is not None:
+            try:
+                values = [tup[n] for n in columns]
+            except KeyError as exc:
+                raise FileSinkError(f"{self._op}: the tuple has no attribute {exc.args[0]!r} of "
+                                    f"its stream's schema: {tup!r}") from None
+            return render_csv(values, self.separator, self.quote_strings).encode(self.encoding) \
+                + self._eol
         if self.suppress:
             tup = {k: v for k, v in tup.items() if k not in self.suppress}
         if self.format == "csv":
