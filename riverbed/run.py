@@ -101,6 +101,10 @@ def load_script(script: str | Path, params: dict[str, Any],
     path = Path(script)
     if not path.is_file():
         raise ScriptError(f"{path}: no such graph script")
+    # As `python graph.py` does: the script imports modules kept beside it.
+    here = str(path.resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
     try:
         namespace = runpy.run_path(str(path), run_name="__riverbed_graph__")
     except (GraphError, GraphValidationError):

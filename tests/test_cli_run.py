@@ -129,6 +129,27 @@ graph = 42
     assert "--param given but the script has no build(params)" in err
 
 
+def test_a_script_imports_a_module_kept_beside_it(tmp_path: Path) -> None:
+    # As `python graph.py` would: the script's directory comes first on the path.
+    (tmp_path / "graph_helpers.py").write_text("ROWS = [{'v': 1}, {'v': 2}]\n")
+    script = _script(tmp_path, """
+from graph_helpers import ROWS
+from riverbed import Graph
+from riverbed.testing import ListSource
+from riverbed.operators import FileSink
+
+def build(params):
+    g = Graph("beside")
+    g.sink("out", FileSink(params["out"], format="json"), [g.source("src", ListSource(ROWS))])
+    return g
+""")
+    out = tmp_path / "out.jsonl"
+    proc = _riverbed("run", script, "-p", f"out={out}", "--no-status")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.read_text() == '{"v":1}\n{"v":2}\n'
+
+
 def test_checkpoint_dir_resumes_from_the_last_good_checkpoint_and_lists_it(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     args = ("run", "examples/sensors.py", "-p", "seconds=1", "-p", "sensors=20", "-p",
