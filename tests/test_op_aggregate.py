@@ -137,6 +137,20 @@ def test_an_integer_average_into_a_declared_float_is_refused_with_the_graph() ->
         "(Average(lambda t: float(t['v']))) or declare 'a' an integer"]
 
 
+def test_an_output_the_declared_schema_lacks_is_refused_with_the_graph() -> None:
+    # Every result would fail the port's check, first when a window fires: a 10-minute pane
+    # failed the job 10 minutes in, where a Functor's is refused at freeze (exit 2).
+    g = Graph("undeclared")
+    s = g.source("s", ListSource([]), schema=Schema(k="rstring", v="float64"))
+    g.operator("a", Aggregate({"avg": Average("v"), "n": Count()}, copy=("k",)),
+               [s.window("tumbling, time(600)")], [Schema(avg="float64")])
+    with pytest.raises(GraphValidationError) as info:
+        g.freeze()
+    assert [e.message for e in info.value.errors] == [
+        "output 'k', 'n': not in the output port's schema tuple<float64 avg>; declare them there "
+        "or leave them out of output and copy"]
+
+
 def test_every_misfit_is_listed_with_the_attributes_the_schema_lacks() -> None:
     g = Graph("misfits")
     s = g.source("s", ListSource([]), schema=Schema(k="rstring", v="int64"))

@@ -426,7 +426,20 @@ class Aggregate(Operator):
             reads.setdefault(attr, what)
         return (problems + attribute_problems([(what, attr) for attr, what in reads.items()],
                                               ports.input_schema())
+                + self._undeclared(ports.output_schema())
                 + self._truncated_averages(ports.input_schema(), ports.output_schema()))
+
+    def _undeclared(self, output: Schema | None) -> list[str]:
+        """An output attribute (assigned or copied) that the declared output schema lacks: every
+        result would fail its check, first when a window fires (minutes in, for long panes)."""
+        if output is None:
+            return []
+        missing = [attr for attr, _kind, _obj in self._clause if output.type_of(attr) is None]
+        if not missing:
+            return []
+        return [f"output {', '.join(map(repr, missing))}: not in the output port's schema "
+                f"{output}; declare {'them' if len(missing) > 1 else 'it'} there or leave "
+                f"{'them' if len(missing) > 1 else 'it'} out of output and copy"]
 
     def _truncated_averages(self, inputs: Schema | None, outputs: Schema | None) -> list[str]:
         """SPL's ``Average(T)`` is a T: of integers, an integer (truncated). Into a declared
