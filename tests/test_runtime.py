@@ -977,6 +977,59 @@ def test_a_slow_operator_with_a_full_inbox_lets_the_loop_run_on_the_wall_clock()
     assert seen[0] < n // 4, seen
 
 
+def test_a_signal_during_a_slow_batch_is_handled_when_that_batch_ends() -> None:
+    """A signal reaches its handler loop iterations after it came: with one yield at the end
+    of a turn, Ctrl-C waited two more batches of a slow operator (6 s at 2 ms a tuple)."""
+    import os
+    import signal
+    import time
+
+    batch, at = 10, 15  # the signal comes in the middle of the second batch
+
+    class Items(Source):
+        def generate(self) -> Any:
+            return ({"n": i} for i in range(1000))
+
+    class Slow(Operator):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def on_tuple(self, tup: Any, port: int) -> None:
+            end = time.perf_counter() + 0.006  # 60 ms a batch: each batch is a turn
+            while time.perf_counter() < end:
+                pass
+            self.count += 1
+            if self.count == at:
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+    slow = Slow()
+    g = Graph("signal")
+    g.sink("slow", slow, [g.source("items", Items())])
+    job = Job(g, batch_size=batch)
+    seen: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def heard() -> None:
+            seen.append(slow.count)
+            done.set_result(None)
+
+        loop.add_signal_handler(signal.SIGUSR1, heard)
+        try:
+            run = asyncio.ensure_future(job.run())
+            await done
+            job.abort()
+            with contextlib.suppress(JobError, asyncio.CancelledError):
+                await run
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
+
+    asyncio.run(main())
+    assert seen == [2 * batch], seen
+
+
 def test_an_event_time_source_that_ended_shows_the_maximum_watermark_it_sent() -> None:
     """Downstream operators showed the maximum watermark a source sends at its end (E23); the
     source itself showed its last reading's."""
