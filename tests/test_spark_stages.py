@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from riverbed.graph import FrozenGraph, Graph, Operator, Punct, Schema
-from riverbed.operators import Aggregate, Count, Functor, Sum
+from riverbed.graph import FrozenGraph, Graph, Operator, Punct, Schema, Source
+from riverbed.operators import Aggregate, Count, FileSink, Functor, Sum
 from riverbed.run import load_graph
 from riverbed.runtime import Job, VirtualClock, run_graph, run_virtual
 from riverbed.spark_bridge import TranslationError
@@ -105,6 +105,50 @@ def test_sensor_sites_two_stages_write_the_runtimes_file(tmp_path: Path, groups:
     stage.close()
     assert len(ref.read_text().splitlines()) == 18  # 60 rounds: 6 panes a sensor, 6 rounds a site
     assert out.read_text() == ref.read_text()
+
+
+class _Paced(Source):
+    """Readings every 0.25 s from 0.4 s on: the first comes after the job's start."""
+
+    replayable = True
+
+    def __init__(self, n: int) -> None:
+        self.n, self.i = n, 0
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        while self.i < self.n and not ctx.stopping:
+            t = 400_000_000 + self.i * 250_000_000
+            await ctx.sleep_until(t)
+            self.submit({"seq": self.i, "at_ms": t // 1_000_000})
+            self.i += 1
+
+    def snapshot(self) -> Any:
+        return self.i
+
+    def restore(self, state: Any) -> None:
+        self.i = state or 0
+
+
+@pytest.mark.parametrize("clause", ["tumbling, time(1)", "sliding, time(2), time(1)"])
+def test_an_unpartitioned_time_window_starts_with_the_job_not_the_first_reading(
+        tmp_path: Path, clause: str) -> None:
+    # The key group started its clock at the first row's time: panes [0.4, 1.4) instead of
+    # [0, 1), and a sliding window's triggers at x.4 s.
+    def graph(out: Path) -> FrozenGraph:
+        g = Graph("phase")
+        src = g.source("src", _Paced(16), schema=Schema(seq="int64", at_ms="int64"))
+        agg = g.operator("agg", Aggregate({"n": Count(), "last": Sum("at_ms")}),
+                         [src.window(clause)])
+        g.sink("sink", FileSink(str(out), format="csv"), [agg])
+        return g.freeze()
+
+    run_graph(graph(tmp_path / "runtime.csv"), clock=VirtualClock())
+    stage = _bridge(graph(tmp_path / "bridge.csv"), groups=1)
+    stage.close()
+    assert (tmp_path / "runtime.csv").read_text().splitlines()[:2] == (
+        ["3,1950", "4,6100"] if clause.startswith("tumbling") else ["3,1950", "7,8050"])
+    assert (tmp_path / "bridge.csv").read_text() == (tmp_path / "runtime.csv").read_text()
 
 
 def _rekeyed(items: list[Any], second: str, *, preserving: bool) -> FrozenGraph:

@@ -252,10 +252,17 @@ def item_rows(items: Iterator[tuple[int, int, int, Any]], index: int, *, route: 
                                 bundle=route[2], labels=route[3], seq0=seq0)
 
 
+# The time every source starts at: its feeder's clock (`generated_items`' host, `SourceItems`'
+# VirtualClock) starts at 0, as `riverbed run --virtual-clock`'s does. The first time mark says
+# so before the first item, which may come later (a paced source): a key group started at the
+# first item's time put an unpartitioned time window's panes at [0.4, 1.4) instead of [0, 1).
+START_NS = 0
+
+
 def _plain_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int,
                 seq0: int = 0) -> Iterator[Row]:
     seq = seq0
-    mark = first[1]
+    mark = START_NS
     yield source_ord(mark, index, seq), KIND_TIME, mark, 0, None
     for kind, time, value, tup in _one_by_one(itertools.chain([first], items)):
         seq += 1
@@ -292,7 +299,7 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
     # each group's open run: [KIND_TUPLE, time, seqs, tuples, checked] (`_bundles` drops the flag)
     runs: list[list[Any] | None] = [None] * groups
     seq = seq0  # a multiple of `bundle` (rounds end where they would from 0)
-    mark = first[1]
+    mark = START_NS
     for lst in entries:
         lst.append([KIND_TIME, mark, 0, seq])
     for kind, time, value, payload in itertools.chain([first], items):
