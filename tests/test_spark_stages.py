@@ -151,6 +151,40 @@ def test_an_unpartitioned_time_window_starts_with_the_job_not_the_first_reading(
     assert (tmp_path / "bridge.csv").read_text() == (tmp_path / "runtime.csv").read_text()
 
 
+class _Marked(Source):
+    """Readings of five sensors with a window mark after every sixth."""
+
+    replayable = True
+
+    def generate(self) -> Any:
+        for i in range(30):
+            yield {"sensor": "abcde"[(i * 7) % 5], "v": i}
+            if i % 6 == 5:
+                yield Punct.WINDOW
+
+
+def test_a_sink_cutting_files_at_marks_gets_each_groups_panes_apart(tmp_path: Path) -> None:
+    # What one mark released in two key groups alternated row by row (pane, pane, mark, mark):
+    # a file per pane in the runtime, two groups' panes in one file here.
+    def graph(out: Path) -> FrozenGraph:
+        g = Graph("files")
+        src = g.source("src", _Marked(), schema=Schema(sensor="rstring", v="int64"))
+        agg = g.operator("agg", Aggregate({"n": Count(), "total": Sum("v")}, copy=("sensor",)),
+                         [src.window("tumbling, punct(), partitioned", partition_by="sensor")])
+        g.sink("sink", FileSink(str(out / "f{id}.csv"), close_mode="punct"), [agg])
+        return g.freeze()
+
+    def files(where: Path) -> list[str]:
+        return sorted(f.read_text() for f in where.iterdir())
+
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "bridge").mkdir()
+    run_graph(graph(tmp_path / "runtime"), clock=VirtualClock())
+    _bridge(graph(tmp_path / "bridge"), groups=2).close()
+    assert len(files(tmp_path / "runtime")) == 25  # five marks, five panes each
+    assert files(tmp_path / "bridge") == files(tmp_path / "runtime")
+
+
 def _rekeyed(items: list[Any], second: str, *, preserving: bool) -> FrozenGraph:
     """Stage 1 keyed by k; stage 2 by ``second`` (a computed attribute j, or none)."""
     g = Graph("rekeyed")

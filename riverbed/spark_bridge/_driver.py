@@ -25,7 +25,16 @@ from typing import Any
 from ..checkpoint import RocksDBStore
 from ..core import SyncGraph
 from ..graph import FrozenGraph, Punct, Watermark
-from ._rows import KIND_BUNDLE, KIND_FINAL, KIND_TIME, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode
+from ._rows import (
+    KIND_BUNDLE,
+    KIND_FINAL,
+    KIND_TIME,
+    KIND_TUPLE,
+    KIND_WATERMARK,
+    KIND_WINDOW,
+    channels_apart,
+    decode,
+)
 
 __all__ = ["ChannelMerge", "DriverStage", "sorted_rows"]
 
@@ -214,6 +223,7 @@ def sorted_rows(table: Any) -> list[tuple[Any, ...]]:
         else:
             rows.append(row)
     rows.sort(key=lambda r: (r[0], r[1]))
+    channels_apart(rows, 1)
     return rows
 
 

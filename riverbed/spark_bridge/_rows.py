@@ -43,6 +43,7 @@ __all__ = [
     "KIND_WATERMARK",
     "KIND_WINDOW",
     "ROW_DDL",
+    "channels_apart",
     "decode",
     "derived_ord",
     "encode",
@@ -85,6 +86,27 @@ def source_ord(time: int, source: int, seq: int) -> bytes:
 def derived_ord(cause: bytes, index: int) -> bytes:
     """The sort key of the ``index``-th row a stage produced while handling ``cause``."""
     return cause + _SUB.pack(index)
+
+
+def channels_apart(rows: list[tuple[Any, ...]], chan_at: int) -> None:
+    """``rows`` sorted by (order key, channel): each cause's derived rows put channel by channel
+    (in place, stable), as README says rows one mark or timer releases in several key groups
+    come out. Sorted by (key, channel) alone, the groups alternated row by row (a, b, mark,
+    mark), so a sink cutting files at marks wrote two groups' panes into one file. Only rows
+    of one cause at one depth are moved, each group's rows keeping their order."""
+    n, i, base = len(rows), 0, _ORD.size
+    while i < n:
+        o = rows[i][0]
+        j = i + 1
+        if len(o) > base:
+            cause = o[:-_SUB.size]
+            while j < n and len(p := rows[j][0]) == len(o) and p.startswith(cause):
+                j += 1
+            if j - i > 1:
+                first = rows[i][chan_at]
+                if any(r[chan_at] != first for r in rows[i + 1:j]):
+                    rows[i:j] = sorted(rows[i:j], key=lambda r: r[chan_at])
+        i = j
 
 
 def _default(obj: Any) -> Any:
