@@ -151,6 +151,15 @@ def test_an_unpartitioned_time_window_starts_with_the_job_not_the_first_reading(
     assert (tmp_path / "bridge.csv").read_text() == (tmp_path / "runtime.csv").read_text()
 
 
+def test_explain_says_an_unpartitioned_window_has_no_key(tmp_path: Path) -> None:
+    g = Graph("nokey")
+    src = g.source("src", _Paced(4), schema=Schema(seq="int64", at_ms="int64"))
+    agg = g.operator("agg", Aggregate({"n": Count()}), [src.window("tumbling, time(1)")])
+    g.sink("sink", FileSink(str(tmp_path / "o.csv")), [agg])
+    text = plan(g.freeze(), "keyed", groups=2).explain()
+    assert "groupBy(a constant (no key: one group))" in text and "key function" not in text
+
+
 class _Marked(Source):
     """Readings of five sensors with a window mark after every sixth."""
 

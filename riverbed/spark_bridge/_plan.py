@@ -334,6 +334,8 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
         head = graph.operator(stage.members[0])
         inp = head.inputs[0]
         key = inp.partition_by if isinstance(inp.partition_by, str) else "a key function"
+        by = ("a constant (no key: one group)" if inp.partition_by is None
+              else f"hash({key}) mod {stage.groups}")
         spec = _describe_window(inp.window)
         if n == 1 and p.entries:
             how = ("a Join keyed by its equality keys: the sources' rows (one stream in order) "
@@ -344,10 +346,10 @@ def _keyable(graph: FrozenGraph, p: Plan, groups: int) -> tuple[str | None, str]
                                   for i in head.inputs)
                    + " and the operator; state in the RocksDB state store")
         elif n == 1:
-            how = (f"groupBy(hash({key}) mod {stage.groups}).applyInPandasWithState hosting window "
+            how = (f"groupBy({by}).applyInPandasWithState hosting window "
                    f"{spec!r} and the operator; state in the RocksDB state store")
         else:
-            how = (f"repartitioned by its key: groupBy(hash({key}) mod {stage.groups})."
+            how = (f"repartitioned by its key: groupBy({by})."
                    f"transformWithStateInPandas hosting window {spec!r} and the operator, merging the "
                    f"{stages[n - 2].groups} key group(s) of stage {n - 1} as parallel channels "
                    "(final once all sent it, watermarks at their minimum, window marks "
