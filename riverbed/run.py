@@ -166,6 +166,16 @@ class _ReadParams(dict[str, Any]):
             self.defaulted.append(name)
         return super().get(name, default)
 
+    def __ror__(self, defaults: Any) -> Any:
+        """``defaults | params`` (the examples' idiom) asks for each of the defaults' names: a
+        ``-p`` close to one of them is a misspelling as with `get` (the union bypassed both
+        and no warning came)."""
+        if not isinstance(defaults, dict):
+            return NotImplemented
+        for name in defaults:
+            (self.read if name in self else self.defaulted).append(name)
+        return dict(defaults) | dict(self)
+
 
 def _misspelled(params: _ReadParams) -> list[str]:
     """``-p`` names ``build`` never read that are close to one it asked for (``-p sensor=5``

@@ -367,6 +367,25 @@ def test_a_misspelled_parameter_is_named_with_the_one_build_asked_for(tmp_path: 
         "-p secnds=2: build() never read 'secnds'; did you mean 'seconds'?"]
 
 
+def test_a_misspelled_parameter_is_named_when_build_merges_defaults(tmp_path: Path) -> None:
+    # `defaults | params` (the parallel_panes and MQTT examples) bypassed get(): no warning,
+    # and the default ran silently.
+    from riverbed.run import load_script
+    script = _script(tmp_path, """
+from riverbed.testing import ListSource, ListSink
+
+def build(params):
+    p = {"sensors": 100, "seconds": 30} | params
+    g = Graph("merged")
+    g.sink("out", ListSink(), [g.source("src", ListSource([{"n": int(p["sensors"])}]))])
+    return g
+""")
+    said: list[str] = []
+    load_script(script, {"sensor": 5, "seconds": 2}, warn=said.append)
+    assert said == ["-p sensor=5: build() never read 'sensor'; did you mean 'sensors' (it used its "
+                    "default)?"]
+
+
 def test_ctrl_c_while_riverbed_graph_loads_a_script_is_one_line(tmp_path: Path) -> None:
     script = _script(tmp_path, (
         "import time\n"
