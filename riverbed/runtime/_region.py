@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..core import RegionMetrics, RestoreRefused, reusable_state, state_to_restore
 from ..graph import CheckpointBarrier, ConsistentRegion
 from ..windows import same_clause
+from ._unsaved import UnsavedState
 
 if TYPE_CHECKING:
     from ._clock import Clock
@@ -124,6 +125,7 @@ class Region:
         # (`ParallelHost`) restores, resets, restarts and tells of commits, not their runners.
         self.hosts = [h for h in job.parallel if h.members[0] in self.member_names]
         self.hosted = frozenset(n for h in self.hosts for n in h.members)
+        self._unsaved = UnsavedState(r for r in members if r.name not in self.hosted)
 
     @property
     def label(self) -> str:
@@ -281,6 +283,13 @@ class Region:
         for waiter in pending.waiters:
             if not waiter.done():
                 waiter.set_result(True)
+        for name, attributes in self._unsaved.committed():
+            self.job.log_region("operator_state_not_checkpointed", operator=name,
+                                attributes=attributes,
+                                hint="these attributes changed between two checkpoints, and the "
+                                     "operator has no snapshot(): they are not in the checkpoint "
+                                     "and start over after a restart; return them from "
+                                     "snapshot() and take them back in restore()")
         if pending.id == self.suspend_at:
             self.job.region_suspended(self)
 
