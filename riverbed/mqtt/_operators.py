@@ -551,19 +551,40 @@ def _digest(msg: Received) -> int:
     return int.from_bytes(h.digest(), "big") >> 1  # fits an int64 in the checkpoint encoding
 
 
+# How many messages an MQTTSink queues before it holds its input back (`MQTTSink.max_queued`).
+DEFAULT_MAX_QUEUED = 10_000
+
+# A message of the outbox: (topic, payload, records in it).
+Message = tuple[str, bytes, int]
+
+
 class MQTTSink(Operator):
     """Publishes tuples, ``batch`` records per message, to ``topic`` or ``topic_of(tuple)``.
 
-    Publishing runs in a background task; the sink holds final punctuation
-    back (``defer_final``) until every message is published, so a graph
-    ends only after the broker has them (QoS 1/2: acknowledged). A partial
-    batch is published at each window mark and at final. It is not
-    transactional: with checkpoints a message may be published twice after
-    a restore, and a message in flight when the connection drops (a broker
-    restart) may arrive twice, at QoS 2 too: the session is clean, so the
-    broker forgets what it had received, and a publish that raced the drop is
-    sent again by paho and by the retry (15-50 of 4,000 at 2,000 messages/s in
-    a review). Downstream, `MQTTSource(dedup_key=...)` drops them.
+    Publishing runs in a background task. At final punctuation the sink
+    holds final back (``defer_final``) until every message is published, so
+    a graph ends only after the broker has them (QoS 1/2: acknowledged). A
+    partial batch is published at each window mark and at final.
+
+    At-least-once with checkpoints: a checkpoint holds what the sink has not
+    published yet (partial batches, the queued messages, those in flight),
+    and a restore (a restart, a region reset in place) publishes them again,
+    first. A message published after a checkpoint's barrier and before a
+    crash is published again by the restart (a duplicate, never a loss); and
+    a message in flight when the connection drops (a broker restart) may
+    arrive twice, at QoS 2 too: the session is clean, so the broker forgets
+    what it had received, and a publish that raced the drop is sent again by
+    paho and by the retry (15-50 of 4,000 at 2,000 messages/s in a review).
+    Downstream, `MQTTSource(dedup_key=...)` drops them.
+
+    Backpressure: once ``max_queued`` messages wait (a slow or absent
+    broker), the sink stops taking input until half of them are out, so
+    memory stays bounded and the sources slow down. While the input is held,
+    a checkpoint's barrier waits behind it too (barriers never overtake
+    tuples): with the broker gone, checkpoints and a stop's checkpoint wait
+    for it (a second signal aborts; the restart publishes from the last
+    committed checkpoint). A stop or an abort that leaves messages
+    unpublished logs how many (``mqtt sink unpublished``).
     """
 
     def __init__(self, host: str, port: int = 1883, *, topic: str | None = None,
@@ -572,6 +593,7 @@ class MQTTSink(Operator):
                  separator: str = ",", raw_attribute: str = "payload", batch: int = 1, retain: bool = False,
                  client_id: str | None = None, username: str | None = None, password: str | None = None,
                  tls: TLS | None = None, protocol: Protocol = "3.1.1", window: int = 64,
+                 max_queued: int = DEFAULT_MAX_QUEUED,
                  backoff: tuple[float, float] = (0.05, 5.0)) -> None:
         if (topic is None) == (topic_of is None):
             raise MQTTConfigError("give topic='a/b' or topic_of=fn(tuple) -> topic, exactly one")
@@ -581,6 +603,9 @@ class MQTTSink(Operator):
             raise MQTTConfigError(f"batch={batch!r}: expected records per message, an int >= 1")
         if batch > 1 and format == "raw":
             raise MQTTConfigError("format='raw' carries one blob per message; use batch=1")
+        if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
+            raise MQTTConfigError(f"max_queued={max_queued!r}: expected how many messages may wait "
+                                  f"for the broker, an int >= 1 (default {DEFAULT_MAX_QUEUED})")
         self.qos = _qos(qos)
         self.config = ClientConfig(host, port, client_id, username, password, tls, protocol, backoff=backoff)
         self.topic = topic
@@ -588,54 +613,118 @@ class MQTTSink(Operator):
         self.batch = batch
         self.retain = retain
         self.window = window
+        self.max_queued = max_queued
         self.codec = Codec(format, _schema(schema), encode=encode, separator=separator,
                            raw_attribute=raw_attribute)
         self.messages_published = 0
         self.records_published = 0
+        # What is not published yet, all of it in each checkpoint: partial batches per topic, the
+        # queued messages, and the chunk being published (until the broker acknowledged it).
         self._buffers: dict[str, list[dict[str, Any]]] = {}
-        self._outbox: asyncio.Queue[tuple[str, bytes, int] | None] = asyncio.Queue()
+        self._outbox: deque[Message] = deque()
+        self._sending: list[Message] = []
+        self._wakeup = asyncio.Event()  # something to publish, or final
+        self._final = False  # final came: publish the rest, then let final go
+        self._hold: Callable[[], None] | None = None
+        self._paused = False  # input held back: the outbox is full
         self._task: asyncio.Task[None] | None = None
         self._client: MQTTClient | None = None
-        self._in_flight = 0
-        self._release: Callable[[], None] | None = None
         self._error: BaseException | None = None
 
+    @property
+    def messages_queued(self) -> int:
+        """Messages waiting for the broker: queued or in flight (partial batches not counted)."""
+        return len(self._outbox) + len(self._sending)
+
     def setup(self) -> None:
-        self._release = self.context.defer_final()
-        self._task = asyncio.get_running_loop().create_task(
-            self._publisher(), name=f"{self.context.job}/{self.context.name}/publish")
+        self._logger = get_logger(self.context.job, self.context.name)
+        self._start_publisher()
+
+    def _start_publisher(self) -> None:
+        task = self._task
+        if task is None or task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._publisher(), name=f"{self.context.job}/{self.context.name}/publish")
 
     async def _publisher(self) -> None:
-        logger = get_logger(self.context.job, self.context.name)
+        logger = self._logger
         client = self._client = MQTTClient(  # (its reconnects logged, as the source's are)
             self.config, name=f"{self.context.job}/{self.context.name}",
             log=lambda event, fields: logger.warning(event, **fields))
+        outbox = self._outbox
         try:
             async with client:
-                done = False
-                while not done:
-                    item = await self._outbox.get()
-                    chunk = [item]
-                    while len(chunk) < self.window and not self._outbox.empty():
-                        chunk.append(self._outbox.get_nowait())
-                    sends = [x for x in chunk if x is not None]
-                    done = len(sends) < len(chunk)
-                    self._in_flight = len(sends)
+                while True:
+                    outbox = self._outbox  # (a restore replaces it)
+                    if not outbox:
+                        if self._final:
+                            break  # all published: the client says goodbye, then final goes
+                        self._wakeup.clear()
+                        await self._wakeup.wait()
+                        continue
+                    sends = self._sending = [outbox.popleft() for _ in range(min(self.window, len(outbox)))]
                     await asyncio.gather(*(client.publish(t, p, self.qos, self.retain) for t, p, _ in sends))
-                    self._in_flight = 0
+                    self._sending = []
                     self.messages_published += len(sends)  # QoS 1/2: acknowledged by the broker
                     self.records_published += sum(n for _, _, n in sends)
+                    if self._paused and len(self._outbox) <= self.max_queued // 2:
+                        self._resume_input()
+        except asyncio.CancelledError:
+            self._log_unpublished("cancelled")
+            self._release_final()
+            raise
         except Exception as exc:
             self._error = exc
-        finally:
-            if self._release is not None:
-                self._release()
+            self._log_unpublished(f"failed: {exc}")
+            self._release_final()
+            return
+        if self._outbox or not self._final:
+            # A reset while the client said goodbye took final back: a publisher for what comes.
+            self._task = asyncio.get_running_loop().create_task(
+                self._publisher(), name=f"{self.context.job}/{self.context.name}/publish")
+        else:
+            self._release_final()
+
+    def _unpublished(self) -> tuple[int, int]:
+        """Messages (partial batches counted as one each) and records not published yet."""
+        queued = (*self._sending, *self._outbox)
+        return (len(queued) + len(self._buffers),
+                sum(n for _, _, n in queued) + sum(len(b) for b in self._buffers.values()))
+
+    def _log_unpublished(self, why: str) -> None:
+        messages, records = self._unpublished()
+        if messages:
+            connected = self._client is not None and self._client.connected
+            self._logger.warning("mqtt sink unpublished", messages=messages, records=records, why=why,
+                                 broker_connected=connected,
+                                 detail="dropped by this process; with checkpoints, a restart "
+                                        "publishes those of the last committed checkpoint again")
+
+    def _hold_final(self) -> None:
+        """Keep final back until all is published (again after a reset voided an earlier hold)."""
+        if self._hold is None or not getattr(self._hold, "active", True):
+            self._hold = self.context.defer_final()
+
+    def _release_final(self) -> None:
+        if self._hold is not None:
+            release, self._hold = self._hold, None
+            release()
+
+    def _resume_input(self) -> None:
+        """Take input again (from the publisher's task). The runner waits for its own items only
+        while input is held, and a released hold is the context's way to wake it from another
+        task: one is taken and released at once."""
+        self._paused = False
+        self.context.pause_input(False)
+        self.context.defer_final()()
 
     def on_tuple(self, tup: Any, port: int) -> None:
         if self._error is not None:
             raise self._error
         topic = self.topic if self.topic is not None else self.topic_of(tup)  # type: ignore[misc]
-        buf = self._buffers.setdefault(topic, [])
+        buf = self._buffers.get(topic)
+        if buf is None:
+            buf = self._buffers[topic] = []
         buf.append(tup)
         if len(buf) >= self.batch:
             self._send(topic)
@@ -643,20 +732,80 @@ class MQTTSink(Operator):
     def _send(self, topic: str) -> None:
         records = self._buffers.pop(topic, [])
         if records:
-            self._outbox.put_nowait((topic, self.codec.encode(records, batch=self.batch > 1), len(records)))
+            self._queue((topic, self.codec.encode(records, batch=self.batch > 1), len(records)))
+
+    def _queue(self, message: Message) -> None:
+        outbox = self._outbox
+        outbox.append(message)
+        self._wakeup.set()
+        if len(outbox) >= self.max_queued and not self._paused:
+            self._paused = True
+            self.context.pause_input(True)
 
     def on_punct(self, punct: Punct, port: int) -> None:
         for topic in list(self._buffers):
             self._send(topic)
         if punct is Punct.FINAL:
-            self._outbox.put_nowait(None)
+            if self._error is not None:
+                raise self._error  # the publisher failed: nothing more will go out
+            self._final = True
+            self._hold_final()
+            self._wakeup.set()
+            self._start_publisher()
             task, client = self._task, self._client
-            if (task is not None and (client is None or not client.connected) and not self._in_flight
-                    and self._outbox.qsize() == 1):
+            if (task is not None and (client is None or not client.connected) and not self._sending
+                    and not self._outbox):
                 # Nothing to deliver, and no broker to say goodbye to: the graph need not wait for
                 # one (a job stopped while the broker was away ended only at a second signal).
                 task.cancel()
+                self._release_final()
 
     def on_shutdown(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()  # a stop that suspends the job: what is unpublished is logged
         if self._error is not None:
             raise self._error
+
+    # -------------------------------------------------------------- state
+
+    def snapshot(self) -> Any:
+        """What is not published yet, as plain data: a restore publishes it again."""
+        return {"messages": [[t, p, n] for t, p, n in (*self._sending, *self._outbox)],
+                "buffers": [[topic, list(records)] for topic, records in self._buffers.items()],
+                "final": self._final}
+
+    def restore(self, state: Any) -> None:
+        """At a restart, or a region reset in place: what the checkpoint had not published goes
+        out first. What was queued since its barrier goes (the source replays those tuples);
+        what was published since goes out again (a duplicate). With final in the checkpoint
+        (final came, some messages were waiting), final is held again until they are out."""
+        try:
+            messages = deque((str(t), bytes(p), int(n)) for t, p, n in state["messages"])
+            buffers = {str(topic): list(records) for topic, records in state["buffers"]}
+            final = bool(state["final"])
+        except (KeyError, TypeError, ValueError):
+            raise MQTTConfigError(f"MQTTSink: cannot restore from {state!r}: expected the dict "
+                                  "snapshot() returns") from None
+        self._take_back(messages, buffers, final)
+
+    def reset_to_initial_state(self) -> None:
+        """The region resets before any checkpoint: the sources replay everything."""
+        self._take_back(deque(), {}, final=False)
+
+    def _take_back(self, messages: deque[Message], buffers: dict[str, list[dict[str, Any]]],
+                   final: bool) -> None:
+        if final:  # (final had sent the partial batches: none is waiting for more records)
+            messages.extend((topic, self.codec.encode(records, batch=self.batch > 1), len(records))
+                            for topic, records in buffers.items() if records)
+            buffers = {}
+        self._outbox, self._buffers, self._final = messages, buffers, final
+        self._hold = None  # (a reset voided it; a new process has none)
+        self._paused = False  # (the host resumed the input)
+        if final:
+            self._hold_final()
+        if len(messages) >= self.max_queued:
+            self._paused = True
+            self.context.pause_input(True)
+        self._wakeup.set()
+        self._start_publisher()
