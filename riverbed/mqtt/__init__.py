@@ -17,8 +17,9 @@ source (`riverbed.spark_bridge.mqtt_source`) is built from the same public
 pieces: `ClientConfig` and `TLS` (MQTT 3.1.1 and 5, credentials, TLS),
 `MQTTClient`, `PayloadDecoder` (codec, topic attributes, schema check),
 `BadMessages` and `DeadLetters` (bad payloads counted, logged and
-dead-lettered), `connect_warnings`, and one error type per condition
-(`MQTTConfigError`, `MQTTConnectError`).
+dead-lettered), `connect_warnings`, `check_topic_filters` (valid filters, none
+overlapping another), and one error type per condition (`MQTTConfigError`,
+`MQTTConnectError`).
 """
 
 from ._checks import QOS2_NOT_AT_CHECKPOINTS, BrokerWarning, connect_warnings
@@ -33,6 +34,7 @@ from ._client import (
     Protocol,
     Received,
     SessionPlan,
+    check_topic_filters,
 )
 from ._codec import FORMATS, BadRecord, Codec, Format
 from ._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
@@ -69,6 +71,7 @@ __all__ = [
     "Received",
     "SessionPlan",
     "check_dead_letter_max_bytes",
+    "check_topic_filters",
     "connect_warnings",
     "dead_letter_envelope",
 ]

@@ -47,8 +47,19 @@ import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-__all__ = ["TLS", "ClientConfig", "ConnectInfo", "MQTTClient", "MQTTConfigError", "MQTTConnectError",
-           "MQTTPublishError", "Protocol", "Received", "SessionPlan"]
+__all__ = [
+    "TLS",
+    "ClientConfig",
+    "ConnectInfo",
+    "MQTTClient",
+    "MQTTConfigError",
+    "MQTTConnectError",
+    "MQTTPublishError",
+    "Protocol",
+    "Received",
+    "SessionPlan",
+    "check_topic_filters",
+]
 
 Protocol = Literal["3.1.1", "5"]
 SessionPlan = tuple[Sequence[str], Sequence[tuple[str, int]]]
@@ -453,6 +464,20 @@ class MQTTClient:
                 self._log("mqtt disconnected", fields)
                 await wall_sleep(delay)  # backoff before the next attempt
                 delay = min(delay * 2, hi)
+            except Exception as exc:
+                # Anything else is no lost connection that a retry heals (paho refused a
+                # subscription's filter with ValueError): it ended this task and the client waited
+                # for ever. It is the client's end, said to whoever waits on it.
+                self._up.clear()
+                if self._lost is not None and not self._lost.done():
+                    self._lost.set_result(None)
+                self.last_error = str(exc)
+                self._fatal = MQTTConnectError(f"the MQTT client {self.name!r} failed: "
+                                               f"{type(exc).__name__}: {exc}")
+                self._fatal.__cause__ = exc
+                self._up.set()
+                self._queue.put_nowait(_CLOSED)
+                return
 
     def _closed_hint(self, exc: aiomqtt.MqttError) -> str:
         """What to check when a connect got no CONNACK: a retry cannot tell a TLS mismatch from
@@ -662,6 +687,58 @@ class MQTTClient:
             raise MQTTPublishError(f"the connection was lost with the message in flight "
                                    f"({self.last_error})", connection_lost=True)
         raise MQTTPublishError(f"not acknowledged within {timeout} s")
+
+
+def check_topic_filters(topics: Sequence[str]) -> list[str]:
+    """``topics`` as a list, once each filter is valid MQTT and no two overlap.
+
+    Valid (MQTT 3.1.1 and 5, 4.7): ``#`` only as the whole last level, ``+`` only as a whole
+    level, no NUL, at most 65,535 bytes of UTF-8. paho refuses an invalid filter only at
+    subscribe time, in the client's task, where the source waited for ever.
+
+    Overlapping (one topic matches both, e.g. ``a/#`` and ``a/+/temp``): an MQTT 5 broker
+    delivers a message once per matching subscription (and an MQTT 3.1.1 broker may), so the
+    graph would see each such message twice. ``paho.mqtt.client.topic_matches_sub`` matches a
+    filter with a topic, not with another filter: `_overlap` does that."""
+    if isinstance(topics, str) or not topics or not all(isinstance(t, str) and t for t in topics):
+        raise MQTTConfigError(f"topics={topics!r}: expected a non-empty list of topic filters, "
+                              "e.g. ['plant/+/temp', 'alarms/#']")
+    for topic in topics:
+        levels = topic.split("/")
+        bad = next((level for level in levels if level not in ("+", "#") and ("+" in level or "#" in level)),
+                   None)
+        if bad is not None:
+            raise MQTTConfigError(f"topic filter {topic!r}: a wildcard must be a whole level, "
+                                  f"not part of {bad!r}; e.g. 'a/+/b' or 'a/#'")
+        if "#" in levels[:-1]:
+            raise MQTTConfigError(f"topic filter {topic!r}: '#' must be the last level (it matches "
+                                  "all the levels below); e.g. 'a/b/#'")
+        if "\0" in topic or len(topic.encode("utf-8", "surrogatepass")) > 65_535:
+            raise MQTTConfigError(f"topic filter {topic[:80]!r}: no NUL character and at most "
+                                  "65,535 bytes of UTF-8")
+    for i, first in enumerate(topics):
+        for second in topics[i + 1:]:
+            if _overlap(first.split("/"), second.split("/")):
+                raise MQTTConfigError(
+                    f"topic filters {first!r} and {second!r} overlap (a topic can match both): the "
+                    "broker delivers such a message once per filter (MQTT 5 always), so the graph "
+                    "would get it twice; keep one filter that covers both, or use two sources")
+    return list(topics)
+
+
+def _overlap(a: list[str], b: list[str]) -> bool:
+    """Some topic matches both filters (given as levels). A topic starting with ``$`` is matched
+    by no filter whose first level is a wildcard (MQTT 4.7.2)."""
+    if (a[0].startswith("$") and b[0] in ("+", "#")) or (b[0].startswith("$") and a[0] in ("+", "#")):
+        return False
+    for x, y in zip(a, b, strict=False):
+        if "#" in (x, y):
+            return True
+        if x != y and "+" not in (x, y):
+            return False
+    longer = a if len(a) > len(b) else b
+    rest = longer[min(len(a), len(b)):]
+    return not rest or rest == ["#"]  # 'a/#' matches 'a' too
 
 
 def _code(value: Any) -> int:

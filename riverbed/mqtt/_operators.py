@@ -21,10 +21,13 @@ Delivery guarantees (which one a graph has):
   therefore lists the (packet id, digest of topic and payload) it is about to
   ack, and those of earlier checkpoints whose acks did not reach the broker
   (given while disconnected); after a restore a redelivered message (DUP flag)
-  matching one is acked and skipped, not submitted twice. (A broker reuses a
-  packet id only once it was acked, and sends a new message without the DUP
-  flag, so a match is a repeat unless a message sent before the crash reused
-  the id *and* has the same topic and payload.)
+  matching one is acked and skipped, not submitted twice. (A new message comes
+  without the DUP flag, even with a packet id in use: a broker that numbers
+  more than 65,535 unacknowledged messages, mosquitto with
+  ``max_inflight_messages 0``, wraps its 16-bit ids, and the source warns as
+  it nears that many between two checkpoints. So a match is a repeat unless a
+  message sent before the crash reused the id *and* has the same topic and
+  payload.)
 
   The broker must keep the session, and all that is queued in it, across
   its own restarts too (README, "MQTT": ``persistence true``,
@@ -83,7 +86,16 @@ from typing import Any, Literal
 from ..graph import Operator, Punct, Schema, Source
 from ..runtime import get_logger
 from ._checks import QOS2_NOT_AT_CHECKPOINTS, BrokerWarning, connect_warnings
-from ._client import TLS, ClientConfig, ConnectInfo, MQTTClient, MQTTConfigError, Protocol, Received
+from ._client import (
+    TLS,
+    ClientConfig,
+    ConnectInfo,
+    MQTTClient,
+    MQTTConfigError,
+    Protocol,
+    Received,
+    check_topic_filters,
+)
 from ._codec import Codec, Decoder, Encoder, Format
 from ._deadletter import DEFAULT_MAX_BYTES, DeadLetters, check_max_bytes
 from ._dedup import Dedup
@@ -144,9 +156,7 @@ class MQTTSource(Source):
                  dedup_scope: str | Sequence[str] | None = None,
                  max_records: int | None = None, idle_flush: float = 0.05,
                  backoff: tuple[float, float] = (0.05, 5.0)) -> None:
-        if isinstance(topics, str) or not topics or not all(isinstance(t, str) and t for t in topics):
-            raise MQTTConfigError(f"topics={topics!r}: expected a non-empty list of topic filters, "
-                                  "e.g. ['plant/+/temp', 'alarms/#']")
+        self.topics = check_topic_filters(topics)  # (paho finds a bad one only at subscribe)
         if ack not in ("receive", "checkpoint"):
             raise MQTTConfigError(f"ack={ack!r}: expected 'receive' or 'checkpoint'")
         self.qos = _qos(qos)
@@ -158,7 +168,6 @@ class MQTTSource(Source):
         self.config = ClientConfig(host, port, client_id, username, password, tls, protocol,
                                    persistent=ack == "checkpoint", session_expiry=session_expiry,
                                    backoff=backoff)
-        self.topics = list(topics)
         self.ack = ack
         self.format = format
         self.schema = _schema(schema)
@@ -213,7 +222,12 @@ class MQTTSource(Source):
         # checkpoint not yet committed; acked on commit (all of the session `_session`).
         self._received: list[tuple[int, int, int]] = []
         self._snapshotted: list[tuple[int, int, int]] = []
-        self._unacked: set[int] = set()
+        # (packet id, digest) of the messages in the stream but not acknowledged: a message sent
+        # again after a reconnect (DUP) that matches one is skipped. The digest too, since a
+        # broker numbering many unacknowledged messages (mosquitto, max_inflight_messages 0)
+        # wraps its 16-bit packet ids and gives an id in use to a new message (no DUP flag).
+        self._unacked: set[tuple[int, int]] = set()
+        self._wrap_warned = False
         # mid -> digest of messages whose effects are committed but whose ack may not have reached
         # the broker: restored from the checkpoint, or an ack sent while disconnected.
         self._committed: dict[int, int] = {}
@@ -285,6 +299,14 @@ class MQTTSource(Source):
         if self._decoder is None:
             self._decoder = self._make_decoder(self.schema)
         self._logger = get_logger(self.context.job, self.context.name)
+        if self.ack == "checkpoint" and getattr(self.context, "region", "") is None:
+            # (a host that says nothing of regions is trusted: `region` is the asyncio core's)
+            self._logger.warning(
+                "mqtt source without checkpoints", client_id=self.config.client_id,
+                detail="ack='checkpoint' acknowledges messages only when a checkpoint holding them "
+                       "commits, and this job takes none: nothing is ever acknowledged, and each "
+                       "start gets the whole history again; run with checkpoints (riverbed run "
+                       "--checkpoint-dir, Job(checkpoints=...)) or use ack='receive'")
 
     def _log(self, event: str, fields: dict[str, Any]) -> None:
         self._logger.warning(event, **fields)
@@ -408,10 +430,12 @@ class MQTTSource(Source):
                 self.messages_replayed += 1
                 if not self._replaying:
                     self._replay_done()
-            elif msg.mid in self._unacked:  # redelivered after a reconnect: already in the stream
+            digest = _digest(msg)
+            if msg.dup and (msg.mid, digest) in self._unacked:
+                # Redelivered after a reconnect: already in the stream. (A message without the DUP
+                # flag is new, even with an id in use: the broker wrapped its packet ids.)
                 self.redeliveries_skipped += 1
                 return
-            digest = _digest(msg)
             committed = self._committed.pop(msg.mid, None)
             unconfirmed = self._unconfirmed.pop(msg.mid, None)
             if msg.dup and digest in (committed, unconfirmed):
@@ -421,7 +445,9 @@ class MQTTSource(Source):
                 self.redeliveries_skipped += 1
                 self._ack_one(msg.mid, msg.qos, digest)
                 return
-            self._unacked.add(msg.mid)
+            self._unacked.add((msg.mid, digest))
+            if len(self._unacked) >= WRAP_WARNING and not self._wrap_warned:
+                self._warn_wrap()
             self._received.append((msg.mid, msg.qos, digest))
         self.messages_received += 1
         assert self._decoder is not None
@@ -442,6 +468,14 @@ class MQTTSource(Source):
                     continue
             self.submit(rec)
             self.records_submitted += 1
+
+    def _warn_wrap(self) -> None:
+        self._wrap_warned = True
+        self._logger.warning("mqtt packet ids wrapping", unacked=len(self._unacked), limit=65_535,
+                             detail="this many messages came since the last committed checkpoint: "
+                                    "the broker reuses the 16-bit packet ids of messages still "
+                                    "unacknowledged; take checkpoints more often (a shorter "
+                                    "checkpoint period)")
 
     def _bad(self, bad: BadMessage) -> None:
         self._bads.report(bad)  # counted, kept, logged, on_bad, dead letter: riverbed.mqtt._ingest
@@ -505,7 +539,8 @@ class MQTTSource(Source):
         of committed messages that did not reach the broker (``_committed``) stay: the broker
         sends those again too, to be acked and skipped. (``checkpoint`` is None for the
         initial state, or for the checkpoint the job restored at start.)"""
-        replay = self._replaying | self._unacked | {mid for mid, _, _ in self._received}
+        replay = self._replaying | {mid for mid, _ in self._unacked}
+        replay.update(mid for mid, _, _ in self._received)
         replay.update(mid for mid, _, _ in self._snapshotted)
         self._logger.warning("mqtt source reset", to_checkpoint=checkpoint,
                              initial=initial,
@@ -529,8 +564,10 @@ class MQTTSource(Source):
         self._last_committed = checkpoint_id
         done, self._snapshotted = self._snapshotted, []
         for mid, qos, digest in done:
-            self._unacked.discard(mid)
+            self._unacked.discard((mid, digest))
             self._ack_one(mid, qos, digest)
+        if len(self._unacked) < WRAP_WARNING:
+            self._wrap_warned = False
 
     def _ack_one(self, mid: int, qos: int, digest: int) -> None:
         if self._client is not None and self._client.ack(mid, qos, self._session):
@@ -539,6 +576,10 @@ class MQTTSource(Source):
         else:
             self._committed[mid] = digest  # the broker redelivers it; then ack it, skip it
 
+
+# How many unacknowledged messages (ack="checkpoint") make the source warn that packet ids, 16
+# bits, are about to wrap (`MQTTSource._warn_wrap`).
+WRAP_WARNING = 60_000
 
 # The longest a stop with ack="receive" takes in what the client still holds (`_take_the_rest`).
 DRAIN_SECONDS = 5.0
