@@ -20,6 +20,7 @@ from riverbed.mqtt import (
     MQTTClient,
     MQTTConfigError,
     MQTTConnectError,
+    MQTTSink,
     MQTTSource,
     Received,
     check_topic_filters,
@@ -122,3 +123,13 @@ def test_a_filter_paho_refuses_ends_the_client_with_an_error_not_a_hang(broker: 
 
     with pytest.raises(MQTTConnectError, match=r"'bad-filter' failed: ValueError"):
         asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_raw_payloads_need_a_blob_attribute() -> None:
+    """The payload is bytes: an rstring attribute failed only at the first message or tuple."""
+    with pytest.raises(MQTTConfigError, match=r"format='raw' .*'payload' of type blob; the schema "
+                                              r"has it as rstring: declare payload='blob'"):
+        MQTTSink("h", topic="a", format="raw", schema={"payload": "rstring"})
+    with pytest.raises(MQTTConfigError, match=r"format='raw' .*lacks it: add payload='blob'"):
+        MQTTSource("h", topics=["a"], format="raw", schema={"body": "blob"}, topic_attribute=None)
+    MQTTSource("h", topics=["a"], format="raw", schema={"payload": "blob"}, topic_attribute=None)

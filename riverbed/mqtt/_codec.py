@@ -91,6 +91,16 @@ class Codec:
         if format == "csv" and fields is None:
             raise MQTTConfigError("format='csv' needs a schema: csv fields are matched to attributes "
                                   "by position")
+        if format == "raw" and fields is not None:
+            raw_type = fields.type_of(raw_attribute)
+            if raw_type is None or raw_type.strip() != "blob":
+                # (the payload is bytes: an rstring attribute failed at the first tuple or message)
+                raise MQTTConfigError(
+                    f"format='raw' carries the payload as attribute {raw_attribute!r} of type blob; "
+                    + (f"the schema has it as {raw_type}: declare {raw_attribute}='blob'"
+                       if raw_type is not None else
+                       f"the schema {fields} lacks it: add {raw_attribute}='blob' or name another "
+                       "with raw_attribute="))
         self.format = format
         self.fields = fields
         self.raw_attribute = raw_attribute
