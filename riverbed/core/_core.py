@@ -296,7 +296,13 @@ class OperatorCore:
         """Stop (or resume) taking input: an operator whose buffer is full (SPL's blocked port:
         Delay's ``bufferSize``, Throttle) holds its upstream back, which backpressure then
         carries to the sources. The operator's own timers keep firing while input waits. A
-        host that cannot hold input back (Spark's micro-batches) ignores it."""
+        host that cannot hold input back (Spark's micro-batches) ignores it. Input taken again
+        from outside an item (another task: MQTTSink's publisher once the broker took its
+        backlog) wakes the host, which otherwise waits on the operator's own items only."""
+        if self.input_paused and not paused:
+            self.input_paused = False
+            self.host.wake(self)
+            return
         self.input_paused = paused
 
     @property

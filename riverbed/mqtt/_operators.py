@@ -752,12 +752,9 @@ class MQTTSink(Operator):
             release()
 
     def _resume_input(self) -> None:
-        """Take input again (from the publisher's task). The runner waits for its own items only
-        while input is held, and a released hold is the context's way to wake it from another
-        task: one is taken and released at once."""
+        """Take input again (from the publisher's task; the context wakes the host)."""
         self._paused = False
         self.context.pause_input(False)
-        self.context.defer_final()()
 
     def on_tuple(self, tup: Any, port: int) -> None:
         if self._error is not None:
