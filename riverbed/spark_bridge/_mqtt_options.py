@@ -28,6 +28,7 @@ from ..mqtt import (
     PayloadDecoder,
     Protocol,
     check_dead_letter_max_bytes,
+    check_topic_filters,
 )
 from ._spool import FORMAT
 
@@ -166,6 +167,10 @@ class MqttOptions:
         topics = tuple(t.strip() for t in opts["topic"].split(","))
         if any(not t for t in topics):
             raise _fail(f"option 'topic' has an empty topic filter: {opts['topic']!r}")
+        try:  # (an invalid filter hung the reader until connectTimeout said "no answer")
+            check_topic_filters(topics)
+        except MQTTConfigError as exc:
+            raise _fail(f"option 'topic': {exc}") from None
         letters = opts.get("deadlettertopic")
         if letters is not None and (not letters or "+" in letters or "#" in letters):
             raise _fail(f"option 'deadLetterTopic' must be a plain topic (no wildcards), got {letters!r}")

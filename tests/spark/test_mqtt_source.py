@@ -174,6 +174,11 @@ def test_missing_required_option_is_named(tmp_path: Path, missing: str) -> None:
         MqttOptions.parse({**_options(tmp_path / "s", 1883, "rb-x"), "port": "mqtt"})
     with pytest.raises(ValueError, match="option 'qos' 2: qos=2 cannot be acknowledged at checkpoints"):
         MqttOptions.parse({**_options(tmp_path / "s", 1883, "rb-x"), "qos": "2"})
+    # an invalid or overlapping filter is refused at once (the reader waited for connectTimeout)
+    with pytest.raises(ValueError, match="option 'topic': topic filter 'a/#/b': '#' must be the last"):
+        MqttOptions.parse({**_options(tmp_path / "s", 1883, "rb-x"), "topic": "a/#/b"})
+    with pytest.raises(ValueError, match="topic filters 'a/#' and 'a/\\+/t' overlap"):
+        MqttOptions.parse({**_options(tmp_path / "s", 1883, "rb-x"), "topic": "a/#,a/+/t"})
     # mqtt_stream checks before touching Spark
     with pytest.raises(ValueError, match="'clientId' is required"):
         mqtt_stream(cast(Any, None), topic="a", client_id="", spool=tmp_path / "s")
