@@ -151,6 +151,54 @@ def test_an_unpartitioned_time_window_starts_with_the_job_not_the_first_reading(
     assert (tmp_path / "bridge.csv").read_text() == (tmp_path / "runtime.csv").read_text()
 
 
+@pytest.mark.parametrize("delay", [0.0, 1.0])
+def test_a_delayed_file_read_in_parts_keeps_each_keys_order(tmp_path: Path, delay: float) -> None:
+    # Every part began with the source's start mark (0) and its first bundle, ordered by that
+    # mark, went ahead of the part before's later ones (stamped at the delay): tuples out of
+    # file order, or final before them and a failed query. Only the source's start has it.
+    from riverbed.operators import FileSource, First, Last
+    from riverbed.spark_bridge._reads import PART_BITS, part_items, plan_parts, read_plan
+    from riverbed.spark_bridge._source import item_rows
+
+    (tmp_path / "in.csv").write_text("".join(f"k{i % 3},{i}\n" for i in range(30_000)))
+
+    def graph(out: Path) -> FrozenGraph:
+        g = Graph("parts")
+        src = g.source("src", FileSource(str(tmp_path / "in.csv"), init_delay=delay),
+                       schema=Schema(k="rstring", v="int64"))
+        agg = g.operator("agg", Aggregate({"first": First("v"), "last": Last("v"), "n": Count()},
+                                          copy=("k",)),
+                         [src.window("tumbling, count(1000), partitioned", partition_by="k")])
+        g.sink("sink", FileSink(str(out)), [agg])
+        return g.freeze()
+
+    run_graph(graph(tmp_path / "runtime.csv"), clock=VirtualClock())
+    fg, labels = graph(tmp_path / "bridge.csv"), [5, 2]
+    p = plan(fg, "keyed", groups=2)
+    rp = read_plan(fg, p.sources[0], only_source=True)
+    assert not isinstance(rp, str)
+    parts = plan_parts(fg, rp, records=16_000, tasks=2)
+    assert len(parts) > 2
+    route = route_of(fg, p.keyed, p.groups, 0, labels)
+    ((hosted, _),), stage = stage_hosts(fg, p, labels, None)
+    states: dict[int, bytes] = {}
+    for batch_id, start in enumerate(range(0, len(parts), 2)):  # a micro-batch: a part a task
+        by_group: dict[int, list[tuple[Any, ...]]] = {}
+        for k in range(start, min(start + 2, len(parts))):
+            for row in item_rows(part_items(fg, rp, parts[k]), 0, route=route, seq0=k << PART_BITS):
+                by_group.setdefault(row[5], []).append(row[:5])
+        out: list[tuple[Any, ...]] = []
+        for label, group_rows in by_group.items():
+            produced, states[label] = host_group(hosted, None, (label,), group_rows,
+                                                 states.get(label), tail=[])
+            out += bundle_rows(produced, label)
+        stage.process(FakeBatch(arrow_batch(out, KEYED_OUT_DDL)), batch_id)
+    stage.close()
+    runtime = (tmp_path / "runtime.csv").read_text().splitlines()
+    assert len(runtime) == 30
+    assert sorted((tmp_path / "bridge.csv").read_text().splitlines()) == sorted(runtime)
+
+
 def test_explain_says_an_unpartitioned_window_has_no_key(tmp_path: Path) -> None:
     g = Graph("nokey")
     src = g.source("src", _Paced(4), schema=Schema(seq="int64", at_ms="int64"))

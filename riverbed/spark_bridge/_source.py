@@ -256,13 +256,19 @@ def item_rows(items: Iterator[tuple[int, int, int, Any]], index: int, *, route: 
 # VirtualClock) starts at 0, as `riverbed run --virtual-clock`'s does. The first time mark says
 # so before the first item, which may come later (a paced source): a key group started at the
 # first item's time put an unpartitioned time window's panes at [0.4, 1.4) instead of [0, 1).
+# Only the source's own start (``seq0`` 0): a later part of a file read in ranges starts at its
+# first item, or its rows, ordered by that mark, went ahead of the parts before it.
 START_NS = 0
+
+
+def _first_mark(first: Any, seq0: int) -> int:
+    return START_NS if seq0 == 0 else int(first[1])
 
 
 def _plain_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int,
                 seq0: int = 0) -> Iterator[Row]:
     seq = seq0
-    mark = START_NS
+    mark = _first_mark(first, seq0)
     yield source_ord(mark, index, seq), KIND_TIME, mark, 0, None
     for kind, time, value, tup in _one_by_one(itertools.chain([first], items)):
         seq += 1
@@ -299,7 +305,7 @@ def _routed_rows(first: Any, items: Iterator[Any], index: int, time_mark_ns: int
     # each group's open run: [KIND_TUPLE, time, seqs, tuples, checked] (`_bundles` drops the flag)
     runs: list[list[Any] | None] = [None] * groups
     seq = seq0  # a multiple of `bundle` (rounds end where they would from 0)
-    mark = START_NS
+    mark = _first_mark(first, seq0)
     for lst in entries:
         lst.append([KIND_TIME, mark, 0, seq])
     for kind, time, value, payload in itertools.chain([first], items):
