@@ -151,6 +151,7 @@ class _ReadParams(dict[str, Any]):
         self.read: list[str] = []
         self.missing: list[str] = []
         self.defaulted: list[str] = []  # asked with get() and not given: their default went
+        self.merged: list[str] = []  # given and merged over defaults (`__ror__`): not a culprit
 
     def __getitem__(self, name: str) -> Any:
         if name not in self:
@@ -173,7 +174,7 @@ class _ReadParams(dict[str, Any]):
         if not isinstance(defaults, dict):
             return NotImplemented
         for name in defaults:
-            (self.read if name in self else self.defaulted).append(name)
+            (self.merged if name in self else self.defaulted).append(name)
         return dict(defaults) | dict(self)
 
 
@@ -181,7 +182,7 @@ def _misspelled(params: _ReadParams) -> list[str]:
     """``-p`` names ``build`` never read that are close to one it asked for (``-p sensor=5``
     where it reads ``sensors``): the run would silently go on with that one's default. A name
     with no close match is left alone: an operator may read it later (``context.params``)."""
-    asked = set(params.read) | set(params.missing) | set(params.defaulted)
+    asked = set(params.read) | set(params.missing) | set(params.defaulted) | set(params.merged)
     out = []
     for name in params:
         if name in asked:

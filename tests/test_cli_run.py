@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -370,7 +372,7 @@ def test_a_misspelled_parameter_is_named_with_the_one_build_asked_for(tmp_path: 
 def test_a_misspelled_parameter_is_named_when_build_merges_defaults(tmp_path: Path) -> None:
     # `defaults | params` (the parallel_panes and MQTT examples) bypassed get(): no warning,
     # and the default ran silently.
-    from riverbed.run import load_script
+    from riverbed.run import ScriptError, load_script
     script = _script(tmp_path, """
 from riverbed.testing import ListSource, ListSink
 
@@ -384,6 +386,15 @@ def build(params):
     load_script(script, {"sensor": 5, "seconds": 2}, warn=said.append)
     assert said == ["-p sensor=5: build() never read 'sensor'; did you mean 'sensors' (it used its "
                     "default)?"]
+    # A failure after the merge is not blamed on the last -p merged (it has nothing to do with it).
+    failing = _script(tmp_path, """
+def build(params):
+    p = {"sensors": 100, "seconds": 30} | params
+    raise ValueError("need at least one sensor")
+""")
+    with pytest.raises(ScriptError) as info:
+        load_script(failing, {"sensors": -5, "seconds": 2})
+    assert "parameter -p" not in str(info.value)
 
 
 def test_ctrl_c_while_riverbed_graph_loads_a_script_is_one_line(tmp_path: Path) -> None:

@@ -316,6 +316,24 @@ def test_a_member_failing_without_checkpoints_drains_the_job(clock: str, chain: 
     assert job.metrics.operators["boom"].inputs[0].errors == 1
 
 
+def test_a_replicas_generate_that_raises_is_the_only_failure_named() -> None:
+    # Its generate() raised before giving an iterator: the drain ended the replica, and the
+    # channel took its None for the items (a TypeError was named too, once a channel).
+    class Lines(Source):
+        def generate(self) -> Any:
+            raise FileNotFoundError(f"part-{self.context.channel}.txt")
+
+    g = Graph("rep")
+    outside = g.source("outside", Readings(2000), schema=READING)
+    with g.parallel(2, partition_by="k"):
+        out = g.operator("both", Pass(), [g.source("src", Lines(), schema=READING), outside])
+    g.sink("sink", Collect(), [out])
+    job = Job(g, clock=VirtualClock())
+    with pytest.raises(JobError) as info:
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    assert info.value.errors and all("FileNotFoundError" in str(e) for e in info.value.errors)
+
+
 def test_a_worker_failing_during_a_failure_drain_is_listed_after_the_first() -> None:
     # An operator of the job's process fails and the job drains; then one in a worker fails
     # too: the JobError named only the worker's, dropping the first.

@@ -30,6 +30,7 @@ class Scales(Operator):
 
     def __init__(self, factor: int) -> None:
         self.factor = factor
+        self.fill = float("nan")  # (not equal to itself, and never changed)
 
     def on_tuple(self, tup: Any, port: int) -> None:
         self.submit({**tup, "n": tup["n"] * self.factor})

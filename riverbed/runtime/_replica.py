@@ -90,7 +90,9 @@ class Replicas:
         self._live: dict[str, tuple[OperatorCore, Iterator[Any]]] = {}
         for core in sync.cores:
             if core.odef.kind == "source" and not core.finished:
-                self._live[core.name] = (core, sync.call(core.name, _generate))
+                items = sync.call(core.name, _generate)
+                if not core.finished:  # (a generate() that raised ended it: a drain's failure)
+                    self._live[core.name] = (core, items)
         self.emitted = 0
         self.suspend = False  # a stop ends the replicas without final (the job suspends)
 

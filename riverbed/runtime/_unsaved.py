@@ -9,11 +9,13 @@ commits: one that changed between them is state the checkpoints do not hold, and
 warns once, naming it. Attributes set in ``setup`` are in place by the first commit.
 
 What is compared, per attribute: a scalar's value, a container's length, any other object's
-identity; a container changed in place without changing its length is not seen.
+identity: a container changed in place without changing its length is not seen, nor is an
+object's own state (a random generator's).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -56,11 +58,17 @@ class UnsavedState:
         found = []
         for name, prints in now.items():
             before = seen[name]
-            changed = sorted(k for k, v in prints.items() if k not in before or before[k] != v)
+            changed = sorted(k for k, v in prints.items() if k not in before or _differs(before[k], v))
             if changed:
                 found.append((name, changed))
                 del self._ops[name]
         return found
+
+
+def _differs(before: Any, now: Any) -> bool:
+    """Not equal, as NaN is to itself: a NaN setting never changed."""
+    return bool(before != now) and not (isinstance(now, float) and math.isnan(now)
+                                        and isinstance(before, float) and math.isnan(before))
 
 
 def _fingerprint(op: Any) -> dict[str, Any]:
