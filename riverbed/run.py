@@ -101,10 +101,14 @@ def load_script(script: str | Path, params: dict[str, Any],
     path = Path(script)
     if not path.is_file():
         raise ScriptError(f"{path}: no such graph script")
-    # As `python graph.py` does: the script imports modules kept beside it.
+    # As `python graph.py` does: the script imports modules kept beside it. The processes the
+    # job starts import them too (Spark's Python workers unpickle the graph's functions).
     here = str(path.resolve().parent)
     if here not in sys.path:
         sys.path.insert(0, here)
+    paths = os.environ.get("PYTHONPATH", "")
+    if here not in paths.split(os.pathsep):
+        os.environ["PYTHONPATH"] = here + (os.pathsep + paths if paths else "")
     try:
         namespace = runpy.run_path(str(path), run_name="__riverbed_graph__")
     except (GraphError, GraphValidationError):

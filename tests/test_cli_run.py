@@ -150,6 +150,14 @@ def build(params):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.read_text() == '{"v":1}\n{"v":2}\n'
+    # The processes a job starts import it too (Spark's Python workers unpickle its functions).
+    child = subprocess.run([sys.executable, "-c", f"""
+import os, subprocess, sys
+from riverbed.run import load_script
+load_script({script!r}, {{"out": {str(out)!r}}})
+subprocess.run([sys.executable, "-c", "import graph_helpers"], check=True)
+"""], check=False, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
 
 
 def test_checkpoint_dir_resumes_from_the_last_good_checkpoint_and_lists_it(tmp_path: Path) -> None:
