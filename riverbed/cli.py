@@ -76,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     spark.add_argument("--max-records", type=int, default=100_000,
                        help="items per micro-batch from each source (default 100000); a file "
                             "Spark's tasks read in parallel goes in ranges of at least 4 KiB a "
-                            "task, so its batches may hold more")
+                            "task, and one read whole (`riverbed spark explain` says which) in "
+                            "one batch, so their batches may hold more")
     ckpt = sub.add_parser("checkpoints", help="what a checkpoint directory holds; repair a damaged one")
     ckpt.add_argument("action", choices=("list", "show", "repair"),
                       help="list: every checkpoint and its status; show: one checkpoint's states; "

@@ -148,7 +148,7 @@ def test_an_output_the_declared_schema_lacks_is_refused_with_the_graph() -> None
         g.freeze()
     assert [e.message for e in info.value.errors] == [
         "output 'k', 'n': not in the output port's schema tuple<float64 avg>; declare them there "
-        "or leave them out of output and copy"]
+        "or leave them out of output, copy and group_by"]
 
 
 def test_every_misfit_is_listed_with_the_attributes_the_schema_lacks() -> None:

@@ -439,7 +439,7 @@ class Aggregate(Operator):
             return []
         return [f"output {', '.join(map(repr, missing))}: not in the output port's schema "
                 f"{output}; declare {'them' if len(missing) > 1 else 'it'} there or leave "
-                f"{'them' if len(missing) > 1 else 'it'} out of output and copy"]
+                f"{'them' if len(missing) > 1 else 'it'} out of output, copy and group_by"]
 
     def _truncated_averages(self, inputs: Schema | None, outputs: Schema | None) -> list[str]:
         """SPL's ``Average(T)`` is a T: of integers, an integer (truncated). Into a declared
