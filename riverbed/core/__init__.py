@@ -6,7 +6,7 @@ alignment, error ports, schema checks) and nothing else: the asyncio runtime
 and any future host (a worker process). A host implements `CoreHost`.
 """
 
-from ._core import CoreHost, FinalHold, OperatorCore, TimerHandle
+from ._core import HOST_ATTRIBUTES, CoreHost, FinalHold, OperatorCore, TimerHandle
 from ._errors import USER_FAILURES, JobError, OperatorError, RestoreRefused, SchemaViolation
 from ._metrics import (
     Counter,
@@ -21,6 +21,7 @@ from ._reuse import reusable_state, state_to_restore
 from ._sync import StampClock, SyncGraph
 
 __all__ = [
+    "HOST_ATTRIBUTES",
     "USER_FAILURES",
     "CoreHost",
     "Counter",

@@ -66,7 +66,10 @@ from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetr
 from ._output import MarkedBatch, OutputPort
 from ._windows import Window, build_window, failed_event, route_listener_errors
 
-__all__ = ["CoreHost", "FinalHold", "OperatorCore", "TimerHandle"]
+__all__ = ["HOST_ATTRIBUTES", "CoreHost", "FinalHold", "OperatorCore", "TimerHandle"]
+
+# What `OperatorCore.setup` sets on the operator it runs: not the operator's own attributes.
+HOST_ATTRIBUTES = frozenset({"context", "submit", "submit_punct"})
 
 
 class OperatorCore:

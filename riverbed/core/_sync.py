@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..graph import FrozenGraph, Punct, Watermark, event_time_region
-from ._core import OperatorCore
+from ._core import HOST_ATTRIBUTES, OperatorCore
 from ._errors import OperatorError, SchemaViolation
 from ._output import MarkedBatch, split_marked
 
@@ -34,15 +34,13 @@ __all__ = ["StampClock", "SyncGraph"]
 
 Exit = tuple[str, int, Any]  # (member, output port, item): what left the members
 
-_HOST_SET = ("context", "submit", "submit_punct")  # what a host sets on an operator it runs
-
 
 def _fresh(op: Any) -> Any:
     """A copy of ``op`` as the graph script built it, without what a host set on it."""
     try:
         new = copy.copy(op)
-        state = {k: v for k, v in vars(op).items() if k not in _HOST_SET}
-        for k in _HOST_SET:
+        state = {k: v for k, v in vars(op).items() if k not in HOST_ATTRIBUTES}
+        for k in HOST_ATTRIBUTES:
             vars(new).pop(k, None)
         vars(new).update(copy.deepcopy(state))
         return new

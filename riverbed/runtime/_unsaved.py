@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..core import HOST_ATTRIBUTES
 from ..graph import Operator
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["UnsavedState"]
 
-_HOST_SET = frozenset({"context", "submit", "submit_punct"})  # what the host sets on an operator
 _SCALARS = (int, float, str, bytes, bool, type(None))
 _CONTAINERS = (list, dict, set, deque, bytearray)
 
@@ -74,7 +74,7 @@ def _differs(before: Any, now: Any) -> bool:
 def _fingerprint(op: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in vars(op).items():
-        if name in _HOST_SET or name.startswith("__"):
+        if name in HOST_ATTRIBUTES or name.startswith("__"):
             continue
         if isinstance(value, _SCALARS):
             out[name] = value
