@@ -363,18 +363,17 @@ class FileSink(Operator):
         if type(tup) is not dict:
             raise FileSinkError(f"{self._op}: expected a dict tuple, got {type(tup).__name__}")
         text: str
-        columns = self._columns
+        columns = self._columns  # (csv with a declared schema: its order, `suppress` taken out)
+        if columns is None and self.suppress:
+            tup = {k: v for k, v in tup.items() if k not in self.suppress}
         if columns is not None:
             try:
                 values = [tup[n] for n in columns]
             except KeyError as exc:
                 raise FileSinkError(f"{self._op}: the tuple has no attribute {exc.args[0]!r} of "
                                     f"its stream's schema: {tup!r}") from None
-            return render_csv(values, self.separator, self.quote_strings).encode(self.encoding) \
-                + self._eol
-        if self.suppress:
-            tup = {k: v for k, v in tup.items() if k not in self.suppress}
-        if self.format == "csv":
+            text = render_csv(values, self.separator, self.quote_strings)
+        elif self.format == "csv":
             text = render_csv(list(tup.values()), self.separator, self.quote_strings)
         elif self.format == "json":
             return render_json(tup) + self._eol
