@@ -437,9 +437,9 @@ class Aggregate(Operator):
         missing = [attr for attr, _kind, _obj in self._clause if output.type_of(attr) is None]
         if not missing:
             return []
+        them = "them" if len(missing) > 1 else "it"
         return [f"output {', '.join(map(repr, missing))}: not in the output port's schema "
-                f"{output}; declare {'them' if len(missing) > 1 else 'it'} there or leave "
-                f"{'them' if len(missing) > 1 else 'it'} out of output, copy and group_by"]
+                f"{output}; declare {them} there or leave {them} out of output, copy and group_by"]
 
     def _truncated_averages(self, inputs: Schema | None, outputs: Schema | None) -> list[str]:
         """SPL's ``Average(T)`` is a T: of integers, an integer (truncated). Into a declared

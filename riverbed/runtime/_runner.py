@@ -33,6 +33,9 @@ __all__ = ["Delivery", "OperatorRunner", "deliver"]
 _TICK = object()  # a control item: the core's next deadline is due
 _WAKE = object()  # a control item: look at the core again (a deferred final was released)
 _HOST = -1  # the connection number of the runner's own control items
+TURN_SECONDS = 0.05  # the longest an operator keeps the event loop on the wall clock (_turn)
+
+
 async def _end_turn() -> None:
     """Let the loop run what waits. A signal that came during the turn reaches its handler
     loop iterations later (the wakeup socket's reader, then the handler's callback, each
@@ -41,9 +44,6 @@ async def _end_turn() -> None:
     within the batch, 1.5 s). A loop iteration costs a few microseconds."""
     for _ in range(3):
         await asyncio.sleep(0)
-
-
-TURN_SECONDS = 0.05  # the longest an operator keeps the event loop on the wall clock (_turn)
 
 
 class _Partial(tuple[list[Any], list[tuple[Inbox, int]]]):
