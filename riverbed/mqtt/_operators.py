@@ -684,8 +684,11 @@ class MQTTSink(Operator):
     def _start_publisher(self) -> None:
         task = self._task
         if task is None or task.done():
-            self._task = asyncio.get_running_loop().create_task(
-                self._publisher(), name=f"{self.context.job}/{self.context.name}/publish")
+            self._new_publisher()
+
+    def _new_publisher(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._publisher(), name=f"{self.context.job}/{self.context.name}/publish")
 
     async def _publisher(self) -> None:
         logger = self._logger
@@ -721,8 +724,7 @@ class MQTTSink(Operator):
             return
         if self._outbox or not self._final:
             # A reset while the client said goodbye took final back: a publisher for what comes.
-            self._task = asyncio.get_running_loop().create_task(
-                self._publisher(), name=f"{self.context.job}/{self.context.name}/publish")
+            self._new_publisher()
         else:
             self._release_final()
 
