@@ -254,17 +254,18 @@ def _lines_by_key(lines: list[str]) -> dict[str, list[str]]:
     return dict(out)
 
 
-def test_an_operator_failing_in_a_worker_stops_the_job_naming_it_and_the_tuple() -> None:
-    class Boom(Operator):
-        def on_tuple(self, tup: Any, port: int) -> None:
-            if tup["v"] == 777:
-                raise ValueError("seven hundred seventy-seven")
-            self.submit(tup)
+class BoomAt777(Operator):
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if tup["v"] == 777:
+            raise ValueError("seven hundred seventy-seven")
+        self.submit(tup)
 
+
+def test_an_operator_failing_in_a_worker_stops_the_job_naming_it_and_the_tuple() -> None:
     g = Graph("boom")
     src = g.source("src", Readings(2000), schema=READING)
     with g.parallel(2, partition_by="k"):
-        out = g.operator("boom", Boom(), [src])
+        out = g.operator("boom", BoomAt777(), [src])
     g.sink("sink", Collect(), [out])
     job = Job(g)
     with pytest.raises(JobError) as info:
@@ -274,13 +275,6 @@ def test_an_operator_failing_in_a_worker_stops_the_job_naming_it_and_the_tuple()
     assert "ValueError: seven hundred seventy-seven on tuple {'k': " in str(err)
     assert "parallel region 'parallel0', channel " in str(err)
     assert all(_gone(m.pid) for m in job.parallel[0].metrics())
-
-
-class BoomAt777(Operator):
-    def on_tuple(self, tup: Any, port: int) -> None:
-        if tup["v"] == 777:
-            raise ValueError("seven hundred seventy-seven")
-        self.submit(tup)
 
 
 @pytest.mark.parametrize(("clock", "chain"), [("real", False), ("virtual", False),
