@@ -8,7 +8,7 @@ import pytest
 from riverbed.graph import Schema
 from riverbed.jsonio import JSONTextError, load_json
 from riverbed.mqtt._codec import Codec
-from riverbed.operators._file_formats import RecordError, json_record_parser
+from riverbed.operators.formats import RecordError, json_record_parser
 
 
 def test_bytes_that_are_not_utf8_are_named_with_their_offset() -> None:

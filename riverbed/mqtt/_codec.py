@@ -6,10 +6,15 @@ array of maps, or several CSV lines. Decoding is per record: a batch with one
 bad record yields the good ones plus a `BadRecord` for that one, so one bad
 reading never costs the readings next to it.
 
-Decoding only parses; the schema check (exact attributes, SPL types) is done
-by the source once the topic attributes are added, with the schema's own
-validator. JSON has no integer/float distinction, so an int is turned into a
-float where the schema declares ``float32/64``.
+Decoding parses and converts what the payload cannot carry as the SPL type's
+own Python value, as FileSource does for a JSON line (`riverbed.operators.formats`):
+in JSON a decimal is text, a blob base64 text, a set an array and a map's keys
+text; in msgpack a decimal is text and a set an array; and JSON has no
+integer/float distinction, so an int becomes a float where the schema declares
+``float32/64``. The sink writes them that way, so what an MQTTSink publishes an
+MQTTSource with the same schema reads back equal. The schema check (exact
+attributes, SPL types) is done by the source once the topic attributes are
+added, with the schema's own validator.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
-import orjson
 
 from ..graph import Schema
 from ..jsonio import load_json
+from ..operators.formats import RecordError, json_value, msgpack_value, render_json
 from ._client import MQTTConfigError
 
 __all__ = ["FORMATS", "BadRecord", "Codec", "Format"]
@@ -38,6 +43,8 @@ Encoder = Callable[[list[dict[str, Any]]], bytes]
 
 _INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "timestamp"}
 _FLOATS = {"float32", "float64"}
+# Types whose JSON and msgpack values are their Python values already: left to the validator.
+_AS_IS = _INTS - {"timestamp"} | {"rstring", "ustring", "boolean"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +117,11 @@ class Codec:
         self._names = fields.names if fields is not None else None
         attrs = fields.attributes if fields is not None else ()
         self._floats = frozenset(n for n, t in attrs if t.strip() in _FLOATS)
+        # attributes whose payload value needs converting (json and msgpack): name -> converter
+        convert = {"json": json_value, "msgpack": msgpack_value}.get(format)
+        self._converted = ([(n, convert(t)) for n, t in attrs
+                            if t.strip() not in _AS_IS and t.strip() not in _FLOATS]
+                           if convert is not None else [])
         self._csv = ([_csv_converter(n, t) for n, t in fields.attributes]
                      if format == "csv" and fields is not None else [])
 
@@ -159,6 +171,11 @@ class Codec:
         for n in self._floats:
             if type(rec[n]) is int:
                 rec[n] = float(rec[n])
+        for n, convert in self._converted:
+            try:
+                rec[n] = convert(rec[n])
+            except RecordError as exc:
+                return f"attribute {n!r}: {exc}"
         return rec
 
     def _decode_csv(self, payload: bytes) -> tuple[list[dict[str, Any]], list[BadRecord]]:
@@ -206,13 +223,17 @@ class Codec:
             return buf.getvalue().encode()
         value: Any = rows if batch else rows[0]
         if fmt == "json":
-            return orjson.dumps(value, default=_json_default)
-        return bytes(msgpack.packb(value, use_bin_type=True))
+            return render_json(value)
+        return bytes(msgpack.packb(value, use_bin_type=True, default=_msgpack_default))
 
 
-def _json_default(v: Any) -> Any:
+def _msgpack_default(v: Any) -> Any:
+    """What msgpack has no type for, as `render_json` writes it in JSON (blobs are msgpack's own)."""
     if isinstance(v, (set, frozenset)):
-        return list(v)
+        try:
+            return sorted(v)
+        except TypeError:
+            return list(v)
     if isinstance(v, Decimal):
         return str(v)
-    raise TypeError(f"{type(v).__name__} is not JSON serializable")
+    raise TypeError(f"{type(v).__name__} has no msgpack value")

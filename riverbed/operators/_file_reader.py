@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from ._file_formats import RecordError
+from .formats import RecordError
 
 __all__ = ["LineReader", "Record", "RecordCursor"]
 

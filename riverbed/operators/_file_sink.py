@@ -1,6 +1,6 @@
 """FileSink (SPL ``spl.adapter::FileSink``): tuples written to files, rotated by a close mode.
 
-Each tuple becomes one record (csv, JSON lines or a line; `_file_formats`).
+Each tuple becomes one record (csv, JSON lines or a line; `formats`).
 The file name may hold modifiers: ``{id}`` (0 for the first file the sink
 opens, 1 for the next...), ``{channel}`` (the parallel-region channel, 0
 outside a region: in a region of width 2 or more the name must hold it, or
@@ -83,7 +83,7 @@ from typing import Any, BinaryIO, Literal
 from ..graph import Operator, Punct
 from ..runtime import get_logger
 from ._file_common import move_into, require, with_spl_names
-from ._file_formats import (
+from .formats import (
     FINAL_MARKER_TEXT,
     FORMATS,
     WINDOW_MARKER_TEXT,

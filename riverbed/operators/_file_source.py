@@ -49,8 +49,8 @@ from typing import Any, BinaryIO, Literal, overload
 from ..graph import Operator, Punct, Schema, Source
 from ..runtime import get_logger
 from ._file_common import as_schema, declared_schema, move_into, require, with_spl_names
-from ._file_formats import FORMATS, FileFormatError, Format, csv_row_parser, json_record_parser
 from ._file_reader import Record, RecordCursor
+from .formats import FORMATS, FileFormatError, Format, csv_row_parser, json_record_parser
 
 __all__ = ["FileSource", "FileSourceError", "FileSourceOfFile", "FileSourceWithInput"]
 

@@ -6,13 +6,13 @@ boundaries: FileSource submits a window mark after each file, so a
 FileSink can close a file on each mark (``close_mode="punct"``). For
 checkpointed jobs FileSource (``file=`` form) and DirectoryScan are
 replayable sources, and FileSink with ``transactional=True`` writes
-exactly-once output. Formats: `_file_formats`; each operator: its module.
+exactly-once output. Formats: `formats`; each operator: its module.
 """
 
 from ._directory_scan import DirectoryScan, DirectoryScanError
-from ._file_formats import FileFormatError, parse_timestamp
 from ._file_sink import FileSink, FileSinkError
 from ._file_source import FileSource, FileSourceError, FileSourceOfFile, FileSourceWithInput
+from .formats import FileFormatError, parse_timestamp
 
 __all__ = [
     "DirectoryScan",

@@ -57,6 +57,8 @@ __all__ = [
     "csv_field",
     "csv_row_parser",
     "json_record_parser",
+    "json_value",
+    "msgpack_value",
     "parse_timestamp",
     "render_csv",
     "render_json",
@@ -228,7 +230,19 @@ def csv_field(spl_type: str) -> Callable[[str], Any]:
 
 
 def json_value(spl_type: str) -> Callable[[Any], Any]:
-    """The converter of a JSON value to a Python value of an SPL type (checking it)."""
+    """The converter of a JSON value to a Python value of an SPL type (checking it): a blob
+    from base64 text, a decimal from a number or its text, a set from an array, a map's keys
+    from their text."""
+    return _converter(spl_type, binary=False)
+
+
+def msgpack_value(spl_type: str) -> Callable[[Any], Any]:
+    """`json_value` for a decoded msgpack value: a blob is msgpack's bin (bytes) and a map's
+    keys keep their own types (an int64 key is an integer, not its text)."""
+    return _converter(spl_type, binary=True)
+
+
+def _converter(spl_type: str, binary: bool) -> Callable[[Any], Any]:
     t = spl_type.strip()
     if t in _INT_RANGES:
         lo, hi = _INT_RANGES[t]
@@ -270,6 +284,14 @@ def json_value(spl_type: str) -> Callable[[Any], Any]:
 
         return string
     if t == "blob":
+        if binary:
+            def binary_blob(v: Any) -> bytes:
+                if type(v) is not bytes:
+                    raise RecordError(f"{_short(v)} is not binary data (blob)")
+                return v
+
+            return binary_blob
+
         def blob(v: Any) -> bytes:
             if type(v) is not str:
                 raise RecordError(f"{v!r} is not base64 text (blob)")
@@ -290,21 +312,24 @@ def json_value(spl_type: str) -> Callable[[Any], Any]:
         raise RecordError(f"unknown type {spl_type!r}")
     kind, args = composite
     if kind in ("list", "set"):
-        elem = json_value(args[0])
+        elem = _converter(args[0], binary)
 
         def sequence(v: Any) -> Any:
             if type(v) is not list:
-                raise RecordError(f"{_short(v)} is not a JSON array ({t})")
+                raise RecordError(f"{_short(v)} is not {'an array' if binary else 'a JSON array'} ({t})")
             items = [elem(x) for x in v]
             return items if kind == "list" else set(items)
 
         return sequence
-    key_text, value = csv_field(args[0]), json_value(args[1])
+    # JSON keys are text, parsed as a csv field of the key's type; msgpack keys are typed values
+    key = _converter(args[0], binary) if binary else csv_field(args[0])
+    value = _converter(args[1], binary)
+    what = "map" if binary else "JSON object"
 
     def mapping(v: Any) -> dict[Any, Any]:
         if type(v) is not dict:
-            raise RecordError(f"{_short(v)} is not a JSON object ({t})")
-        return {key_text(k): value(x) for k, x in v.items()}
+            raise RecordError(f"{_short(v)} is not a {what} ({t})")
+        return {key(k): value(x) for k, x in v.items()}
 
     return mapping
 
