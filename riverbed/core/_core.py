@@ -169,6 +169,10 @@ class OperatorCore:
         return self.odef.name
 
     @property
+    def consistent_region(self) -> str | None:
+        return self.region
+
+    @property
     def job(self) -> str:
         return self.host.job_name
 

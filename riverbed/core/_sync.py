@@ -126,7 +126,8 @@ class SyncGraph:
     def __init__(self, graph: FrozenGraph, members: Sequence[str], *, now: int = 0,
                  state: Mapping[str, Any] | None = None, name: str | None = None,
                  guard: Callable[[str, list[Any]], None] | None = None,
-                 guarded: frozenset[str] = frozenset()) -> None:
+                 guarded: frozenset[str] = frozenset(),
+                 consistent_region: tuple[str, frozenset[str]] | None = None) -> None:
         self.graph = graph
         self.name = name or graph.name
         self.stopping = False
@@ -155,6 +156,11 @@ class SyncGraph:
         self._guard = guard
         self._guarded = guarded
         self._timers: dict[str, _Timer] = {}  # per core: the stamp-clock timer at its deadline
+        if consistent_region is not None:  # (name, its operators): joined before setup, which
+            name_of, region_members = consistent_region  # may ask for it (`consistent_region`)
+            for core in self.cores:
+                core.join_region(name_of, [i for i, c in enumerate(core.connections)
+                                           if c.operator in region_members])
         for core in self.cores:
             core.setup()
         for core in self.cores:

@@ -51,6 +51,14 @@ class OperatorContext(Protocol):
         region."""
         ...
 
+    @property
+    def consistent_region(self) -> str | None:
+        """The consistent region whose checkpoints hold this operator's state (SPL's optional
+        ``ConsistentRegionContext``): a declared region's name, or "" for the job's own region
+        (a job taking checkpoints with none declared); None when no checkpoint holds it, so
+        nothing it keeps or acknowledges is ever saved. Known from ``setup()`` on."""
+        ...
+
     def submit(self, tup: Any, port: int = 0) -> None: ...
 
     def submit_punct(self, punct: Punct = Punct.WINDOW, port: int = 0) -> None: ...

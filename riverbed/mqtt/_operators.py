@@ -299,8 +299,7 @@ class MQTTSource(Source):
         if self._decoder is None:
             self._decoder = self._make_decoder(self.schema)
         self._logger = get_logger(self.context.job, self.context.name)
-        if self.ack == "checkpoint" and getattr(self.context, "region", "") is None:
-            # (a host that says nothing of regions is trusted: `region` is the asyncio core's)
+        if self.ack == "checkpoint" and self.context.consistent_region is None:
             self._logger.warning(
                 "mqtt source without checkpoints", client_id=self.config.client_id,
                 detail="ack='checkpoint' acknowledges messages only when a checkpoint holding them "

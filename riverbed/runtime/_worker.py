@@ -81,13 +81,14 @@ class _ChannelGraph(SyncGraph):
 
     split_marked_exits = False  # `pack_exits` takes a marked batch whole
 
-    def __init__(self, graph: FrozenGraph, members: tuple[str, ...], *, now: int, name: str) -> None:
+    def __init__(self, graph: FrozenGraph, members: tuple[str, ...], *, now: int, name: str,
+                 consistent_region: tuple[str, frozenset[str]] | None) -> None:
         # Set before the cores exist: activation may already end an operator.
         self.reports: list[tuple[int, str, Any]] = []
         self.finals: list[tuple[str, Any]] = []
         self.final_states: dict[str, Any] = {}
         self._reported: dict[str, int] = {}  # operator -> the newest checkpoint it reported for
-        super().__init__(graph, members, now=now, name=name)
+        super().__init__(graph, members, now=now, name=name, consistent_region=consistent_region)
 
     def report_checkpoint(self, checkpoint_id: int, operator: str, state: Any) -> None:
         self._reported[operator] = checkpoint_id
@@ -133,11 +134,8 @@ def _channel_graph(graph: FrozenGraph, members: tuple[str, ...], *, name: str, n
     """The channel's operators, in the job's consistent region (if any), restored from their
     channel's state in a checkpoint (if any), as a runner restores on start: activated, then
     restored."""
-    sync = _ChannelGraph(graph, members, now=now, name=name)
-    for core in sync.cores:
-        if region is not None:
-            core.join_region(region, [i for i, c in enumerate(core.connections)
-                                      if c.operator in region_members])
+    sync = _ChannelGraph(graph, members, now=now, name=name,
+                         consistent_region=None if region is None else (region, region_members))
     if restore is not None:
         for core in sync.cores:
             state = restore[core.name]
