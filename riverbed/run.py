@@ -14,6 +14,7 @@ operator failed; 2 the script, its parameters or its graph are invalid;
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import difflib
@@ -126,7 +127,7 @@ def load_script(script: str | Path, params: dict[str, Any],
         except Exception as exc:
             raise ScriptError(f"{path}: build(params) failed: {_build_failure(exc, read)}"
                               f"{_where(exc, path)}") from exc
-        for message in _misspelled(read):
+        for message in _misspelled(read, _script_words(path)):
             (warn or _warn_on_stderr)(message)
     elif params:
         raise ScriptError(f"{path}: --param given but the script has no build(params) function")
@@ -182,21 +183,44 @@ class _ReadParams(dict[str, Any]):
         return dict(defaults) | dict(self)
 
 
-def _misspelled(params: _ReadParams) -> list[str]:
+def _misspelled(params: _ReadParams, words: frozenset[str] = frozenset()) -> list[str]:
     """``-p`` names ``build`` never read that are close to one it asked for (``-p sensor=5``
     where it reads ``sensors``): the run would silently go on with that one's default. A name
-    with no close match is left alone: an operator may read it later (``context.params``)."""
+    with no close match is left alone: an operator may read it later (``context.params``).
+
+    ``words`` are the script's own string constants: a merge the wrapper does not see
+    (``{**defaults, **params}``, ``dict.update``) asks for no name, so a ``-p`` the script
+    never even mentions, close to a word it does, is named the same way."""
     asked = set(params.read) | set(params.missing) | set(params.defaulted) | set(params.merged)
     out = []
     for name in params:
         if name in asked:
             continue
+        value = dict.get(params, name)
         close = difflib.get_close_matches(name, sorted(asked), n=1, cutoff=0.75)
         if close:
             used = "" if close[0] in params else " (it used its default)"
-            out.append(f"-p {name}={dict.get(params, name)!r}: build() never read {name!r}; did "
-                       f"you mean {close[0]!r}{used}?")
+            out.append(f"-p {name}={value!r}: build() never read {name!r}; did you mean "
+                       f"{close[0]!r}{used}?")
+            continue
+        if name in words:
+            continue
+        close = difflib.get_close_matches(name, sorted(words - set(params)), n=1, cutoff=0.75)
+        if close:
+            out.append(f"-p {name}={value!r}: the script never mentions {name!r}; did you mean "
+                       f"{close[0]!r}?")
     return out
+
+
+def _script_words(path: Path) -> frozenset[str]:
+    """The script's string constants that could name a parameter (identifier-like)."""
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    return frozenset(node.value for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                     and node.value.isidentifier())
 
 
 def _where(exc: BaseException, script: Path) -> str:

@@ -405,6 +405,26 @@ def build(params):
     assert "parameter -p" not in str(info.value)
 
 
+def test_a_misspelled_parameter_is_named_when_build_unpacks_params(tmp_path: Path) -> None:
+    # `{**defaults, **params}` reads the -p values without asking for a name: the misspelled
+    # one ran its default silently. A -p the script mentions (read by unpacking, or later) and
+    # one close to nothing it mentions are left alone.
+    from riverbed.run import load_script
+    script = _script(tmp_path, """
+from riverbed.testing import ListSource, ListSink
+
+def build(params):
+    p = {**{"sensors": 100, "seconds": 30, "label": "x"}, **params}
+    g = Graph("unpacked")
+    g.sink("out", ListSink(), [g.source("src", ListSource([{"n": int(p["sensors"])}]))])
+    return g
+""")
+    said: list[str] = []
+    load_script(script, {"sensor": 5, "seconds": 2, "label": "y", "nothing_like_it": 1},
+                warn=said.append)
+    assert said == ["-p sensor=5: the script never mentions 'sensor'; did you mean 'sensors'?"]
+
+
 def test_ctrl_c_while_riverbed_graph_loads_a_script_is_one_line(tmp_path: Path) -> None:
     script = _script(tmp_path, (
         "import time\n"
