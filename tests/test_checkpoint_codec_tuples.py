@@ -363,8 +363,6 @@ class LastSeen(Operator):
         LastSeen.restored.append(type(self.last).__name__)
 
 
-@pytest.mark.xfail(strict=True, reason="core/_reuse._copy still turns an operator state's tuples into "
-                                       "lists for a reset in place, as the store did before")
 def test_an_operators_tuple_comes_back_a_tuple_from_a_reset_as_from_a_restart() -> None:
     """"A reset restores what a restart restores": a restart now gives the tuple back."""
 

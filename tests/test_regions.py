@@ -535,7 +535,7 @@ class Tally(Operator):
         return {"counts": self.counts, "last": self.last}
 
     def restore(self, state: Any) -> None:
-        assert isinstance(state["last"], list), "a tuple comes back as a list, as from the store"
+        assert type(state["last"]) is tuple, "a tuple comes back a tuple, as from the store"
         self.counts = self.kind()
         self.counts.update(state["counts"])
 

@@ -40,7 +40,7 @@ def _spend(budget: list[int]) -> None:
 
 def _copy(value: Any, budget: list[int]) -> Any:
     """``value`` as the checkpoint store gives it back (`riverbed.checkpoint._codec`): a dict or
-    list subclass as a plain dict or list, a tuple as a list (dict keys as they are). A reset
+    list subclass as a plain dict or list, a tuple as a plain tuple. A reset
     then restores what a restart does. Copying only exact dicts and lists kept a
     ``Counter``, a ``defaultdict`` or an ``OrderedDict`` by reference: the operator went on
     changing it after the commit, and a reset restored the changed one (tuples between the
@@ -50,9 +50,12 @@ def _copy(value: Any, budget: list[int]) -> Any:
     if isinstance(value, dict):
         _spend(budget)
         return {k: _copy(v, budget) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list):
         _spend(budget)
         return [_copy(v, budget) for v in value]
+    if isinstance(value, tuple):
+        _spend(budget)
+        return tuple([_copy(v, budget) for v in value])
     if isinstance(value, set | frozenset):
         _spend(budget)
         return set(value)  # (its items are hashable: immutable)

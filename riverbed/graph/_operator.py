@@ -304,8 +304,8 @@ class Operator:
     def snapshot(self) -> Any:
         """The operator's state as plain data (None: stateless): dicts, lists, tuples, str,
         int, float, bool, None, bytes, Decimal. `restore` gets it back as the checkpoint store
-        keeps it, after a reset in place as after a restart: tuples as lists (dict keys stay
-        tuples), a dict or list subclass (Counter, defaultdict) as a plain dict or list."""
+        keeps it, after a reset in place as after a restart: tuples as tuples (a namedtuple as a
+        plain tuple), a dict or list subclass (Counter, defaultdict) as a plain dict or list."""
         return None
 
     def restore(self, state: Any) -> None:
