@@ -209,7 +209,7 @@ def test_a_checkpoint_holds_each_channels_state_of_every_operator_in_the_region(
     states = store.load(ids[2]).states
     assert set(states) == {"readings", "sums", "totals", "out"}
     for name in ("sums", "totals"):
-        assert states[name]["parallel"] == {"region": "parallel0", "width": 2}
+        assert states[name]["parallel"] == {"region": "parallel0", "width": 2, "key": "sensor"}
         assert len(states[name]["channels"]) == 2
     # Consistent across channels: every sensor's running total is in the channel its key goes
     # to, and the sink holds exactly the results up to the source's offset.

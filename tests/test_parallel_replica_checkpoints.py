@@ -180,7 +180,7 @@ def consistent(store: Any, expected: list[Any], width: int) -> list[list[int]]:
     for info in store.list():
         states = store.load(info.id).states
         for name in ("feed", "sums", "totals"):
-            assert states[name]["parallel"] == {"region": "parallel0", "width": width}
+            assert states[name]["parallel"] == {"region": "parallel0", "width": width, "key": "sensor"}
             assert len(states[name]["channels"]) == width
         at = [ch["operator"] for ch in states["feed"]["channels"]]
         upto = [r for r in expected if r["last"] < at[channel_of(r["sensor"], width)]]

@@ -270,7 +270,7 @@ def test_a_replicated_source_runs_with_checkpoints_and_reports_each_replicas_sta
     assert _by_key(sink.tuples) == expected
     (info,) = store.list()
     state = store.load(info.id).states["src"]
-    assert state["parallel"] == {"region": "parallel0", "width": 2}
+    assert state["parallel"] == {"region": "parallel0", "width": 2, "key": "k"}
     assert len(state["channels"]) == 2
 
 

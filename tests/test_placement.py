@@ -239,7 +239,7 @@ def test_a_crash_then_restart_restores_across_a_process_group(crash: int) -> Non
                                    checkpoint_period=0.35), crash * S // 10)
     states = store.latest_good()
     assert states is not None
-    assert states.states["sums"]["parallel"] == {"region": "a", "width": 1}
+    assert states.states["sums"]["parallel"] == {"region": "a", "width": 1, "key": None}
     second = Output()
     restarted = Job(build(n, second, "apart"), clock=VirtualClock(), checkpoints=store,
                     checkpoint_period=0.35)

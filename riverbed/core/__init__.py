@@ -18,6 +18,7 @@ from ._metrics import (
 )
 from ._output import MarkedBatch, OutputPort, split_marked
 from ._reuse import reusable_state, state_to_restore
+from ._state import describe_key, same_key
 from ._sync import StampClock, SyncGraph
 
 __all__ = [
@@ -41,7 +42,9 @@ __all__ = [
     "StampClock",
     "SyncGraph",
     "TimerHandle",
+    "describe_key",
     "reusable_state",
+    "same_key",
     "split_marked",
     "state_to_restore",
 ]

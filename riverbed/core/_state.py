@@ -7,6 +7,8 @@ these.
 from __future__ import annotations
 
 import copy
+import hashlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ..graph import CheckpointBarrier, Operator, OperatorDef
@@ -17,7 +19,8 @@ from ._loops import decode as decode_loop
 if TYPE_CHECKING:
     from ._core import OperatorCore
 
-__all__ = ["check_aligned", "checkpoint_state", "port_shapes", "reset", "restore"]
+__all__ = ["check_aligned", "checkpoint_state", "describe_key", "port_shapes", "reset", "restore",
+           "same_key"]
 
 
 def checkpoint_state(core: OperatorCore, *, drain: bool, drain_operator: bool | None) -> dict[str, Any]:
@@ -44,9 +47,60 @@ def port_shapes(odef: OperatorDef) -> list[list[str | None]]:
     for port in odef.inputs:
         spec: Any = port.window
         clause = None if spec is None else spec.clause() if hasattr(spec, "clause") else str(spec)
-        key = port.partition_by
-        shapes.append([clause, key if isinstance(key, str) or key is None else "a key function"])
+        shapes.append([clause, describe_key(port.partition_by)])
     return shapes
+
+
+_OLD_KEY_FUNCTION = "a key function"  # what checkpoints of riverbed before stop 41 recorded
+
+
+def describe_key(key: Any) -> str | None:
+    """A partition key as a checkpoint records it: the attribute name(s), or a key function by
+    its name and a digest of its code (and the values it closes over), so a restart with
+    another function is refused instead of regrouping the state (exit 0, partitions of the old
+    key under the new). The Python version is part of it: bytecode differs between versions,
+    where only the name is compared (`same_key`)."""
+    if key is None or isinstance(key, str):
+        return key
+    if isinstance(key, (tuple, list)) and all(isinstance(k, str) for k in key):
+        return ",".join(key)
+    name = getattr(key, "__qualname__", None) or type(key).__qualname__
+    code = getattr(key, "__code__", None)
+    if code is None:
+        return f"{_OLD_KEY_FUNCTION} {name}"
+    digest = hashlib.sha1(_code_text(code).encode())
+    for cell in getattr(key, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            value = None
+        plain = isinstance(value, (str, int, float, bool, tuple, type(None)))
+        digest.update((repr(value) if plain else type(value).__qualname__).encode())
+    python = f"py{sys.version_info[0]}.{sys.version_info[1]}"
+    return f"{_OLD_KEY_FUNCTION} {name} #{digest.hexdigest()[:12]} {python}"
+
+
+def _code_text(code: Any) -> str:
+    consts = ",".join(_code_text(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts)
+    return f"{code.co_code.hex()}|{consts}|{','.join(code.co_names)}"
+
+
+def same_key(was: str | None, now: str | None) -> bool:
+    """Whether a recorded partition key (`describe_key`) is the graph's now. A checkpoint of an
+    older riverbed said only "a key function": any function is taken for it. Under another
+    Python version a function is compared by name only."""
+    if was == now:
+        return True
+    if was is None or now is None or not was.startswith(_OLD_KEY_FUNCTION) \
+            or not now.startswith(_OLD_KEY_FUNCTION):
+        return False
+    if was == _OLD_KEY_FUNCTION:
+        return True
+    was_name, _, was_rest = was[len(_OLD_KEY_FUNCTION) + 1:].partition(" #")
+    now_name, _, now_rest = now[len(_OLD_KEY_FUNCTION) + 1:].partition(" #")
+    if was_name != now_name:
+        return False
+    return was_rest.partition(" ")[2] != now_rest.partition(" ")[2]  # another Python: the name
 
 
 def restore(core: OperatorCore, state: Any, *, reset: bool) -> None:

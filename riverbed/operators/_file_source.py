@@ -405,6 +405,17 @@ class FileSourceOfFile(FileSource, Source):
                                   f"reads {self.file!r}")
         self._offset, self._line, self._tuples, self._done = offset, line, tuples, bool(done)
         self._before = state.get("before")  # (None in a checkpoint of an older riverbed)
+        if self.file is not None and not self.hot_file and not self._done and self._offset:
+            # Looked at now as well as when reading starts: a file replaced since the checkpoint
+            # refuses the restart before anything runs (`riverbed run` exits 2), where a failure
+            # once the job ran was retried, the region reset again and again.
+            try:
+                with open(self.file, "rb") as f:
+                    problem = self._changed(f, self.file, self._before)
+            except OSError:
+                return  # (missing or unreadable: reading says so, or ignores it if told to)
+            if problem is not None:
+                raise FileSourceError(f"{self._op}: {problem}")
 
     def reset_to_initial_state(self) -> None:
         self._offset = self._line = self._tuples = 0
@@ -437,21 +448,23 @@ class FileSourceOfFile(FileSource, Source):
                 self.submit_punct(Punct.WINDOW)  # IBM: a window mark, then final, at shutdown
             raise
 
+    def _changed(self, f: BinaryIO, path: str, before: bytes | None) -> str | None:
+        """Why ``f`` is not the file the restored offset was in (None: it is)."""
+        if self._offset > os.fstat(f.fileno()).st_size:
+            return f"cannot resume {path!r} at byte {self._offset}: the file is shorter now"
+        if before and not self._holds(f, before):
+            return (f"cannot resume {path!r} at byte {self._offset}: the file is not the one the "
+                    "checkpoint read (the bytes before that offset differ): it was replaced or "
+                    "rewritten. Put that file back to go on, or give the job a new checkpoint "
+                    "directory to read the new one")
+        return None
+
     async def _read(self, ctx: Any, f: BinaryIO, path: str) -> None:
         before, self._before = self._before, None
-        if self._offset > os.fstat(f.fileno()).st_size:
+        problem = self._changed(f, path, before)
+        if problem is not None:
             if not self.hot_file:
-                raise FileSourceError(f"{self._op}: cannot resume {path!r} at byte {self._offset}: "
-                                      "the file is shorter now")
-            self._offset = self._line = self._tuples = 0
-            self.submit_punct(Punct.WINDOW)
-        elif before and not self._holds(f, before):
-            if not self.hot_file:
-                raise FileSourceError(
-                    f"{self._op}: cannot resume {path!r} at byte {self._offset}: the file is not "
-                    "the one the checkpoint read (the bytes before that offset differ): it was "
-                    "replaced or rewritten. Put that file back to go on, or start without the "
-                    "checkpoint to read the new one")
+                raise FileSourceError(f"{self._op}: {problem}")
             self._offset = self._line = self._tuples = 0  # a tail: a new file, from its start
             self.submit_punct(Punct.WINDOW)
         cursor = self._cursor(f, self._offset, self._line)

@@ -54,23 +54,33 @@ class Clock(Protocol):
 
 
 class RealClock:
-    """Wall-clock time, for production."""
+    """Wall-clock time, for production.
+
+    A job restored from a checkpoint taken at a later time than the wall clock's now (the
+    clock stepped back, or the checkpoint directory came from a machine whose clock is ahead)
+    runs ``ahead`` of the wall clock by the difference: its windows' state is of that time, and
+    time must not go back for them (they refused the snapshot, and the restart failed until the
+    wall clock caught up)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0  # ns added to the wall clock's time (`resume_at`)
 
     def now(self) -> int:
-        return time.time_ns()
+        return time.time_ns() + self.ahead
 
     def resume_at(self, when: int) -> None:
-        """Nothing to do: the wall clock is past any checkpoint's time already."""
+        """Run at least at ``when`` (a restored checkpoint's time) from now on."""
+        self.ahead = max(self.ahead, when - time.time_ns())
 
     def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
-        delay = max(0.0, (when - time.time_ns()) / 1e9)
+        delay = max(0.0, (when - self.now()) / 1e9)
         return asyncio.get_running_loop().call_later(delay, callback)
 
     async def sleep_until(self, when: int) -> None:
         # Always yield once, even past the deadline: a caller looping on a deadline that is
         # already behind (a tiny period) must still let the other tasks and signals run.
         await asyncio.sleep(0)
-        while (delay := when - time.time_ns()) > 0:
+        while (delay := when - self.now()) > 0:
             await asyncio.sleep(delay / 1e9)
 
 

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from ..core import InputPortMetrics, OperatorError, RestoreRefused
+from ..core import InputPortMetrics, OperatorError, RestoreRefused, describe_key, same_key
 from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
 from ._clock import RealClock, TimerHandle, VirtualClock
 from ._parallel_merge import Merge
@@ -267,6 +267,7 @@ class ParallelHost:
         self._asked: int | None = None  # the checkpoint the replicas were asked to start
         self.restarts = 0
         key = spec.partition_by
+        self._key_text = describe_key(key)  # as checkpoints record it (a restart compares)
         self._splitter = Splitter(spec.width, operator.itemgetter(key) if isinstance(key, str) else key)
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
@@ -412,23 +413,33 @@ class ParallelHost:
         per_channel: list[dict[str, Any]] = [{} for _ in range(self.width)]
         for name in self.members:
             state = checkpoint.states[name]
-            channels = _channel_states(state)
+            channels = channel_states(state)
+            outside = channels is None
             if channels is None:  # taken without the region: one process, as width 1
                 channels = [state]
             if len(channels) != self.width:
+                taken = "outside any parallel region" if outside else f"in {len(channels)} channel(s)"
                 raise RestoreRefused(
-                    f"checkpoint {checkpoint.id}: operator {name!r} was checkpointed in "
-                    f"{len(channels)} channel(s) and parallel region {self.name!r} now has width "
-                    f"{self.width}; each channel's state holds the partitions its keys hashed to, "
-                    "and a different width sends keys to other channels. Restart with width "
-                    f"{len(channels)} (e.g. -p width={len(channels)}), or start without the "
-                    "checkpoint")
+                    f"checkpoint {checkpoint.id}: operator {name!r} was checkpointed {taken} and "
+                    f"parallel region {self.name!r} now has width {self.width}; each channel's "
+                    "state holds the partitions its keys hashed to, and a different width sends "
+                    f"keys to other channels. Restart with width {len(channels)} (e.g. -p "
+                    f"width={len(channels)}), or give the job a new checkpoint directory")
+            header = None if outside else state.get("parallel")
+            key = self._key_text
+            if isinstance(header, dict) and "key" in header and not same_key(header["key"], key):
+                raise RestoreRefused(
+                    f"checkpoint {checkpoint.id}: operator {name!r} was checkpointed in parallel "
+                    f"region {self.name!r} split by {header['key']!r}, and the region is now split "
+                    f"by {key!r}: keys would reach other channels than the ones holding their "
+                    "state. Run the graph as it was, or give the job a new checkpoint directory")
             for i, st in enumerate(channels):
                 per_channel[i][name] = st
         return per_channel
 
     def _combined(self, states: list[Any]) -> dict[str, Any]:
-        return {"parallel": {"region": self.name, "width": self.width}, "channels": states}
+        return {"parallel": {"region": self.name, "width": self.width, "key": self._key_text},
+                "channels": states}
 
     def committed(self, checkpoint_id: int) -> None:
         """The region committed ``checkpoint_id``: every running channel hears of it
@@ -530,7 +541,8 @@ class ParallelHost:
         now = self.job.clock.now()
         region = self.region
         restore = self._restore
-        wall_clock = type(self.job.clock) is RealClock
+        clock = self.job.clock
+        wall_clock = clock.ahead if isinstance(clock, RealClock) else None  # replicas stamp by it
         for group in self._groups():
             asking = self._asking() if self.sources else None
             children: list[socket.socket] = []
@@ -931,7 +943,7 @@ class ParallelHost:
 _MISSING: Any = object()  # a channel's state not reported yet
 
 
-def _channel_states(state: Any) -> list[Any] | None:
+def channel_states(state: Any) -> list[Any] | None:
     """Each channel's state in an operator's stored state (None: taken without a region)."""
     if isinstance(state, dict) and isinstance(state.get("parallel"), dict):
         channels = state.get("channels")

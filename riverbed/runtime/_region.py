@@ -27,9 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..core import RegionMetrics, RestoreRefused, reusable_state, state_to_restore
+from ..core import RegionMetrics, RestoreRefused, reusable_state, same_key, state_to_restore
 from ..graph import CheckpointBarrier, ConsistentRegion
 from ..windows import same_clause
+from ._parallel import channel_states
 from ._unsaved import UnsavedState
 
 if TYPE_CHECKING:
@@ -164,30 +165,51 @@ class Region:
                 f"checkpoint {latest.id} has no state for operator(s) {', '.join(missing)}: it "
                 "was taken from a different graph of the same job name; give this graph a "
                 "checkpoint directory of its own")
+        states = dict(latest.states)
         for r in self.members:
-            self._check_ports(latest.id, r.name, r.odef, r.core.port_shapes, latest.states[r.name])
+            if r.name not in self.hosted:
+                states[r.name] = self._outside_region(latest.id, r.name, states[r.name])
+            self._check_ports(latest.id, r.name, r.odef, r.core.port_shapes, states[r.name],
+                              connections=len(r.core.connections))
         gone = sorted(set(latest.states) - {r.name for r in self.members})
         if gone:
             self.job.log_region("state left behind", region=self.label, checkpoint=latest.id,
                                 operators=gone, hint="these operators are not in the graph any "
                                 "more: their checkpointed state is not restored")
         self.job.clock.resume_at(latest.time_ns)  # (before any operator is activated)
-        self._keep(latest.id, latest.states)  # before a restore could change them
+        self._keep(latest.id, states)  # before a restore could change them
         for h in self.hosts:
-            h.restore_on_start(latest)  # refuses a checkpoint taken with another width
+            h.restore_on_start(latest)  # refuses a checkpoint taken with another width or key
         for r in self.members:
             if r.name not in self.hosted:
-                r.restore_on_start(latest.states[r.name])
+                r.restore_on_start(states[r.name], latest.id)
         self.restored_from = self.last_committed = latest.id
         self.metrics.last_committed = latest.id
         self.next_id = max(self.next_id, latest.id + 1)
 
     @staticmethod
+    def _outside_region(checkpoint_id: int, name: str, state: Any) -> Any:
+        """The state of an operator the graph now runs in the job's process: a parallel region's
+        of width 1 is its one channel's; of more, refused (its keys' state is split over the
+        channels' states: the restore failed once the job ran, exit 1, retried)."""
+        channels = channel_states(state)
+        if channels is None:
+            return state
+        if len(channels) == 1:
+            return channels[0]
+        raise RestoreRefused(
+            f"checkpoint {checkpoint_id}: operator {name!r} was checkpointed in a parallel region "
+            f"of width {len(channels)}, and the graph now runs it outside any region; its keys' "
+            "state is split over the channels. Run it in its region again (e.g. -p "
+            f"width={len(channels)}), or give the job a new checkpoint directory")
+
+    @staticmethod
     def _check_ports(checkpoint_id: int, name: str, odef: Any, now: list[list[str | None]],
-                     state: Any) -> None:
+                     state: Any, *, connections: int) -> None:
         """Refuse a state whose input ports had another window clause or partition key than
-        the graph's now: a changed clause failed the restore once the job ran (exit 1, retried),
-        a changed key merged the old partitions into the new ones (exit 0)."""
+        the graph's now, or whose operator had other connections: a changed clause failed the
+        restore once the job ran (exit 1, retried), a changed key merged the old partitions into
+        the new ones (exit 0)."""
         if isinstance(state, dict) and isinstance(state.get("channels"), list) and state["channels"]:
             state = state["channels"][0]  # a parallel region's: each channel's has the same ports
         saved = state.get("ports") if isinstance(state, dict) else None
@@ -195,8 +217,8 @@ class Region:
             return  # (a state of an older riverbed, or not a core's)
         for port, (was, is_) in enumerate(zip(saved, now, strict=False)):
             window = odef.inputs[port].window  # (``time(1)`` is ``time(1.0)``: one window)
-            if list(was) != list(is_) and not (was[1] == is_[1] and window is not None
-                                               and same_clause(was[0], window)):
+            if list(was) != list(is_) and not (same_key(was[1], is_[1]) and (
+                    was[0] == is_[0] or (window is not None and same_clause(was[0], window)))):
                 raise RestoreRefused(
                     f"checkpoint {checkpoint_id}: operator {name!r} input port {port} had window "
                     f"{was[0]!r} partitioned by {was[1]!r}, and now has {is_[0]!r} partitioned by "
@@ -206,6 +228,12 @@ class Region:
             raise RestoreRefused(f"checkpoint {checkpoint_id}: operator {name!r} had {len(saved)} "
                                  f"input port(s) and now has {len(now)}; run the graph as it was, "
                                  "or give it a new checkpoint directory")
+        finals = state.get("finals")
+        if isinstance(finals, list) and len(finals) != connections:
+            raise RestoreRefused(f"checkpoint {checkpoint_id}: operator {name!r} had {len(finals)} "
+                                 f"input connection(s) and now has {connections}: what each had "
+                                 "received would go to another; run the graph as it was, or give "
+                                 "it a new checkpoint directory")
 
     # ---------------------------------------------------------------- checkpoints
 

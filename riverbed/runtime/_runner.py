@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..core import USER_FAILURES, OperatorCore, OperatorError, OutputPort, SchemaViolation
+from ..core import USER_FAILURES, OperatorCore, OperatorError, OutputPort, RestoreRefused, SchemaViolation
 from ..graph import EventTime, OperatorDef, Source
 from ._channel import Inbox
 from ._clock import Clock, RealClock, TimerHandle
@@ -84,6 +84,7 @@ class OperatorRunner:
         self._barrier_waiter: asyncio.Future[None] | None = None  # a source waiting for the clock
         self._task: asyncio.Task[None] | None = None
         self._restore: Any = None
+        self._restore_id = 0  # the checkpoint ``_restore`` is of
         self._closing = False  # its inputs ended: final is on its way out
         self.region: Region | None = None  # its consistent region, if it is in one
         # How long the operator may keep the event loop while its inbox holds entries (or a
@@ -113,9 +114,10 @@ class OperatorRunner:
                     if c.operator == self.name and c.port == port and target not in delivery.targets:
                         delivery.targets.append(target)
 
-    def restore_on_start(self, state: Any) -> None:
+    def restore_on_start(self, state: Any, checkpoint_id: int) -> None:
         """Restore ``state`` (from `OperatorCore.checkpoint_state`) when the job starts."""
         self._restore = state
+        self._restore_id = checkpoint_id
 
     def start_checkpoint(self, checkpoint_id: int) -> None:
         """A source's region asks for a checkpoint: its barrier goes out at its next batch
@@ -198,7 +200,16 @@ class OperatorRunner:
         if not resume:
             core.activate(self.clock.now())
             if self._restore is not None:
-                core.restore(self._restore)
+                try:
+                    core.restore(self._restore)
+                except (OperatorError, SchemaViolation) as exc:
+                    # The stored state does not fit the graph or what it reads any more (a
+                    # replaced input file, a changed operator): a reset or a restart would fail
+                    # the same way, so the job does not start (`riverbed run` exits 2).
+                    raise RestoreRefused(
+                        f"checkpoint {self._restore_id}: {exc}; the graph or its input changed "
+                        "since the checkpoint: run it as it was, or give the job a new "
+                        "checkpoint directory") from exc
                 self._restore = None
         try:
             await self._drive()

@@ -247,7 +247,7 @@ class _Served:
                  "replicas", "sync", "torn", "wall_clock", "writes")
 
     def __init__(self, conn: Connection, sync: _ChannelGraph, replicas: Replicas, hold: _Hold, *,
-                 channel: int, name: str, wall_clock: bool) -> None:
+                 channel: int, name: str, wall_clock: int | None) -> None:
         self.conn = conn
         self.fd = conn.fileno()
         self.sync = sync
@@ -319,8 +319,8 @@ class _Served:
         `EMIT_BATCHES` are, or it carries a checkpoint's states, an operator's end or the
         replicas' end."""
         sync = self.sync
-        if self.wall_clock:
-            sync.advance(time.time_ns())
+        if self.wall_clock is not None:  # (the job's clock runs that far ahead of the wall's)
+            sync.advance(time.time_ns() + self.wall_clock)
         replicas = self.replicas
         replicas.step()
         hold = self.hold
@@ -385,7 +385,7 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
           region_members: frozenset[str] = frozenset(),
           restore: Sequence[dict[str, Any] | None] | None = None,
           channels: Sequence[int] = (0,), width: int = 1,
-          key: Callable[[Any], Hashable] | None = None, wall_clock: bool = False,
+          key: Callable[[Any], Hashable] | None = None, wall_clock: int | None = None,
           batch: int = 1000, stopping: bool = False, suspend: bool = False,
           checkpoint: int | None = None, drains: bool = False) -> None:
     """The body of a worker process (forked): host ``channels`` of ``members`` (one socket to
