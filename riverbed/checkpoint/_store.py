@@ -448,6 +448,14 @@ class CheckpointStore(ABC):
         except CheckpointCorrupt:
             return True
 
+    def held_ids(self) -> builtins.list[int]:
+        """The ids of the checkpoints the store holds (damaged ones too), oldest first: those a
+        later save may delete, which a job restarting tells its operators of when it does
+        (`Operator.retire_checkpoint`), as it does for the ones it took itself."""
+        self._check_open("held_ids")
+        ids, _ = self._scan_ids(self._keep_last)
+        return sorted(ids)
+
     def newest_id(self) -> int | None:
         """The highest id this store holds or committed: the next save must be above.
 

@@ -145,6 +145,9 @@ class Region:
         """At start: continue from the newest good checkpoint of this region's store."""
         newest = getattr(self.store, "newest_id", None)
         self.next_id = ((newest() if callable(newest) else None) or 0) + 1  # ids keep increasing
+        held = getattr(self.store, "held_ids", None)
+        if callable(held):  # an earlier run's checkpoints: the members hear when they are dropped
+            self.committed_ids = deque(held())
         for r in self.members:
             self.initial[r.name] = r.core.guard(r.op.snapshot)
         if not self.job.restore_enabled:
