@@ -25,6 +25,7 @@ import runpy
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -157,17 +158,23 @@ class _ReadParams(dict[str, Any]):
         self.missing: list[str] = []
         self.defaulted: list[str] = []  # asked with get() and not given: their default went
         self.merged: list[str] = []  # given and merged over defaults (`__ror__`): not a culprit
+        self.read_at: dict[str, tuple[str, int]] = {}  # where each was last read (file, line)
+
+    def _was_read(self, name: str) -> None:
+        self.read.append(name)
+        caller = sys._getframe(2)  # (the code that asked: get() or [] is one frame below)
+        self.read_at[name] = (caller.f_code.co_filename, caller.f_lineno)
 
     def __getitem__(self, name: str) -> Any:
         if name not in self:
             self.missing.append(name)
         else:
-            self.read.append(name)
+            self._was_read(name)
         return super().__getitem__(name)
 
     def get(self, name: str, default: Any = None) -> Any:
         if name in self:
-            self.read.append(name)
+            self._was_read(name)
         else:
             self.defaulted.append(name)
         return super().get(name, default)
@@ -247,11 +254,16 @@ def _build_failure(exc: Exception, params: _ReadParams) -> str:
         return f"parameter {name!r} is required: pass -p {name}=VALUE"
     text = f"{type(exc).__name__}: {exc}"
     # A conversion that failed says the value ("could not convert string to float: 'abc'"):
-    # name the parameter that holds it; else the last one read, the likeliest culprit.
+    # name the parameter that holds it; else the last one read if the failing line read it
+    # (``int(params["n"])``). A failure elsewhere (a mistyped keyword three lines on) is the
+    # code's: blaming the last -p read sent the user after a value that was fine.
     culprits = [n for n in dict.fromkeys(reversed(params.read))
-                if isinstance(params[n], str) and repr(dict.get(params, n)) in str(exc)]
+                if isinstance(dict.get(params, n), str) and repr(dict.get(params, n)) in str(exc)]
     if not culprits and params.read and isinstance(exc, ValueError | TypeError | ArithmeticError):
-        culprits = [params.read[-1]]
+        last = params.read[-1]
+        failed_at = {(f.f_code.co_filename, line) for f, line in traceback.walk_tb(exc.__traceback__)}
+        if params.read_at.get(last) in failed_at:
+            culprits = [last]
     if culprits:
         name = culprits[0]
         text += f" (parameter -p {name}={dict.get(params, name)!r})"
@@ -289,6 +301,9 @@ class _LoggedStore:
 
     def newest_id(self) -> int | None:
         return self._read(self.store.newest_id)  # type: ignore[no-any-return]
+
+    def held_ids(self) -> list[int]:
+        return self._read(self.store.held_ids)  # type: ignore[no-any-return]
 
     def load(self, checkpoint_id: int) -> Any:
         return self.store.load(checkpoint_id)

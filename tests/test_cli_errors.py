@@ -76,6 +76,16 @@ def test_a_parameter_that_overflows_is_named(tmp_path: Path) -> None:
     assert "OverflowError: cannot convert float infinity to integer (parameter -p n=inf)" in said[0]
 
 
+def test_a_mistake_on_another_line_than_the_last_parameter_read_is_not_blamed_on_it(
+        tmp_path: Path) -> None:
+    script = _script(tmp_path, "def build(params):\n    n = int(params['n'])\n"
+                               "    g = Graph('g', params=params)\n"
+                               "    g.sink('out', None, [], schema=n)\n")
+    code, said = _run(script, "n=3")
+    assert code == EXIT_INVALID and len(said) == 1
+    assert "unexpected keyword argument 'schema'" in said[0] and "parameter -p" not in said[0]
+
+
 def test_a_delta_on_an_attribute_the_schema_lacks_points_at_it(tmp_path: Path) -> None:
     script = _script(tmp_path, """
 from riverbed import Operator, Schema

@@ -425,6 +425,28 @@ def build(params):
     assert said == ["-p sensor=5: the script never mentions 'sensor'; did you mean 'sensors'?"]
 
 
+def test_a_misspelled_width_of_a_region_reading_the_graphs_params_is_named(tmp_path: Path) -> None:
+    # Graph(params=...) kept a copy: the region's read of "width" was not seen, and -p widht=1
+    # ran at the CPU count without a word (a README review).
+    from riverbed.run import load_script
+    script = _script(tmp_path, """
+from riverbed.testing import ListSource, ListSink
+from riverbed.operators import Functor
+
+def build(params):
+    g = Graph("widths", params=params)
+    src = g.source("src", ListSource([{"k": 1}]))
+    with g.parallel(partition_by="k"):
+        f = g.operator("f", Functor(), [src])
+    g.sink("out", ListSink(), [f])
+    return g
+""")
+    said: list[str] = []
+    load_script(script, {"widht": 1}, warn=said.append)
+    assert said == ["-p widht=1: build() never read 'widht'; did you mean 'width' (it used its "
+                    "default)?"]
+
+
 def test_ctrl_c_while_riverbed_graph_loads_a_script_is_one_line(tmp_path: Path) -> None:
     script = _script(tmp_path, (
         "import time\n"

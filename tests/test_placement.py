@@ -106,6 +106,20 @@ def test_an_operator_added_earlier_is_isolated_by_name_or_stream_and_unrelated_o
     assert g.freeze().parallel[0].members == ("pa", "pb")
 
 
+def test_a_group_named_again_is_the_same_group() -> None:
+    # g.process("enrich").add(op) after `with g.process("enrich"):` made a second group, refused
+    # at freeze as "two process groups are named 'enrich'" (a review of the README).
+    g = Graph("again")
+    a = g.source("a", Count(3), schema=SCHEMA)
+    pre = g.operator("pre", Pass(), [a])
+    with g.process("enrich"):
+        post = g.operator("post", Pass(), [pre])
+    g.sink("out", Pass(), [post])
+    g.process("enrich").add("pre")
+    (group,) = g.freeze().parallel
+    assert (group.name, sorted(group.members)) == ("enrich", ["post", "pre"])
+
+
 def test_placement_rules_are_typed_errors_naming_the_operator() -> None:
     g = Graph("bad")
     src = g.source("src", Count(3), schema=SCHEMA)

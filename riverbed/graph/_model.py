@@ -326,7 +326,9 @@ class Graph:
         if not is_name(name):
             raise GraphError(None, "name", f"graph name {name!r}: use letters, digits, _ . -")
         self.name = name
-        self.params = dict(params or {})
+        # The caller's own dict, not a copy: `riverbed run` hears which -p the graph read (a
+        # region's ``width``), to name a misspelled one (``-p widht=1`` ran at the CPU count).
+        self.params = params if isinstance(params, dict) else dict(params or {})
         self._pending: dict[str, dict[str, Any]] = {}
         self._regions: list[ConsistentRegion] = []
         self._autonomous: set[str] = set()
@@ -359,11 +361,17 @@ class Graph:
         g.process("slow"):`` runs the operators added in the block together in one worker
         process of their own, so a slow operator there does not stall the rest of the job (which
         goes on in the job's process, and in other groups' processes). ``g.process().add(s)``
-        isolates an operator added earlier. Operators in no group run in the job's process.
+        isolates an operator added earlier, and ``g.process("slow").add(s)`` puts it into the
+        group of that name (a name names one group: it made a second one, refused at freeze).
+        Operators in no group run in the job's process.
 
         A group is hosted as a parallel region of width 1 (the same transport, bounded queues,
         checkpoints and restarts); a source in a group runs in its process too.
         """
+        if name is not None:  # the group of that name, again: ``g.process("slow").add(op)``
+            for block in self._parallel:
+                if block.spec.name == name and block.spec.process:
+                    return block
         spec = process_spec(name or f"process{len(self._parallel)}")
         block = ParallelBlock(spec, _graph=self)
         self._parallel.append(block)
