@@ -280,6 +280,11 @@ def test_tls_and_option_errors_before_connecting(tmp_path: Path) -> None:
         MQTTSource("h", topics=["a"], schema={"v": "int64"})
     with pytest.raises(MQTTConfigError, match=r"format='csv'.*list<int64>.*cannot be carried"):
         MQTTSource("h", topics=["a"], format="csv", schema={"v": "list<int64>"}, topic_attribute=None)
+    # At construction, as the sink's: at setup a typo failed the job (exit 1, retried).
+    with pytest.raises(MQTTConfigError, match="format='xml': expected one of json, msgpack"):
+        MQTTSource("h", topics=["a"], format="xml")  # type: ignore[arg-type]
+    with pytest.raises(MQTTConfigError, match="format='function' needs decode="):
+        MQTTSource("h", topics=["a"], format="function")
     with pytest.raises(MQTTConfigError, match="wildcards are for subscribing"):
         MQTTSink("h", topic="a/#")
     with pytest.raises(MQTTConfigError, match="port=0"):

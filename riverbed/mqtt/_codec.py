@@ -33,7 +33,7 @@ from ..jsonio import load_json
 from ..operators.formats import RecordError, json_value, msgpack_value, render_json
 from ._client import MQTTConfigError
 
-__all__ = ["FORMATS", "BadRecord", "Codec", "Format"]
+__all__ = ["FORMATS", "BadRecord", "Codec", "Format", "check_format"]
 
 Format = Literal["json", "msgpack", "csv", "raw", "function"]
 FORMATS: tuple[Format, ...] = ("json", "msgpack", "csv", "raw", "function")
@@ -45,6 +45,13 @@ _INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64
 _FLOATS = {"float32", "float64"}
 # Types whose JSON and msgpack values are their Python values already: left to the validator.
 _AS_IS = _INTS - {"timestamp"} | {"rstring", "ustring", "boolean"}
+
+
+def check_format(format: object) -> None:
+    """Refuse a format that is none of `FORMATS`, naming them."""
+    if format not in FORMATS:
+        raise MQTTConfigError(f"format={format!r}: expected one of {', '.join(FORMATS)} "
+                              "(a function is given with format='function', decode=... / encode=...)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +96,7 @@ class Codec:
     def __init__(self, format: Format, fields: Schema | None, *, decode: Decoder | None = None,
                  encode: Encoder | None = None, raw_attribute: str = "payload",
                  separator: str = ",") -> None:
-        if format not in FORMATS:
-            raise MQTTConfigError(f"format={format!r}: expected one of {', '.join(FORMATS)} "
-                                  "(a function is given with format='function', decode=... / encode=...)")
+        check_format(format)
         if format == "function" and decode is None and encode is None:
             raise MQTTConfigError("format='function' needs decode=fn(bytes) -> record or list of records "
                                   "(source) or encode=fn(records) -> bytes (sink)")

@@ -96,7 +96,7 @@ from ._client import (
     Received,
     check_topic_filters,
 )
-from ._codec import Codec, Decoder, Encoder, Format
+from ._codec import Codec, Decoder, Encoder, Format, check_format
 from ._deadletter import DEFAULT_MAX_BYTES, DeadLetters, check_max_bytes
 from ._dedup import Dedup
 from ._ingest import DEFAULT_MAX_PAYLOAD, BadMessage, BadMessages, PayloadDecoder
@@ -169,6 +169,10 @@ class MQTTSource(Source):
                                    persistent=ack == "checkpoint", session_expiry=session_expiry,
                                    backoff=backoff)
         self.ack = ack
+        check_format(format)  # here, not at setup: a typo was a job failure (exit 1, retried)
+        if format == "function" and decode is None:
+            raise MQTTConfigError("format='function' needs decode=fn(bytes) -> record or list of "
+                                  "records")
         self.format = format
         self.schema = _schema(schema)
         self.topic_attribute = topic_attribute
