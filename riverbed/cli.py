@@ -15,8 +15,9 @@ def _parser() -> argparse.ArgumentParser:
                                      description="IBM Streams window semantics for Python")
     sub = parser.add_subparsers(dest="command", required=True)
     trace = sub.add_parser("trace", help="replay window trace cases and print the events they raise")
-    trace.add_argument("--flavor", choices=["java", "cpp"], default="java",
-                       help="which IBM runtime to reproduce (default: java)")
+    trace.add_argument("--flavor", choices=["java", "cpp"], default=None,
+                       help="which IBM runtime to reproduce (default: each case's own "
+                            "\"runtime\", java for a case of either)")
     trace.add_argument("--host", default="windows", choices=("windows", "runtime", "spark"),
                        help="where to replay: the window library (default), a one-operator job "
                             "in the asyncio runtime on the virtual clock, or the Spark bridge's "

@@ -24,9 +24,10 @@ __all__ = ["HOSTS", "load_cases", "main"]
 HOSTS = ("windows", "runtime", "spark")
 
 
-def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
+def main(paths: list[str], flavor: str | None, host: str, out_dir: str | None,
          echo: Callable[[str], None] | None = None) -> int:
-    """The ``riverbed trace`` command; returns the exit code."""
+    """The ``riverbed trace`` command; returns the exit code. ``flavor`` None: each case's own
+    ``runtime`` (java for a case of either)."""
     err = echo or (lambda msg: print(msg, file=sys.stderr))
     if host not in HOSTS:
         err(f"riverbed trace: unknown host {host!r}; use --host windows, runtime or spark")
@@ -50,11 +51,17 @@ def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
         except CaseError as exc:
             err(f"riverbed trace: {exc}")
             status = max(status, 1)
+    for path, cases in files:
+        for case in cases:
+            if flavor is not None and not case.applies_to(flavor):  # (asked for: said, not refused)
+                err(f"riverbed trace: {path}: case {case.name!r} is of the {case.runtime} "
+                    f"runtime; replayed with --flavor {flavor} as asked")
     if host == "spark":
         from .spark_bridge import replay_on_spark
 
         try:
-            results = iter(replay_on_spark([(c, flavor) for _, cases in files for c in cases]))
+            results = iter(replay_on_spark([(c, flavor or _own_flavor(c))
+                                            for _, cases in files for c in cases]))
         except CaseError as exc:
             err(f"riverbed trace: {exc}")
             return 1
@@ -71,12 +78,17 @@ def main(paths: list[str], flavor: str, host: str, out_dir: str | None,
     return status
 
 
-def _replayer(host: str, flavor: str) -> Callable[[Case], list[Event]]:
+def _own_flavor(case: Case) -> str:
+    """The flavor a case is of: its ``runtime``, java for a case of either."""
+    return case.runtime if case.runtime in ("java", "cpp") else "java"
+
+
+def _replayer(host: str, flavor: str | None) -> Callable[[Case], list[Event]]:
     if host == "runtime":
         from .runtime import replay_in_runtime
 
-        return lambda case: replay_in_runtime(case, flavor)
-    return lambda case: replay(case, WindowHost(case, flavor))
+        return lambda case: replay_in_runtime(case, flavor or _own_flavor(case))
+    return lambda case: replay(case, WindowHost(case, flavor or _own_flavor(case)))
 
 
 def _output(path: Path, results: Sequence[tuple[Case, list[Event]]], out_dir: str | None) -> None:

@@ -115,6 +115,19 @@ def test_cli_prints_one_json_event_per_line() -> None:
     assert all(set(e) == {"event", "partition", "tuples", "step", "at"} for e in events)
 
 
+def test_cli_replays_a_case_in_its_own_flavor_unless_told_and_then_says_so() -> None:
+    # A "cpp" case was replayed with the java flavor, silently: 3 INSERTION events where the
+    # case expects none (a README review).
+    path = CASES_DIR / "A-tumbling-count0-cpp.json"
+    case = json.loads(path.read_text())
+    own = _trace_cli(str(path))
+    assert own.returncode == 0 and own.stderr == "", own.stderr
+    assert mismatch(case, [json.loads(line) for line in own.stdout.splitlines()]) is None
+    told = _trace_cli("--flavor", "java", str(path))
+    assert told.returncode == 0 and "is of the cpp runtime; replayed with --flavor java" in told.stderr
+    assert told.stdout != own.stdout
+
+
 def test_cli_out_dir_writes_one_file_per_case(tmp_path: Path) -> None:
     paths = [CASES_DIR / "A-tumbling-count1.json", CASES_DIR / "A-sliding-count1.json"]
     out = tmp_path / "out" / "new"  # made, as a missing directory (a traceback before)
