@@ -339,6 +339,15 @@ class Source(Operator):
     clock (``await self.context.sleep_until(t)`` where the host offers it);
     it submits with `submit`. Either way the host sends final punctuation
     when the source ends.
+
+    Where a checkpoint is taken: a `generate` source's `snapshot` is called
+    between two items it yielded (at a batch boundary: just after a ``yield``,
+    before the generator resumes), a ``run`` source's at a `flush` or a
+    ``sleep_until``. A replayable source's position must therefore count
+    exactly the items yielded (or submitted) so far: advance it before each
+    ``yield``, not after, and not a chunk ahead (a reader that advanced its
+    offset by a chunk before yielding the chunk's items lost them after a
+    kill -9).
     """
 
     replayable: ClassVar[bool] = False
