@@ -15,6 +15,7 @@ from riverbed.core import SyncGraph
 from riverbed.graph import Graph, Operator, Punct, Source
 from riverbed.mqtt import MQTTSource
 from riverbed.operators import Aggregate, Count, DirectoryScan, Filter, Functor, Join, Sum
+from riverbed.run import load_graph
 from riverbed.runtime import Job, VirtualClock, run_virtual
 from riverbed.spark_bridge import TranslationError
 from riverbed.spark_bridge._plan import plan
@@ -259,6 +260,30 @@ def test_a_checkpoint_is_resumed_only_by_the_plan_that_wrote_it(tmp_path: Any) -
                                                r"this deployment's is mode driver; driver: .*"
                                                r"the same --mode"):
         _same_plan(place, driver)
+
+
+def test_another_jobs_or_plans_checkpoint_is_refused_before_spark_starts(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal came after ~8 s of Spark starting up, and its log (a README review)."""
+    from riverbed.spark_bridge import _session
+    from riverbed.spark_bridge._cli import spark_command
+    from riverbed.spark_bridge._deploy import _GROUPS_FILE, _claim, _same_plan, _write_record
+
+    def no_spark(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(_session, "spark_session", no_spark)
+    place = str(tmp_path / "ck")
+    _claim(place, "stocks")
+    assert spark_command("run", "examples/sensors.py", checkpoint=place) == 2
+    assert "was written by job 'stocks', and this job is 'sensors'" in capsys.readouterr().err
+    other = str(tmp_path / "ck2")
+    frozen = load_graph("examples/sensors.py", {})
+    _same_plan(other, plan(frozen, "driver", groups=2))
+    _claim(other, frozen.name)
+    _write_record(other, _GROUPS_FILE, {"asked": 2})
+    assert spark_command("run", "examples/sensors.py", checkpoint=other, mode="keyed") == 2
+    assert "written by another plan (mode driver" in capsys.readouterr().err
 
 
 def test_after_a_stop_signal_only_a_jvm_gone_is_a_stop() -> None:

@@ -47,7 +47,10 @@ def spark_command(action: str, script: str, *, params: Sequence[str] = (), maste
             if action == "explain":
                 echo(p.explain())
                 return EXIT_OK
-    except (ScriptError, GraphValidationError, GraphError) as exc:
+            if checkpoint is not None:
+                from ._deploy import refuse_checkpoint
+                refuse_checkpoint(graph, checkpoint, mode)  # type: ignore[arg-type]
+    except (ScriptError, GraphValidationError, GraphError, TranslationError) as exc:
         print(f"riverbed spark: {exc}", file=sys.stderr)
         return EXIT_INVALID
     from ._deploy import deploy

@@ -192,12 +192,13 @@ def _write_record(checkpoint: str, name: str, record: dict[str, Any]) -> None:
     os.replace(f"{path}.tmp", path)
 
 
-def _claim(checkpoint: str, job: str) -> None:
+def _claim(checkpoint: str, job: str, *, write: bool = True) -> None:
     """The checkpoint directory belongs to one job: another job's would restore its offsets
     and state (Spark finds every source read already, and the run does nothing)."""
     record = _read_record(checkpoint, _JOB_FILE)
     if record is None:
-        _write_record(checkpoint, _JOB_FILE, {"job": job})
+        if write:
+            _write_record(checkpoint, _JOB_FILE, {"job": job})
     elif record.get("job") != job:
         raise TranslationError(None, f"the checkpoint {checkpoint!r} was written by job "
                                      f"{record.get('job')!r}, and this job is {job!r}: restoring "
@@ -205,7 +206,7 @@ def _claim(checkpoint: str, job: str) -> None:
                                      "directory of its own")
 
 
-def _same_plan(checkpoint: str, p: Plan) -> None:
+def _same_plan(checkpoint: str, p: Plan, *, write: bool = True) -> None:
     """The checkpoint's state and offsets fit the plan that wrote them only: a restart with
     another mode, or with operators moved between stages and the driver, read keyed state as a
     driver's (a KeyError traceback) or asked Spark for state it never stored. The plan's shape
@@ -214,7 +215,8 @@ def _same_plan(checkpoint: str, p: Plan) -> None:
              "driver": list(p.driver), "reads": sorted(p.reads)}
     saved = _read_record(checkpoint, _PLAN_FILE)
     if saved is None:
-        _write_record(checkpoint, _PLAN_FILE, shape)
+        if write:
+            _write_record(checkpoint, _PLAN_FILE, shape)
     elif _but_driver(saved) != _but_driver(shape) \
             or not set(shape["driver"]) <= set(saved.get("driver", ())):
         # (an operator gone from the driver stage leaves state no one restores: fine; one added
@@ -243,6 +245,18 @@ def _but_driver(shape: dict[str, Any]) -> dict[str, Any]:
 
 def _saved_groups(checkpoint: str) -> dict[str, Any] | None:
     return _read_record(checkpoint, _GROUPS_FILE)
+
+
+def refuse_checkpoint(frozen: FrozenGraph, checkpoint: str, mode: Mode) -> None:
+    """What deploying refuses of an existing checkpoint directory (another job's, another
+    plan's), checked before Spark starts: the refusal came after the seconds Spark takes to
+    start, and its log. A directory with no key groups recorded yet is left to `deploy`."""
+    if not os.path.isdir(checkpoint):
+        return
+    _claim(checkpoint, frozen.name, write=False)
+    saved = _saved_groups(checkpoint)
+    if saved is not None and isinstance(saved.get("asked"), int):
+        _same_plan(checkpoint, plan(frozen, mode, groups=saved["asked"]), write=False)
 
 
 ROUTING = 2  # how keys map to groups: 2 routes keys Python finds equal together (`same_key`)
