@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="a graph parameter for build(params); VALUE is JSON when it parses")
     run.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
                      help="log lines as JSON or for people (auto: console on a terminal)")
-    run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                     help="the least severe log lines shown (default: info)")
     run.add_argument("--metrics-port", type=int, metavar="PORT",
                      help="serve Prometheus metrics on 127.0.0.1:PORT")
     run.add_argument("--linger", type=float, default=0.0, metavar="SECONDS",
@@ -39,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                           "final counts for SECONDS (a signal ends it sooner), for a last scrape")
     run.add_argument("--no-status", dest="status", action="store_false",
                      help="no live status view")
-    run.add_argument("--status-interval", type=float, default=1.0, metavar="SECONDS")
+    run.add_argument("--status-interval", type=float, default=1.0, metavar="SECONDS",
+                     help="how often the live status view is drawn (default: 1)")
     run.add_argument("--virtual-clock", action="store_true",
                      help="run on simulated time: time jumps to the next timer when idle")
     run.add_argument("--checkpoint-dir", metavar="DIR",

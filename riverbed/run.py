@@ -424,6 +424,9 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
             raise ScriptError(f"--metrics-port {metrics_port}: expected a TCP port, 0 to 65535")
         if not (linger >= 0 and math.isfinite(linger)):
             raise ScriptError(f"--linger {linger}: expected seconds, 0 or more")
+        if linger and metrics_port is None and console is None:  # (it did nothing, silently)
+            raise ScriptError(f"--linger {linger:g}: keeps --metrics-port or --console serving "
+                              "after the job; give one of them")
         if not (math.isfinite(status_interval) and status_interval > 0):
             raise ScriptError(f"--status-interval {status_interval:g}: expected a number of "
                               "seconds > 0")

@@ -134,6 +134,8 @@ def test_metrics_port_and_status_interval_out_of_range_are_refused() -> None:
     assert code == EXIT_INVALID and "--status-interval 0: expected a number of seconds > 0" in said[0]
     code, said = _run(SENSORS, linger=-1.0)
     assert code == EXIT_INVALID and "--linger -1.0: expected seconds, 0 or more" in said[0]
+    code, said = _run(SENSORS, linger=5.0)  # with nothing to keep serving it did nothing, silently
+    assert code == EXIT_INVALID and "--linger 5: keeps --metrics-port or --console serving" in said[0]
 
 
 def test_a_checkpoint_dir_alone_takes_checkpoints_at_the_default_period(
