@@ -85,6 +85,7 @@ class OperatorRunner:
         self._task: asyncio.Task[None] | None = None
         self._restore: Any = None
         self._restore_id = 0  # the checkpoint ``_restore`` is of
+        self._takes_all = False  # a stop's checkpoint is coming: input is taken even if paused
         self._closing = False  # its inputs ended: final is on its way out
         self.region: Region | None = None  # its consistent region, if it is in one
         # How long the operator may keep the event loop while its inbox holds entries (or a
@@ -154,9 +155,17 @@ class OperatorRunner:
                 return
 
     def request_stop(self) -> None:
-        """A stop was requested: an async source is cancelled (a sync one stops between batches)."""
+        """A stop was requested: an async source is cancelled (a sync one stops between batches).
+        In a region taking the stop's checkpoint, an operator holding its input back (full:
+        an MQTTSink whose broker is gone, a Throttle) takes it again: the barrier is behind that
+        input, and the stop waited for a second signal. What it takes goes into its state."""
         if self._source_task is not None:
             self._source_task.cancel()
+        region = self.region
+        if region is not None and region.suspend_at is not None:
+            self._takes_all = True
+            if self.core.input_paused:
+                self.wake()
 
     def wake(self) -> None:
         """The core changed outside an item (perhaps from another task): loop once more."""
@@ -263,7 +272,7 @@ class OperatorRunner:
                 turn, loop_time = self._turn, asyncio.get_running_loop().time
                 turn_ends = loop_time() + turn
                 while core.running:
-                    if core.input_paused:  # the operator is full: only its own timers run
+                    if core.input_paused and not self._takes_all:  # full: only its own timers run
                         conn, payload = await inbox.get_host(_HOST)
                     else:
                         conn, payload = await inbox.get()
