@@ -7,8 +7,11 @@ these.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
+import operator
 import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from ..graph import CheckpointBarrier, Operator, OperatorDef
@@ -65,24 +68,54 @@ def describe_key(key: Any) -> str | None:
     if isinstance(key, (tuple, list)) and all(isinstance(k, str) for k in key):
         return ",".join(key)
     name = getattr(key, "__qualname__", None) or type(key).__qualname__
-    code = getattr(key, "__code__", None)
-    if code is None:
-        return f"{_OLD_KEY_FUNCTION} {name}"
-    digest = hashlib.sha1(_code_text(code).encode())
-    for cell in getattr(key, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            value = None
-        plain = isinstance(value, (str, int, float, bool, tuple, type(None)))
-        digest.update((repr(value) if plain else type(value).__qualname__).encode())
+    digest = hashlib.sha1(_stable_text(key, 4).encode()).hexdigest()[:12]
     python = f"py{sys.version_info[0]}.{sys.version_info[1]}"
-    return f"{_OLD_KEY_FUNCTION} {name} #{digest.hexdigest()[:12]} {python}"
+    return f"{_OLD_KEY_FUNCTION} {name} #{digest} {python}"
 
 
-def _code_text(code: Any) -> str:
-    consts = ",".join(_code_text(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts)
-    return f"{code.co_code.hex()}|{consts}|{','.join(code.co_names)}"
+_PLAIN = (str, int, float, complex, bool, bytes, type(None), type(...))
+_GETTERS = (operator.itemgetter, operator.attrgetter, operator.methodcaller)
+
+
+def _stable_text(value: Any, depth: int) -> str:
+    """``value`` as text that is the same in every process running the same script: a set in
+    sorted order (a set's order follows the process's string hash seed), a function by its
+    code, defaults and the values it closes over, a partial by its function and arguments, an
+    object of another kind by its type only (its repr may hold an address)."""
+    if isinstance(value, _PLAIN):
+        return repr(value)
+    if depth <= 0:
+        return type(value).__qualname__
+    inner = depth - 1
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}({','.join(_stable_text(v, inner) for v in value)})"
+    if isinstance(value, (set, frozenset)):
+        return "set(" + ",".join(sorted(_stable_text(v, inner) for v in value)) + ")"
+    if isinstance(value, dict):
+        return "dict(" + ",".join(sorted(f"{_stable_text(k, inner)}:{_stable_text(v, inner)}"
+                                         for k, v in value.items())) + ")"
+    if isinstance(value, _GETTERS):
+        return repr(value)  # operator.itemgetter('sensor')
+    if isinstance(value, functools.partial):
+        return (f"partial({_stable_text(value.func, inner)},{_stable_text(value.args, inner)},"
+                f"{_stable_text(value.keywords, inner)})")
+    if isinstance(value, types.MethodType):
+        return f"method({_stable_text(value.__func__, inner)})"
+    if isinstance(value, types.CodeType):
+        consts = ",".join(_stable_text(c, inner) for c in value.co_consts)
+        return f"code({value.co_code.hex()}|{consts}|{','.join(value.co_names)})"
+    code = getattr(value, "__code__", None)
+    if isinstance(code, types.CodeType):
+        cells = []
+        for cell in getattr(value, "__closure__", None) or ():
+            try:
+                cells.append(_stable_text(cell.cell_contents, inner))
+            except ValueError:  # an empty cell
+                cells.append("empty")
+        return (f"function({getattr(value, '__qualname__', '')}|{_stable_text(code, inner)}|"
+                f"{_stable_text(getattr(value, '__defaults__', None), inner)}|"
+                f"{_stable_text(getattr(value, '__kwdefaults__', None), inner)}|{','.join(cells)})")
+    return type(value).__qualname__
 
 
 def same_key(was: str | None, now: str | None) -> bool:

@@ -212,13 +212,16 @@ class OperatorRunner:
                 try:
                     core.restore(self._restore)
                 except (OperatorError, SchemaViolation) as exc:
+                    if isinstance(exc, OperatorError) and isinstance(exc.cause, OSError):
+                        raise  # (I/O: an unmounted disk, a connection; a restart may pass)
                     # The stored state does not fit the graph or what it reads any more (a
-                    # replaced input file, a changed operator): a reset or a restart would fail
-                    # the same way, so the job does not start (`riverbed run` exits 2).
+                    # replaced input file, another operator under the name): a reset or a
+                    # restart would fail the same way, so the job does not start (`riverbed
+                    # run` exits 2, and --restarts does not try again).
                     raise RestoreRefused(
-                        f"checkpoint {self._restore_id}: {exc}; the graph or its input changed "
-                        "since the checkpoint: run it as it was, or give the job a new "
-                        "checkpoint directory") from exc
+                        f"checkpoint {self._restore_id}: {exc}; the stored state does not fit "
+                        "the graph (or what it reads) any more: run it as it was, or give the "
+                        "job a new checkpoint directory") from exc
                 self._restore = None
         try:
             await self._drive()
