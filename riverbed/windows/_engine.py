@@ -751,13 +751,16 @@ class WindowEngine(Generic[T]):
         self._rearm_tick(part)
 
     def _rearm_eviction(self, part: Partition, *, same_instant: bool = False) -> None:
-        """A restored partition's sliding time eviction: what is past due leaves, the rest is
-        timed. At the snapshot's own instant nothing leaves at once: the timers left nothing
-        due but what Java re-checks 1 ms after its deadline (R24), and that leaves when its
-        timer fires, as it would have without the restore."""
+        """A restored partition's sliding time eviction: what is past due leaves (unless a
+        deferred poll is kept), the rest is timed. At the snapshot's own instant nothing leaves
+        at once: the timers left nothing due but what Java re-checks 1 ms after its deadline
+        (R24), and that leaves when its timer fires, as it would have without the restore."""
         config, state = self._config, self._state
         if config.ev == TIME and config.sliding:
-            if not same_instant:
+            # A poll the snapshot kept for later (C14: eviction was deferred while suspended)
+            # evicts when it is due, as it would have without the restart; what is past due
+            # leaves at once otherwise (C7).
+            if not same_instant and part.evict_at is None:
                 self._evict_expired(part)
             if part.arrivals and part.key in state.parts and not self._lazy:
                 self._arm_evict(part)
