@@ -109,6 +109,7 @@ class DirectoryScan(Source):
         self._seen: dict[str, int] = {}  # file name -> change time when reported
         self._scans_done = 0
         self._restored = False
+        self._due: int | None = None  # the next scan's time, once one was made (checkpointed)
 
     @property
     def _op(self) -> str:
@@ -123,19 +124,22 @@ class DirectoryScan(Source):
     # ----------------------------------------------------------------- state
 
     def snapshot(self) -> Any:
-        return {"seen": [[name, ctime] for name, ctime in self._seen.items()], "scans": self._scans_done}
+        return {"seen": [[name, ctime] for name, ctime in self._seen.items()], "scans": self._scans_done,
+                "due": self._due}
 
     def restore(self, state: Any) -> None:
         try:
             self._seen = {str(name): int(ctime) for name, ctime in state["seen"]}
             self._scans_done = int(state["scans"])
+            due = state.get("due")  # (absent in a checkpoint of an older riverbed)
+            self._due = None if due is None else int(due)
         except (KeyError, TypeError, ValueError):
             raise DirectoryScanError(f"{self._op}: cannot restore from {state!r}: expected the dict "
                                      "snapshot() returns") from None
         self._restored = True
 
     def reset_to_initial_state(self) -> None:
-        self._seen, self._scans_done, self._restored = {}, 0, False
+        self._seen, self._scans_done, self._restored, self._due = {}, 0, False, None
 
     # ----------------------------------------------------------------- scanning
 
@@ -143,15 +147,19 @@ class DirectoryScan(Source):
         ctx: Any = self.context
         if self.ignore_existing_files_at_startup and not self._restored:
             self._seen = {name: ctime for name, ctime, _ in self._candidates()}
-        if self.init_delay:
+        if self._due is not None:  # restored after a scan: the schedule goes on (no init delay)
+            if self._due > ctx.now():
+                await ctx.sleep_until(self._due)
+        elif self.init_delay:
             await ctx.sleep_until(ctx.now() + round(self.init_delay * _NS))
         period = round(self.sleep_time * _NS)
         while not ctx.stopping and (self.scans is None or self._scans_done < self.scans):
             started = ctx.now()
+            self._due = started + period
             self._scan()
             if self.scans is not None and self._scans_done >= self.scans:
                 break
-            await ctx.sleep_until(started + period)
+            await ctx.sleep_until(self._due)
 
     def _scan(self) -> None:
         """One scan: submit the files not reported yet, forget those that have gone."""
