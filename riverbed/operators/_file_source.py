@@ -470,12 +470,18 @@ class FileSourceOfFile(FileSource, Source):
         cursor = self._cursor(f, self._offset, self._line)
         unflushed = 0
         poll = round(self.poll_interval * _NS)
-        while not ctx.stopping:
+        awaited = True  # a stop is looked for after each wait, not at every record
+        while True:
+            if awaited:
+                if ctx.stopping:
+                    break
+                awaited = False
             rec = cursor.next()
             if rec is None:
                 if not self.hot_file:
                     break
                 await ctx.sleep_until(ctx.now() + poll)
+                awaited = True
                 if cursor.shrunk():
                     cursor.restart()
                     self._offset = self._line = self._tuples = 0
@@ -488,6 +494,7 @@ class FileSourceOfFile(FileSource, Source):
                 delay = rec.value[0] if self.has_delay_field else 0.0
                 if delay > 0:
                     await ctx.sleep_until(ctx.now() + round(delay * _NS))
+                    awaited = True
                 self.submit(tup)
                 self._tuples += 1
             # What was submitted and where the reading stands change together: a checkpoint
@@ -497,6 +504,7 @@ class FileSourceOfFile(FileSource, Source):
             if unflushed >= _FLUSH_EVERY:
                 unflushed = 0
                 await ctx.flush()
+                awaited = True
         if ctx.stopping:
             if self.hot_file:
                 self.submit_punct(Punct.WINDOW)

@@ -156,10 +156,13 @@ def type_default(spl_type: str) -> Any:
 
 def _int_parser(lo: int, hi: int, spl_type: str) -> Callable[[str], Any]:
     def parse(text: str) -> int:
-        s = text.strip()
-        if not _INTEGER.match(s):
-            raise RecordError(f"{text!r} is not an integer ({spl_type})")
-        v = int(s)
+        if text.isdecimal():  # (the common field: digits only, what the pattern's \d takes)
+            v = int(text)
+        else:
+            s = text.strip()
+            if not _INTEGER.match(s):
+                raise RecordError(f"{text!r} is not an integer ({spl_type})")
+            v = int(s)
         if not lo <= v <= hi:
             raise RecordError(f"{v} is out of the range of {spl_type} [{lo}, {hi}]")
         return v
@@ -370,7 +373,7 @@ def csv_row_parser(schema: Schema, names: tuple[str, ...], *, default_tuple: Map
             row = row[1:]
         out: dict[str, Any] = {}
         for (name, parse_field), text in zip(fields, row, strict=False):
-            if text == "" or (not text.strip() and parse_field is not str):
+            if not text or (parse_field is not str and text.isspace()):
                 out[name] = defaults[name]
                 continue
             try:
