@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
+import itertools
 import math
 import selectors
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
 
 __all__ = ["Clock", "RealClock", "TimerHandle", "VirtualClock", "run_virtual"]
@@ -184,6 +186,23 @@ class _JumpingSelector(selectors.BaseSelector):
         return self._inner.get_map()
 
 
+class _SequencedTimer(asyncio.TimerHandle):
+    """A timer ordered by its time, then by when it was set."""
+
+    __slots__ = ("_sequence",)
+
+    def __init__(self, when: float, callback: Callable[..., object], args: Sequence[Any],
+                 loop: asyncio.AbstractEventLoop, context: contextvars.Context | None, *,
+                 sequence: int) -> None:
+        super().__init__(when, callback, args, loop, context=context)
+        self._sequence = sequence
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, _SequencedTimer) and self.when() == other.when():
+            return self._sequence < other._sequence
+        return super().__lt__(other)  # type: ignore[operator]
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An event loop whose time is a `VirtualClock`.
 
@@ -206,12 +225,25 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self.clock = clock
         self._origin = clock._now
         self._clock_resolution = 0.0
+        self._sequence = itertools.count()
         # asyncio asks the selector not to wait (timeout 0) when callbacks are ready, when it is
         # stopping, and when a timer is due: only the last, with nothing else to run, is stuck.
         selector.idle = lambda: not self._ready and not self._stopping  # type: ignore[attr-defined]
 
     def time(self) -> float:
         return (self.clock._now - self._origin + 0.5) / 1e9
+
+    def call_at(self, when: float, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts,
+                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        """asyncio's `call_at`, with timers due at one instant run in the order they were set:
+        the heap left their order to its shape, so a timer set for another instant (a crash
+        test's, a checkpoint's) changed which of two sources paced alike ran first, and a
+        restarted job's output differed from the uninterrupted one's at such ties (a review)."""
+        self._check_closed()  # type: ignore[attr-defined]
+        timer = _SequencedTimer(when, callback, args, self, context, sequence=next(self._sequence))
+        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
 
     def call_later(self, delay: float, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts,
                    context: contextvars.Context | None = None) -> asyncio.TimerHandle:
