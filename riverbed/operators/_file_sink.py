@@ -513,6 +513,19 @@ class FileSink(Operator):
             return
         if current is None:
             return
+        moved = self._moved_copy(current)
+        if moved is not None:
+            # Closed and moved after the checkpoint: taken back to go on where it stood (a new
+            # empty file cut to the checkpoint's length was zeros, then moved over the good copy).
+            move_into(moved, os.path.dirname(os.path.abspath(current)))
+        if length and not os.path.exists(current):
+            # Gone since the checkpoint (a consumer of the closed files took it): what follows
+            # the checkpoint goes to a new file of that name, from its start, not after `length`
+            # bytes of zeros (at least once, as a plain sink is).
+            get_logger(self.context.job, self.context.name).warning(
+                "output file gone since the checkpoint", file=current, checkpoint_length=length,
+                action="the output after the checkpoint is written again, to a new file")
+            length = 0
         fd = os.open(current, os.O_RDWR | os.O_CREAT, 0o666)
         _set_mode(fd, self.file_mode)
         handle = os.fdopen(fd, "r+b")
@@ -525,6 +538,14 @@ class FileSink(Operator):
         if renamed:
             self._close()  # complete as the checkpoint left it; the next tuple opens the new name
             self._between_files = False  # ...and so does a mark or the end: the new file always exists
+
+    def _moved_copy(self, current: str) -> str | None:
+        """Where ``current`` went if it was closed and moved (``move_file_to_directory``) and is
+        not at its own name any more; None otherwise."""
+        if self.move_file_to_directory is None or os.path.exists(current):
+            return None
+        moved = os.path.join(self.move_file_to_directory, os.path.basename(current))
+        return moved if os.path.exists(moved) else None
 
     def _renamed(self, current: str, template: Any, next_id: int) -> bool:
         """Whether ``file`` changed since the checkpoint, so that output moves to a new file."""
