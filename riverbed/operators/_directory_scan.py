@@ -110,6 +110,7 @@ class DirectoryScan(Source):
         self._scans_done = 0
         self._restored = False
         self._due: int | None = None  # the next scan's time, once one was made (checkpointed)
+        self._startup: dict[str, int] | None = None  # the files there at startup, once listed
 
     @property
     def _op(self) -> str:
@@ -146,7 +147,11 @@ class DirectoryScan(Source):
     async def run(self) -> None:
         ctx: Any = self.context
         if self.ignore_existing_files_at_startup and not self._restored:
-            self._seen = {name: ctime for name, ctime, _ in self._candidates()}
+            # Listed once: a reset to the initial state (no checkpoint yet) takes this listing
+            # back, where listing again took the files that came since for existing ones.
+            if self._startup is None:
+                self._startup = {name: ctime for name, ctime, _ in self._candidates()}
+            self._seen = dict(self._startup)
         if self._due is not None:  # restored after a scan: the schedule goes on (no init delay)
             if self._due > ctx.now():
                 await ctx.sleep_until(self._due)
