@@ -373,10 +373,16 @@ class FileSourceOfFile(FileSource, Source):
         self._tuples = 0
         self._done = False  # the end-of-file mark was submitted
         self._before: bytes | None = None  # restored: what the file held just before the offset
+        # The clock times the reading keeps to, checkpointed so that a restart keeps them too
+        # (it waited the init delay again, and a record's delay again from the restore: every
+        # later tuple late): when reading starts, and when the last record was submitted.
+        self._start_at: int | None = None
+        self._paced_at: int | None = None
 
     def snapshot(self) -> Any:
         return {"file": self.file, "offset": self._offset, "line": self._line,
-                "tuples": self._tuples, "done": self._done, "before": self._bytes_before()}
+                "tuples": self._tuples, "done": self._done, "before": self._bytes_before(),
+                "start_at": self._start_at, "paced_at": self._paced_at}
 
     def _bytes_before(self) -> bytes | None:
         """The last bytes before the offset: a restart checks that the file still holds them
@@ -405,6 +411,7 @@ class FileSourceOfFile(FileSource, Source):
                                   f"reads {self.file!r}")
         self._offset, self._line, self._tuples, self._done = offset, line, tuples, bool(done)
         self._before = state.get("before")  # (None in a checkpoint of an older riverbed)
+        self._start_at, self._paced_at = state.get("start_at"), state.get("paced_at")
         if self.file is not None and not self.hot_file and not self._done and self._offset:
             # Looked at now as well as when reading starts: a file replaced since the checkpoint
             # refuses the restart before anything runs (`riverbed run` exits 2), where a failure
@@ -421,6 +428,7 @@ class FileSourceOfFile(FileSource, Source):
         self._offset = self._line = self._tuples = 0
         self._done = False
         self._before = None
+        self._start_at = self._paced_at = None
 
     def _holds(self, f: BinaryIO, before: bytes) -> bool:
         """Whether ``f`` holds ``before`` just before the offset (``f`` is left at its start)."""
@@ -435,8 +443,10 @@ class FileSourceOfFile(FileSource, Source):
         path = self.file
         if self._done:
             return  # restored after the whole file had been output
-        if self.init_delay:
-            await ctx.sleep_until(ctx.now() + round(self.init_delay * _NS))
+        if self._start_at is None:
+            self._start_at = ctx.now() + round(self.init_delay * _NS)
+        if self._start_at > ctx.now():
+            await ctx.sleep_until(self._start_at)
         f = self._open(path)
         if f is None:
             return
@@ -491,10 +501,15 @@ class FileSourceOfFile(FileSource, Source):
                 self._bad(path, rec)
             else:
                 tup = self._tuple(rec, path, self._tuples)
-                delay = rec.value[0] if self.has_delay_field else 0.0
-                if delay > 0:
-                    await ctx.sleep_until(ctx.now() + round(delay * _NS))
-                    awaited = True
+                if self.has_delay_field:
+                    delay = rec.value[0]
+                    if delay > 0:  # after the previous record's submission, restored or not
+                        paced = self._paced_at
+                        due = (ctx.now() if paced is None else paced) + round(delay * _NS)
+                        if due > ctx.now():
+                            await ctx.sleep_until(due)
+                        awaited = True
+                    self._paced_at = ctx.now()
                 self.submit(tup)
                 self._tuples += 1
             # What was submitted and where the reading stands change together: a checkpoint
