@@ -63,3 +63,30 @@ def test_a_restart_keeps_the_init_delay_and_the_records_delays(tmp_path: Path, p
     assert run_until_crash(job, None)
     assert job.restored_from is not None
     assert again.rows == reference.rows
+
+
+def test_a_tailed_file_rotated_under_its_name_is_followed(tmp_path: Path) -> None:
+    # Renamed, then made again (a log rotation): the job went on reading the renamed file's
+    # descriptor and never saw the new one, while a restart did (a review).
+    from riverbed.graph import Punct
+    from riverbed.testing import ListSink
+
+    path = tmp_path / "app.log"
+    path.write_text("1,a\n2,b\n")
+    g = Graph("tail")
+    sink = ListSink()
+    g.sink("out", sink, [g.source("src", FileSource(file=str(path), hot_file=True,
+                                                    poll_interval=0.1), schema=ROW)])
+
+    def grow(job: Job) -> None:
+        with open(path, "a") as f:
+            f.write("3,c\n")
+
+    def rotate(job: Job) -> None:
+        path.rename(tmp_path / "app.log.1")
+        path.write_text("4,d\n5,e\n")
+
+    assert run_until_crash(Job(g, clock=VirtualClock()), None,
+                           [(0.5, grow), (1.0, rotate), (2.0, lambda job: job.stop())])
+    rows = [t["n"] if isinstance(t, dict) else t for t in sink.items]
+    assert rows[:4] == [1, 2, 3, Punct.WINDOW] and rows[4:6] == [4, 5]

@@ -447,12 +447,14 @@ class FileSourceOfFile(FileSource, Source):
             self._start_at = ctx.now() + round(self.init_delay * _NS)
         if self._start_at > ctx.now():
             await ctx.sleep_until(self._start_at)
-        f = self._open(path)
-        if f is None:
-            return
         try:
-            with f:
-                await self._read(ctx, f, path)
+            while (f := self._open(path)) is not None:
+                with f:
+                    if not await self._read(ctx, f, path):
+                        return
+                # A tailed file was replaced under its name (rotated): the new one, from its start.
+                self._offset = self._line = self._tuples = 0
+                self.submit_punct(Punct.WINDOW)
         except asyncio.CancelledError:
             if self.hot_file and ctx.stopping:
                 self.submit_punct(Punct.WINDOW)  # IBM: a window mark, then final, at shutdown
@@ -469,7 +471,9 @@ class FileSourceOfFile(FileSource, Source):
                     "directory to read the new one")
         return None
 
-    async def _read(self, ctx: Any, f: BinaryIO, path: str) -> None:
+    async def _read(self, ctx: Any, f: BinaryIO, path: str) -> bool:
+        """Read ``f`` from the offset; True when a tailed file was replaced under its name (a
+        rotation: renamed, then made again) once everything it held was read."""
         before, self._before = self._before, None
         problem = self._changed(f, path, before)
         if problem is not None:
@@ -496,6 +500,8 @@ class FileSourceOfFile(FileSource, Source):
                     cursor.restart()
                     self._offset = self._line = self._tuples = 0
                     self.submit_punct(Punct.WINDOW)
+                elif _replaced(f, path):
+                    return True
                 continue
             if rec.error is not None:
                 self._bad(path, rec)
@@ -523,7 +529,18 @@ class FileSourceOfFile(FileSource, Source):
         if ctx.stopping:
             if self.hot_file:
                 self.submit_punct(Punct.WINDOW)
-            return
+            return False
         self._finish_file(path)
         self._done = True
         self.submit_punct(Punct.WINDOW)
+        return False
+
+
+def _replaced(f: BinaryIO, path: str) -> bool:
+    """Whether ``path`` now names another file than the open ``f`` (``tail -F``'s test)."""
+    try:
+        now = os.stat(path)
+    except OSError:
+        return False  # renamed and not made again yet: the open one may still grow
+    held = os.fstat(f.fileno())
+    return (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev)
