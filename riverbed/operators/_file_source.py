@@ -7,7 +7,9 @@ Two forms, chosen by ``file=``:
   window mark once the whole file was output (and moved or deleted, if asked),
   and ends: the runtime then sends final. With ``hot_file=True`` it tails
   the file instead: no end at end of file, a window mark whenever the file
-  shrinks (it is read again from the start), and one more when the job stops.
+  shrinks (it is read again from the start) or is replaced under its name (a
+  rotation: once the old one is read out, the new one from its start), and
+  one more when the job stops.
 * ``FileSource()`` with an input port (``g.operator``): each input tuple
   names a file; the file is read whole, then a window mark follows. Final
   follows the input's final.
