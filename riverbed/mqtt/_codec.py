@@ -30,7 +30,7 @@ import msgpack  # type: ignore[import-untyped]  # msgpack ships no type informat
 
 from ..graph import Schema
 from ..jsonio import load_json
-from ..operators.formats import RecordError, json_value, msgpack_value, render_json
+from ..operators.formats import RecordError, json_value, msgpack_value, plain_value, render_json
 from ._client import MQTTConfigError
 
 __all__ = ["FORMATS", "BadRecord", "Codec", "Format", "check_format"]
@@ -234,11 +234,7 @@ class Codec:
 
 def _msgpack_default(v: Any) -> Any:
     """What msgpack has no type for, as `render_json` writes it in JSON (blobs are msgpack's own)."""
-    if isinstance(v, (set, frozenset)):
-        try:
-            return sorted(v)
-        except TypeError:
-            return list(v)
-    if isinstance(v, Decimal):
-        return str(v)
-    raise TypeError(f"{type(v).__name__} has no msgpack value")
+    plain = plain_value(v)
+    if plain is v:
+        raise TypeError(f"{type(v).__name__} has no msgpack value")
+    return plain

@@ -60,6 +60,7 @@ __all__ = [
     "json_value",
     "msgpack_value",
     "parse_timestamp",
+    "plain_value",
     "render_csv",
     "render_json",
     "type_default",
@@ -433,7 +434,10 @@ def _load(text: str) -> Any:
 # --------------------------------------------------------------- writing
 
 
-def _json_default(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """What neither JSON nor msgpack has a type for, as riverbed writes it for its readers to
+    take back (`json_value`, `msgpack_value`): a set as a sorted array (unsorted where its items
+    do not sort), a decimal as its text; anything else as it is."""
     if isinstance(value, (set, frozenset)):
         try:
             return sorted(value)
@@ -441,6 +445,13 @@ def _json_default(value: Any) -> Any:
             return list(value)
     if isinstance(value, Decimal):
         return str(value)
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    plain = plain_value(value)
+    if plain is not value:
+        return plain
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, tuple):
