@@ -9,7 +9,7 @@ from typing import Any
 
 from riverbed.checkpoint import MemoryStore
 from riverbed.graph import Graph, Operator
-from riverbed.operators import DirectoryScan
+from riverbed.operators import Beacon, DirectoryScan
 from riverbed.runtime import Job, VirtualClock
 from riverbed.testing import run_until_crash
 
@@ -25,7 +25,7 @@ class Seen(Operator):
         self.rows: list[Any] = []
 
     def on_tuple(self, tup: Any, port: int) -> None:
-        self.rows.append([Path(tup["path"]).name, self.context.now()])
+        self.rows.append([Path(tup.get("path", "-")).name, self.context.now()])
 
     def snapshot(self) -> Any:
         return list(self.rows)
@@ -109,3 +109,34 @@ def test_a_reset_before_the_first_checkpoint_keeps_the_startup_listing(tmp_path:
     reference = run(None, tmp_path / "reference")
     assert reference == b'1,"new"\n2,"new"\n'
     assert run(2, tmp_path / "reset") == reference
+
+
+def test_a_restart_after_the_last_scan_ends_and_a_new_sleep_time_is_kept(tmp_path: Path) -> None:
+    # Restored with every scan done, it waited a whole sleep_time (an hour) before ending; and a
+    # shorter sleep_time given at the restart waited out the old one first (a review).
+    (tmp_path / "a.csv").write_text("x\n")
+
+    def graph(sleep_time: float, scans: int | None, out: Seen) -> Graph:
+        g = Graph("scan")
+        files = g.source("files", DirectoryScan(str(tmp_path), sleep_time=sleep_time, scans=scans))
+        ticks = g.source("ticks", Beacon(iterations=40, period=0.1))  # keeps the job going 4 s
+        g.sink("out", out, [files])
+        g.sink("ticked", Seen(), [ticks])
+        g.consistent_region([files, ticks], name="r", period=0.35)
+        return g
+
+    store = MemoryStore(keep_last=100)
+    assert not run_until_crash(Job(graph(3600.0, 1, Seen()), clock=VirtualClock(), checkpoints=store),
+                               round(1.2 * S))
+    job = Job(graph(3600.0, 1, Seen()), clock=VirtualClock(), checkpoints=store)
+    assert run_until_crash(job, None) and job.clock.now() < 10 * S  # (the Beacon's 4 s)
+
+    store = MemoryStore(keep_last=100)
+    assert not run_until_crash(Job(graph(3600.0, None, Seen()), clock=VirtualClock(),
+                                   checkpoints=store), round(1.2 * S))
+    (tmp_path / "b.csv").write_text("x\n")
+    later = Seen()
+    job = Job(graph(1.0, 3, later), clock=VirtualClock(), checkpoints=store)
+    assert run_until_crash(job, None)
+    assert [name for name, _ in later.rows] == ["a.csv", "b.csv"]
+    assert later.rows[1][1] <= 2 * S  # at the new period from the last scan (0 s), not the old

@@ -82,11 +82,13 @@ def test_a_tailed_file_rotated_under_its_name_is_followed(tmp_path: Path) -> Non
         with open(path, "a") as f:
             f.write("3,c\n")
 
-    def rotate(job: Job) -> None:
+    def rotate(job: Job) -> None:  # written to just before, and its last line unterminated
+        with open(path, "a") as f:
+            f.write("6,f\n7,g")
         path.rename(tmp_path / "app.log.1")
         path.write_text("4,d\n5,e\n")
 
     assert run_until_crash(Job(g, clock=VirtualClock()), None,
                            [(0.5, grow), (1.0, rotate), (2.0, lambda job: job.stop())])
     rows = [t["n"] if isinstance(t, dict) else t for t in sink.items]
-    assert rows[:4] == [1, 2, 3, Punct.WINDOW] and rows[4:6] == [4, 5]
+    assert rows[:6] == [1, 2, 3, 6, 7, Punct.WINDOW] and rows[6:8] == [4, 5]

@@ -331,7 +331,7 @@ def test_restore_mid_file_continues_with_the_next_record(tmp_path: Path) -> None
     assert items == [{"n": 1}, {"n": 2}, {"n": 3}, {"n": 4}, W, F]
     assert first.snapshot() == {"file": str(f), "offset": len(b"h\n1\n2\n# c\n3\n4\n"), "line": 6,
                                 "tuples": 4, "done": True, "before": b"h\n1\n2\n# c\n3\n4\n",
-                                "start_at": 0, "paced_at": None}
+                                "began": 0, "paced_at": None}
     resumed = FileSource(file=str(f), has_header=True)
     resumed.restore({"file": str(f), "offset": len(b"h\n1\n2\n"), "line": 3, "tuples": 2, "done": False})
     assert read_source(resumed, Schema(n="int64")) == [{"n": 3}, {"n": 4}, W, F]

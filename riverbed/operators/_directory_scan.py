@@ -109,7 +109,7 @@ class DirectoryScan(Source):
         self._seen: dict[str, int] = {}  # file name -> change time when reported
         self._scans_done = 0
         self._restored = False
-        self._due: int | None = None  # the next scan's time, once one was made (checkpointed)
+        self._last_scan: int | None = None  # when the last scan started (checkpointed)
         self._startup: dict[str, int] | None = None  # the files there at startup, once listed
 
     @property
@@ -126,21 +126,21 @@ class DirectoryScan(Source):
 
     def snapshot(self) -> Any:
         return {"seen": [[name, ctime] for name, ctime in self._seen.items()], "scans": self._scans_done,
-                "due": self._due}
+                "last_scan": self._last_scan}
 
     def restore(self, state: Any) -> None:
         try:
             self._seen = {str(name): int(ctime) for name, ctime in state["seen"]}
             self._scans_done = int(state["scans"])
-            due = state.get("due")  # (absent in a checkpoint of an older riverbed)
-            self._due = None if due is None else int(due)
+            last = state.get("last_scan")  # (absent in a checkpoint of an older riverbed)
+            self._last_scan = None if last is None else int(last)
         except (KeyError, TypeError, ValueError):
             raise DirectoryScanError(f"{self._op}: cannot restore from {state!r}: expected the dict "
                                      "snapshot() returns") from None
         self._restored = True
 
     def reset_to_initial_state(self) -> None:
-        self._seen, self._scans_done, self._restored, self._due = {}, 0, False, None
+        self._seen, self._scans_done, self._restored, self._last_scan = {}, 0, False, None
 
     # ----------------------------------------------------------------- scanning
 
@@ -152,19 +152,21 @@ class DirectoryScan(Source):
             if self._startup is None:
                 self._startup = {name: ctime for name, ctime, _ in self._candidates()}
             self._seen = dict(self._startup)
-        if self._due is not None:  # restored after a scan: the schedule goes on (no init delay)
-            if self._due > ctx.now():
-                await ctx.sleep_until(self._due)
+        period = round(self.sleep_time * _NS)
+        if self.scans is not None and self._scans_done >= self.scans:
+            return  # restored after its last scan
+        if self._last_scan is not None:  # restored after a scan: the schedule goes on, at the
+            due = self._last_scan + period  # period given now (no init delay again)
+            if due > ctx.now():
+                await ctx.sleep_until(due)
         elif self.init_delay:
             await ctx.sleep_until(ctx.now() + round(self.init_delay * _NS))
-        period = round(self.sleep_time * _NS)
         while not ctx.stopping and (self.scans is None or self._scans_done < self.scans):
-            started = ctx.now()
-            self._due = started + period
+            started = self._last_scan = ctx.now()
             self._scan()
             if self.scans is not None and self._scans_done >= self.scans:
                 break
-            await ctx.sleep_until(self._due)
+            await ctx.sleep_until(started + period)
 
     def _scan(self) -> None:
         """One scan: submit the files not reported yet, forget those that have gone."""

@@ -134,6 +134,11 @@ class RecordCursor:
     def shrunk(self) -> bool:
         return self._lines.shrunk()
 
+    def complete(self) -> None:
+        """The file grows no more (a tailed file was rotated away): what is left is read out,
+        a last line without its end-of-line marker too."""
+        self._hot = False
+
     def next(self) -> Record | None:
         """The next record, or None: the end of the file (or, for a hot file, of its data now)."""
         if self._separator is not None:

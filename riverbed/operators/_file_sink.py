@@ -479,6 +479,12 @@ class FileSink(Operator):
             "tuples": 0 if f is None else f.tuples, "opened_at": 0 if f is None else f.opened_at,
         }
         if not self.transactional:
+            if f is not None and self.move_file_to_directory is not None and f.length:
+                # The file may be closed and moved before the next checkpoint: a restore takes
+                # the moved copy back only if it still holds these bytes before the offset (a
+                # later file of the same name may have been moved over it).
+                self._flush(f)
+                state["before"] = _bytes_before(f.path, f.length)
             return state
         if f is not None and f.handle is not None and f.length > f.segment_origin:
             # What follows the barrier goes to a new pending file, committed by the next checkpoint.
@@ -513,7 +519,7 @@ class FileSink(Operator):
             return
         if current is None:
             return
-        moved = self._moved_copy(current)
+        moved = self._moved_copy(current, length, state.get("before"))
         if moved is not None:
             # Closed and moved after the checkpoint: taken back to go on where it stood (a new
             # empty file cut to the checkpoint's length was zeros, then moved over the good copy).
@@ -539,13 +545,15 @@ class FileSink(Operator):
             self._close()  # complete as the checkpoint left it; the next tuple opens the new name
             self._between_files = False  # ...and so does a mark or the end: the new file always exists
 
-    def _moved_copy(self, current: str) -> str | None:
+    def _moved_copy(self, current: str, length: int, before: Any) -> str | None:
         """Where ``current`` went if it was closed and moved (``move_file_to_directory``) and is
-        not at its own name any more; None otherwise."""
-        if self.move_file_to_directory is None or os.path.exists(current):
+        not at its own name any more, the same file (it holds ``before`` just before
+        ``length``); None otherwise."""
+        if self.move_file_to_directory is None or os.path.exists(current) \
+                or not isinstance(before, bytes):
             return None
         moved = os.path.join(self.move_file_to_directory, os.path.basename(current))
-        return moved if os.path.exists(moved) else None
+        return moved if _bytes_before(moved, length) == before else None
 
     def _renamed(self, current: str, template: Any, next_id: int) -> bool:
         """Whether ``file`` changed since the checkpoint, so that output moves to a new file."""
@@ -706,3 +714,18 @@ def _set_mode(fd: int, mode: int | None) -> None:
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+_CHECKED_BYTES = 64  # of a file before its checkpointed length, kept to know the file again
+
+
+def _bytes_before(path: str, length: int) -> bytes | None:
+    """The last bytes of ``path`` before byte ``length`` (None: unreadable, or shorter)."""
+    start = max(0, length - _CHECKED_BYTES)
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            held = f.read(length - start)
+    except OSError:
+        return None
+    return held if len(held) == length - start else None

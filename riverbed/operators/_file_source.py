@@ -377,14 +377,14 @@ class FileSourceOfFile(FileSource, Source):
         self._before: bytes | None = None  # restored: what the file held just before the offset
         # The clock times the reading keeps to, checkpointed so that a restart keeps them too
         # (it waited the init delay again, and a record's delay again from the restore: every
-        # later tuple late): when reading starts, and when the last record was submitted.
-        self._start_at: int | None = None
+        # later tuple late): when the source began, and when the last record was submitted.
+        self._began: int | None = None  # reading starts init_delay (as given now) after it
         self._paced_at: int | None = None
 
     def snapshot(self) -> Any:
         return {"file": self.file, "offset": self._offset, "line": self._line,
                 "tuples": self._tuples, "done": self._done, "before": self._bytes_before(),
-                "start_at": self._start_at, "paced_at": self._paced_at}
+                "began": self._began, "paced_at": self._paced_at}
 
     def _bytes_before(self) -> bytes | None:
         """The last bytes before the offset: a restart checks that the file still holds them
@@ -413,7 +413,7 @@ class FileSourceOfFile(FileSource, Source):
                                   f"reads {self.file!r}")
         self._offset, self._line, self._tuples, self._done = offset, line, tuples, bool(done)
         self._before = state.get("before")  # (None in a checkpoint of an older riverbed)
-        self._start_at, self._paced_at = state.get("start_at"), state.get("paced_at")
+        self._began, self._paced_at = state.get("began"), state.get("paced_at")
         if self.file is not None and not self.hot_file and not self._done and self._offset:
             # Looked at now as well as when reading starts: a file replaced since the checkpoint
             # refuses the restart before anything runs (`riverbed run` exits 2), where a failure
@@ -430,7 +430,7 @@ class FileSourceOfFile(FileSource, Source):
         self._offset = self._line = self._tuples = 0
         self._done = False
         self._before = None
-        self._start_at = self._paced_at = None
+        self._began = self._paced_at = None
 
     def _holds(self, f: BinaryIO, before: bytes) -> bool:
         """Whether ``f`` holds ``before`` just before the offset (``f`` is left at its start)."""
@@ -445,10 +445,11 @@ class FileSourceOfFile(FileSource, Source):
         path = self.file
         if self._done:
             return  # restored after the whole file had been output
-        if self._start_at is None:
-            self._start_at = ctx.now() + round(self.init_delay * _NS)
-        if self._start_at > ctx.now():
-            await ctx.sleep_until(self._start_at)
+        if self._began is None:
+            self._began = ctx.now()
+        start_at = self._began + round(self.init_delay * _NS)
+        if start_at > ctx.now():
+            await ctx.sleep_until(start_at)
         try:
             while (f := self._open(path)) is not None:
                 with f:
@@ -487,6 +488,7 @@ class FileSourceOfFile(FileSource, Source):
         unflushed = 0
         poll = round(self.poll_interval * _NS)
         awaited = True  # a stop is looked for after each wait, not at every record
+        rotated = False  # the path names a new file: this one is read out, then the new one
         while True:
             if awaited:
                 if ctx.stopping:
@@ -496,6 +498,8 @@ class FileSourceOfFile(FileSource, Source):
             if rec is None:
                 if not self.hot_file:
                     break
+                if rotated:
+                    return True
                 await ctx.sleep_until(ctx.now() + poll)
                 awaited = True
                 if cursor.shrunk():
@@ -503,7 +507,8 @@ class FileSourceOfFile(FileSource, Source):
                     self._offset = self._line = self._tuples = 0
                     self.submit_punct(Punct.WINDOW)
                 elif _replaced(f, path):
-                    return True
+                    rotated = True  # (what was written to it before the rename is read first)
+                    cursor.complete()
                 continue
             if rec.error is not None:
                 self._bad(path, rec)
