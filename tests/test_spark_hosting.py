@@ -284,6 +284,11 @@ def test_another_jobs_or_plans_checkpoint_is_refused_before_spark_starts(
     _write_record(other, _GROUPS_FILE, {"asked": 2})
     assert spark_command("run", "examples/sensors.py", checkpoint=other, mode="keyed") == 2
     assert "written by another plan (mode driver" in capsys.readouterr().err
+    driver = str(tmp_path / "ck3")  # a driver-mode query records no key groups (a review)
+    _same_plan(driver, plan(frozen, "driver", groups=2))
+    _claim(driver, frozen.name)
+    assert spark_command("run", "examples/sensors.py", checkpoint=driver, mode="keyed") == 2
+    assert "written by another plan (mode driver" in capsys.readouterr().err
 
 
 def test_after_a_stop_signal_only_a_jvm_gone_is_a_stop() -> None:

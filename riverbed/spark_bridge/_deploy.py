@@ -25,6 +25,7 @@ from ._pipeline import PipelinedStage
 from ._plan import Mode, Plan, plan
 from ._reads import PART_DDL, ReadPlan, part_reader, parts_published, plan_parts, publish_parts, read_log
 from ._rows import ROW_DDL
+from ._session import DEFAULT_CONF
 from ._source import BUNDLE_ITEMS, dump_payload, route_of
 from ._stages import (
     JOIN_ROUTED_DDL,
@@ -250,13 +251,17 @@ def _saved_groups(checkpoint: str) -> dict[str, Any] | None:
 def refuse_checkpoint(frozen: FrozenGraph, checkpoint: str, mode: Mode) -> None:
     """What deploying refuses of an existing checkpoint directory (another job's, another
     plan's), checked before Spark starts: the refusal came after the seconds Spark takes to
-    start, and its log. A directory with no key groups recorded yet is left to `deploy`."""
+    start, and its log. Without key groups recorded (a driver-mode query's), the plan is made
+    with the session's default number of groups, as `deploy` makes it then."""
     if not os.path.isdir(checkpoint):
         return
     _claim(checkpoint, frozen.name, write=False)
+    if _read_record(checkpoint, _PLAN_FILE) is None:
+        return
     saved = _saved_groups(checkpoint)
-    if saved is not None and isinstance(saved.get("asked"), int):
-        _same_plan(checkpoint, plan(frozen, mode, groups=saved["asked"]), write=False)
+    asked = saved.get("asked") if saved is not None else None
+    groups = asked if isinstance(asked, int) else int(DEFAULT_CONF["spark.sql.shuffle.partitions"])
+    _same_plan(checkpoint, plan(frozen, mode, groups=groups), write=False)
 
 
 ROUTING = 2  # how keys map to groups: 2 routes keys Python finds equal together (`same_key`)
