@@ -213,8 +213,9 @@ class Region:
         the graph's now, or whose operator had other connections: a changed clause failed the
         restore once the job ran (exit 1, retried), a changed key merged the old partitions into
         the new ones (exit 0)."""
-        if isinstance(state, dict) and isinstance(state.get("channels"), list) and state["channels"]:
-            state = state["channels"][0]  # a parallel region's: each channel's has the same ports
+        channels = channel_states(state)
+        if channels:
+            state = channels[0]  # a parallel region's: each channel's has the same ports
         saved = state.get("ports") if isinstance(state, dict) else None
         if saved is None:
             return  # (a state of an older riverbed, or not a core's)
