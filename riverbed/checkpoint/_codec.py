@@ -134,7 +134,7 @@ def _default(obj: Any) -> Any:
         else:  # its buffer grew to the tuple's size and would stay so: dropped
             packers.made -= 1
         return _new_ext(msgpack.ExtType, (TUPLE_EXT, data))
-    if type(obj) is Decimal:
+    if isinstance(obj, Decimal):
         return msgpack.ExtType(DECIMAL_EXT, str(obj).encode("ascii"))
     if isinstance(obj, tuple):  # a namedtuple: it comes back a plain tuple
         return _default(tuple(obj))
@@ -153,8 +153,6 @@ def _default(obj: Any) -> Any:
         return float(obj)
     if isinstance(obj, bytes | bytearray):
         return bytes(obj)
-    if isinstance(obj, Decimal):
-        return msgpack.ExtType(DECIMAL_EXT, str(obj).encode("ascii"))
     if isinstance(obj, set | frozenset):  # schemas have set<T>: windows hold such tuples
         return set_ext(obj, _default)
     raise TypeError(f"cannot serialize {type(obj).__qualname__}")
