@@ -12,7 +12,10 @@ from typing import Any
 from ..graph import Schema
 from ._params import OperatorParameterError, spl_aliases
 
-__all__ = ["as_schema", "declared_schema", "move_into", "require", "with_spl_names"]
+__all__ = ["CHECKED_BYTES", "as_schema", "bytes_before", "declared_schema", "move_into", "require",
+           "with_spl_names"]
+
+CHECKED_BYTES = 64  # of a file before an offset a checkpoint holds, kept to know the file again
 
 
 def with_spl_names(operator: str, init: Any, given: dict[str, Any], spl: Mapping[str, Any],
@@ -74,3 +77,16 @@ def move_into(path: str, directory: str) -> str:
             os.unlink(target)
         shutil.move(path, target)  # another file system: copy, then remove
     return target
+
+
+def bytes_before(path: str, end: int) -> bytes | None:
+    """The last `CHECKED_BYTES` bytes of ``path`` before byte ``end`` (fewer if it is shorter
+    now); None if it cannot be read. A checkpoint keeps them to tell the file it read or wrote
+    from another one put under the same name since."""
+    start = max(0, end - CHECKED_BYTES)
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+    except OSError:
+        return None

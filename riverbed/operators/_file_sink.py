@@ -82,7 +82,7 @@ from typing import Any, BinaryIO, Literal
 
 from ..graph import Operator, Punct
 from ..runtime import get_logger
-from ._file_common import move_into, require, with_spl_names
+from ._file_common import bytes_before, move_into, require, with_spl_names
 from .formats import (
     FINAL_MARKER_TEXT,
     FORMATS,
@@ -484,7 +484,7 @@ class FileSink(Operator):
                 # the moved copy back only if it still holds these bytes before the offset (a
                 # later file of the same name may have been moved over it).
                 self._flush(f)
-                state["before"] = _bytes_before(f.path, f.length)
+                state["before"] = bytes_before(f.path, f.length)
             return state
         if f is not None and f.handle is not None and f.length > f.segment_origin:
             # What follows the barrier goes to a new pending file, committed by the next checkpoint.
@@ -553,7 +553,7 @@ class FileSink(Operator):
                 or not isinstance(before, bytes):
             return None
         moved = os.path.join(self.move_file_to_directory, os.path.basename(current))
-        return moved if _bytes_before(moved, length) == before else None
+        return moved if bytes_before(moved, length) == before else None
 
     def _renamed(self, current: str, template: Any, next_id: int) -> bool:
         """Whether ``file`` changed since the checkpoint, so that output moves to a new file."""
@@ -714,18 +714,3 @@ def _set_mode(fd: int, mode: int | None) -> None:
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-
-
-_CHECKED_BYTES = 64  # of a file before its checkpointed length, kept to know the file again
-
-
-def _bytes_before(path: str, length: int) -> bytes | None:
-    """The last bytes of ``path`` before byte ``length`` (None: unreadable, or shorter)."""
-    start = max(0, length - _CHECKED_BYTES)
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            held = f.read(length - start)
-    except OSError:
-        return None
-    return held if len(held) == length - start else None

@@ -50,7 +50,7 @@ from typing import Any, BinaryIO, Literal, overload
 
 from ..graph import Operator, Punct, Schema, Source
 from ..runtime import get_logger
-from ._file_common import as_schema, declared_schema, move_into, require, with_spl_names
+from ._file_common import as_schema, bytes_before, declared_schema, move_into, require, with_spl_names
 from ._file_reader import Record, RecordCursor
 from .formats import FORMATS, FileFormatError, Format, csv_row_parser, json_record_parser
 
@@ -58,7 +58,6 @@ __all__ = ["FileSource", "FileSourceError", "FileSourceOfFile", "FileSourceWithI
 
 _NS = 1_000_000_000
 _FLUSH_EVERY = 1024  # tuples between hand-overs downstream (and chances to take a checkpoint)
-_CHECKED_BYTES = 64  # of the file before its offset, kept with a checkpoint (`_bytes_before`)
 _RENAMED = {"has_header_line": "has_header", "ignore_extra_c_s_v_values": "ignore_extra_csv_values"}
 
 Parsing = Literal["strict", "permissive"]
@@ -393,13 +392,7 @@ class FileSourceOfFile(FileSource, Source):
         from a file of its own: nothing on the read path."""
         if not self._offset or self.file is None:
             return b""
-        start = max(0, self._offset - _CHECKED_BYTES)
-        try:
-            with open(self.file, "rb") as f:
-                f.seek(start)
-                return f.read(self._offset - start)
-        except OSError:
-            return None  # gone (deleted once read): nothing to check against
+        return bytes_before(self.file, self._offset)  # (None: gone, deleted once read)
 
     def restore(self, state: Any) -> None:
         try:
