@@ -199,6 +199,7 @@ def _misspelled(params: _ReadParams, words: frozenset[str] = frozenset()) -> lis
     (``{**defaults, **params}``, ``dict.update``) asks for no name, so a ``-p`` the script
     never even mentions, close to a word it does, is named the same way."""
     asked = set(params.read) | set(params.missing) | set(params.defaulted) | set(params.merged)
+    mentioned = sorted(words - set(params))
     out = []
     for name in params:
         if name in asked:
@@ -212,7 +213,7 @@ def _misspelled(params: _ReadParams, words: frozenset[str] = frozenset()) -> lis
             continue
         if name in words:
             continue
-        close = difflib.get_close_matches(name, sorted(words - set(params)), n=1, cutoff=0.75)
+        close = difflib.get_close_matches(name, mentioned, n=1, cutoff=0.75)
         if close:
             out.append(f"-p {name}={value!r}: the script never mentions {name!r}; did you mean "
                        f"{close[0]!r}?")
