@@ -625,9 +625,10 @@ class MQTTSink(Operator):
     broker), the sink stops taking input until half of them are out, so
     memory stays bounded and the sources slow down. While the input is held,
     a checkpoint's barrier waits behind it too (barriers never overtake
-    tuples): with the broker gone, checkpoints and a stop's checkpoint wait
-    for it (a second signal aborts; the restart publishes from the last
-    committed checkpoint). A stop or an abort that leaves messages
+    tuples): with the broker gone, checkpoints wait for it. A stop with
+    checkpoints takes the held input into the stop's checkpoint (the runtime
+    lets a paused operator take input while that checkpoint is coming), and
+    the restart publishes it. A stop or an abort that leaves messages
     unpublished logs how many (``mqtt sink unpublished``).
     """
 
