@@ -93,6 +93,15 @@ def test_no_match_no_mark_and_the_left_attribute_wins_a_name_clash() -> None:
     assert ran.out == [{"v": 5, "side": "L"}, W]
 
 
+def test_without_a_schema_the_left_attributes_come_first_then_the_rights_it_lacks() -> None:
+    # Attribute order is what a schema-less csv FileSink writes as its columns.
+    timeline = [L(a=2, n="l", k=1), R(k=1, b=3, n="r", c=4)]
+    merged = run_join(Join(), timeline).out[0]
+    assert list(merged.items()) == [("a", 2), ("n", "l"), ("k", 1), ("b", 3), ("c", 4)]
+    mapped = run_join(Join(output={"tag": "x"}), timeline).out[0]
+    assert list(mapped) == ["a", "n", "k", "b", "c", "tag"]
+
+
 def test_matching_uses_the_other_window_before_this_arrival_is_inserted() -> None:
     ran = run_join(Join(), [R(b=1), L(a=1), L(a=2), R(b=2)],
                    left="sliding, count(1)", right="sliding, count(1)")

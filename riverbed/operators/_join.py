@@ -147,7 +147,7 @@ class Join(Operator):
       only; default ``{}``, since without a schema there are no typed defaults).
     - ``output``: how a pair becomes an output tuple. ``None`` (default): the
       attributes of both, the left one winning a name clash (SPL auto-assignment
-      looks for an attribute on port 0 first, then port 1). A mapping: those
+      looks for an attribute on port 0 first, then port 1), the left's first. A mapping: those
       attributes assigned (each a ``(lhs, rhs) -> value`` function or a
       constant) on top of that merge. A function ``(lhs, rhs) -> dict``: the
       whole output tuple.
