@@ -230,9 +230,14 @@ import functools, operator, sys
 from riverbed.core import describe_key
 def bucket(t, n=4):
     return t["s"] % n
-helpers = (len, str.upper)
-keys = [lambda t: t["s"] in {"a", "b", "c", "d", "e"}, lambda t: (helpers, t["s"]),
-        operator.itemgetter("s"), functools.partial(bucket, n=8)]
+helpers = (len, str.upper, operator, functools.partial)
+class Bucket:
+    def __init__(self, n):
+        self.n, self.names = n, {"a", "b", "c"}
+    def __call__(self, t):
+        return t["s"] % self.n
+keys = [Bucket(4), Bucket(4).__call__, lambda t: t["s"] in {"a", "b", "c", "d", "e"},
+        lambda t: (helpers, t["s"]), operator.itemgetter("s"), functools.partial(bucket, n=8)]
 print([describe_key(k) for k in keys])
 """
 
@@ -261,9 +266,23 @@ def test_key_functions_that_differ_in_arguments_are_described_apart() -> None:
     def default(n: int) -> Any:
         return lambda t, n=n: t["s"] % n
 
+    class Bucket:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __call__(self, t: Any) -> int:
+            return int(t["s"]) % self.n
+
+        def of(self, t: Any) -> int:
+            return int(t["s"]) % self.n
+
+    four, eight = Bucket(4), Bucket(8)
     pairs = [(operator.itemgetter("sensor"), operator.itemgetter("site")),
              (functools.partial(bucket, n=4), functools.partial(bucket, n=8)),
-             (default(4), default(8))]
+             (default(4), default(8)),
+             # a callable object and a bound method were compared by their type and name only
+             (Bucket(4), Bucket(8)), (Bucket(4).of, Bucket(8).of),
+             (lambda t, b=four: b(t), lambda t, b=eight: b(t))]
     for a, b in pairs:
         assert not same_key(describe_key(a), describe_key(b)), (a, b)
         assert same_key(describe_key(a), describe_key(a))

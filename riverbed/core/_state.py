@@ -74,19 +74,23 @@ def describe_key(key: Any) -> str | None:
 
 
 _PLAIN = (str, int, float, complex, bool, bytes, type(None), type(...))
+_LARGEST = 1000  # containers larger than this are described by their size (a key's table)
 _GETTERS = (operator.itemgetter, operator.attrgetter, operator.methodcaller)
 
 
 def _stable_text(value: Any, depth: int) -> str:
     """``value`` as text that is the same in every process running the same script: a set in
     sorted order (a set's order follows the process's string hash seed), a function by its
-    code, defaults and the values it closes over, a partial by its function and arguments, an
-    object of another kind by its type only (its repr may hold an address)."""
+    code, defaults and the values it closes over, a partial by its function and arguments, a
+    bound method with its object, an object of another kind by its type, its ``__call__``'s
+    code and its ``__dict__`` (never its repr: it may hold an address)."""
     if isinstance(value, _PLAIN):
         return repr(value)
     if depth <= 0:
         return type(value).__qualname__
     inner = depth - 1
+    if isinstance(value, (tuple, list, set, frozenset, dict)) and len(value) > _LARGEST:
+        return f"{type(value).__name__}[{len(value)}]"  # a lookup table: its size only
     if isinstance(value, (tuple, list)):
         return f"{type(value).__name__}({','.join(_stable_text(v, inner) for v in value)})"
     if isinstance(value, (set, frozenset)):
@@ -99,8 +103,8 @@ def _stable_text(value: Any, depth: int) -> str:
     if isinstance(value, functools.partial):
         return (f"partial({_stable_text(value.func, inner)},{_stable_text(value.args, inner)},"
                 f"{_stable_text(value.keywords, inner)})")
-    if isinstance(value, types.MethodType):
-        return f"method({_stable_text(value.__func__, inner)})"
+    if isinstance(value, types.MethodType):  # the function and the object it is bound to
+        return f"method({_stable_text(value.__func__, inner)},{_stable_text(value.__self__, inner)})"
     if isinstance(value, types.CodeType):
         consts = ",".join(_stable_text(c, inner) for c in value.co_consts)
         return f"code({value.co_code.hex()}|{consts}|{','.join(value.co_names)})"
@@ -115,7 +119,17 @@ def _stable_text(value: Any, depth: int) -> str:
         return (f"function({getattr(value, '__qualname__', '')}|{_stable_text(code, inner)}|"
                 f"{_stable_text(getattr(value, '__defaults__', None), inner)}|"
                 f"{_stable_text(getattr(value, '__kwdefaults__', None), inner)}|{','.join(cells)})")
-    return type(value).__qualname__
+    if isinstance(value, (type, types.ModuleType)):
+        return f"{type(value).__name__}({value.__qualname__ if isinstance(value, type) else value.__name__})"
+    kind = type(value)
+    text = kind.__qualname__
+    call = next((c.__dict__["__call__"] for c in kind.__mro__ if "__call__" in c.__dict__), None)
+    if isinstance(getattr(call, "__code__", None), types.CodeType):  # a callable object's code
+        text += f"|{_stable_text(call, inner)}"
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, dict):  # an object's own state: two buckets of 4 and 8 differ
+        text += f"|{_stable_text(attributes, inner)}"
+    return text
 
 
 def same_key(was: str | None, now: str | None) -> bool:
