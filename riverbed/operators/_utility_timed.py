@@ -53,6 +53,7 @@ __all__ = ["Beacon", "Delay", "Throttle"]
 
 _NS = 1_000_000_000
 _YIELD_EVERY = 1024  # a Beacon without period hands control back this often
+_CATCH_UP_NS = 100_000_000  # how late a wake Beacon and Throttle make up for
 
 
 # ----------------------------------------------------------------------- Beacon
@@ -69,10 +70,14 @@ class Beacon(Source):
     unassigned attributes take their type's default value (0, 0.0, "",
     False, empty collections), as in SPL; without one the tuple holds only
     the assigned attributes. The k-th tuple (from 0) is submitted at
-    ``start + init_delay + k * period``.
-    ``trigger_count`` (``triggerCount``): every that many tuples, ask the
-    job for a checkpoint (SPL's consistent-region trigger; nothing happens
-    when the job has no checkpoint store).
+    ``start + init_delay + k * period`` (IBM's sleeps ``period`` after each
+    tuple, so its times drift by the time each takes). When the process was
+    held up for over a period (and over 0.1 s), the next tuple goes at once
+    and the pacing goes on from then: missed periods are not made up in a
+    burst.
+    ``trigger_count`` (``triggerCount``): every that many tuples, checkpoint
+    the consistent region and wait until it committed (SPL's
+    ``makeConsistent``; nothing happens when no checkpoint holds the Beacon).
 
     Punctuation: after the last iteration a window mark, then the source
     ends and the runtime sends final. A Beacon stopped early (job stop)
@@ -107,7 +112,11 @@ class Beacon(Source):
         self.output: dict[str, Any] = dict(out or {})
         self.count = 0
         self.marked = False
-        self.due: int | None = None  # the next tuple's time, while paced (kept by a checkpoint)
+        self.due: int | None = None  # the next tuple's time, while paced
+        # What a checkpoint keeps (times, not the deadline: a restart with another ``period``
+        # or ``init_delay`` paces by those): when the run began, and the last tuple's slot.
+        self.began: int | None = None
+        self.last: int | None = None
         self._template: dict[str, Any] = {}
 
     def check_ports(self, ports: PortLayout) -> list[str]:
@@ -139,30 +148,44 @@ class Beacon(Source):
     async def run(self) -> None:
         ctx: Any = self.context
         now = ctx.now()
-        if self.due is not None:
+        if self.began is not None or self.due is not None:
             # Restored: the next tuple keeps its time, so the tuples fall into the same time
             # windows as without the restart (a restart's clock resumes at the checkpoint's
             # time on a virtual clock). After downtime on the wall clock it comes at once and
             # the pacing goes on from now: missed periods are not made up in a burst.
-            due = max(self.due, now)
+            if self.began is None:  # a checkpoint that kept only the deadline
+                due = self.due or now
+            elif self.last is None:
+                due = self.began + self.init_delay_ns
+            else:
+                due = self.last + self.period_ns
+            due = self.due = max(due, now)
             if due > now:
                 await ctx.sleep_until(due)
         else:
+            self.began = now
             due = self.due = now + self.init_delay_ns
             if self.init_delay_ns:
                 await ctx.sleep_until(due)
         limit = self.iterations
+        period = self.period_ns
         while not ctx.stopping and (limit is None or self.count < limit):
             self.submit(self.make(self.count), 0)
             self.count += 1
+            self.last = due
             if self.trigger_count is not None and self.count % self.trigger_count == 0:
-                _request_checkpoint(ctx)
+                await _make_consistent(ctx)
             if limit is not None and self.count >= limit:
                 break  # no pause after the last tuple: the mark and final follow at once
-            if self.period_ns:
-                due += self.period_ns
+            if period:
+                due += period
                 self.due = due
                 await ctx.sleep_until(due)
+                if ctx.now() - due > max(period, _CATCH_UP_NS):
+                    # Held up (a slow operator on the loop, a paused process): this tuple's time
+                    # is now, as after a restart, not every missed one at once. Timers late by
+                    # a millisecond or so are made up, or a 1 ms period would give 500 a second.
+                    due = self.due = ctx.now()
             elif self.count % _YIELD_EVERY == 0:
                 await ctx.flush()
                 await asyncio.sleep(0)
@@ -172,23 +195,34 @@ class Beacon(Source):
         await ctx.flush()
 
     def snapshot(self) -> Any:
-        return {"count": self.count, "marked": self.marked, "due": self.due}
+        return {"count": self.count, "marked": self.marked, "due": self.due, "began": self.began,
+                "last": self.last}
 
     def restore(self, state: Any) -> None:
         self.count = int(state["count"])
         self.marked = bool(state["marked"])
-        due = state.get("due")  # (None in a checkpoint taken before it was kept)
-        self.due = None if due is None else int(due)
+        # (Older checkpoints: no "due", or "due" without "began" and "last".)
+        self.due, self.began, self.last = (None if state.get(k) is None else int(state[k])
+                                           for k in ("due", "began", "last"))
 
     def reset_to_initial_state(self) -> None:
         self.count = 0
         self.marked = False
-        self.due = None
+        self.due = self.began = self.last = None
 
 
-def _request_checkpoint(ctx: Any) -> None:
-    """Ask the job for a checkpoint now (SPL Beacon ``triggerCount``)."""
-    ctx.request_checkpoint()
+async def _make_consistent(ctx: Any) -> None:
+    """SPL Beacon's ``triggerCount``: checkpoint the region right after this tuple and wait for
+    it to commit, as IBM's ``makeConsistent`` does. (Only asked, the barrier left at the next
+    flush, 1,024 tuples later with no ``period``, and the requests made while one checkpoint
+    was under way were dropped: a checkpoint every 1,024 tuples for ``triggerCount`` 10.)"""
+    if ctx.consistent_region is None:
+        return  # no checkpoint holds the Beacon: nothing to trigger
+    try:
+        await ctx.make_consistent()
+    except RuntimeError:  # a host that checkpoints on its own terms (a synchronous one)
+        ctx.request_checkpoint()
+        await ctx.flush()
 
 
 # ----------------------------------------------------------- items held on the clock
@@ -391,8 +425,6 @@ class Delay(_Holding):
 # --------------------------------------------------------------------- Throttle
 
 
-_CATCH_UP_NS = 100_000_000  # how far back Throttle makes up for a late wake
-
 
 class Throttle(_Holding):
     """SPL ``Throttle``: tuples leave at no more than ``rate`` per second.
@@ -405,9 +437,14 @@ class Throttle(_Holding):
     ``rate``. So after an idle spell a burst may pass at once, the tuples
     after it leave 1/rate apart, and once the burst counts in the rate
     measured, a pause may follow until that rate is back at ``rate`` (IBM's
-    operator gives the same times).
+    operator gives the same times). The counts are whole tuples: where
+    ``rate * period / 2`` is not a whole number (``rate=100, period=0.025``),
+    the rate held over a long run is above ``rate`` (120 a second there), as
+    with IBM's operator; the default period (``rate * period / 2`` = 5)
+    holds it exactly.
     It starts as if half a period of tuples had already passed at the full
-    rate. A timer that fires late (a real clock's, by up to a millisecond)
+    rate, and so does a Throttle restored more than a period after its last
+    tuple (a restart). A timer that fires late (a real clock's, by up to a millisecond)
     does not lower the rate: the next tuple is timed from when the late one
     was due, so the tuples due in up to a period since then leave at once.
     ``include_punctuations`` (``includePunctuations``, default False):
@@ -464,6 +501,7 @@ class Throttle(_Holding):
         self._first = (0, 0)
         self._last = (0, 0)
         self._seen = 0
+        self._restored = False  # pacing state from a checkpoint, not yet used
 
     def _arrive(self, item: Any) -> None:
         self.held.append(item)
@@ -511,6 +549,15 @@ class Throttle(_Holding):
         return max(0, round((count / self.rate - interval) * _NS))
 
     def _pump_items(self, now: int) -> None:
+        if self._restored:
+            self._restored = False
+            paced = self._release_at if self._release_at is not None else self._init + self._last[0]
+            if now - paced > self.period_ns:
+                # Restored long after its last tuple (a restart): paced as from a fresh start,
+                # as IBM's restarted operator is; the old sync points and the wait due long
+                # ago let most of another period's tuples out at once.
+                self._started = False
+                self._release_at = None
         held = self.held
         at = now  # when the next paced item is accounted as leaving
         while held:
@@ -563,11 +610,12 @@ class Throttle(_Holding):
             init, first, last, seen = pacing
             self._init, self._first, self._last, self._seen = (
                 int(init), (int(first[0]), int(first[1])), (int(last[0]), int(last[1])), int(seen))
+        self._restored = pacing is not None
         self._rearm_after_restore()
 
     def reset_to_initial_state(self) -> None:
         self.held = deque()
         self._release_at = None
-        self._started = False
+        self._started = self._restored = False
         self._final_seen = False
         self._wake_at(None)
