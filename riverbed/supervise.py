@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["RESTARTS_ENV", "SUPERVISOR_ENV", "child_arguments", "follow_supervisor", "supervise"]
+__all__ = ["RESTARTS_ENV", "SUPERVISOR_ENV", "child_arguments", "end_with_parent", "follow_supervisor",
+           "supervise"]
 
 RESTARTS_ENV = "RIVERBED_RESTARTS"
 SUPERVISOR_ENV = "RIVERBED_SUPERVISOR"  # the supervisor's pid, in its child's environment
@@ -47,15 +48,23 @@ def follow_supervisor() -> None:
     # Read once and not passed on: a `riverbed run` this job starts is no child of the
     # supervisor, and took its own parent for a supervisor gone (it stopped at once, exit 0).
     parent = os.environ.pop(SUPERVISOR_ENV, None)
-    if not parent or not sys.platform.startswith("linux"):
+    if parent:
+        end_with_parent(int(parent), signal.SIGTERM)
+
+
+def end_with_parent(parent: int, sig: int) -> None:
+    """Have the kernel send this process ``sig`` when its parent (pid ``parent``, the thread
+    that forked it) ends; sent at once if it already has. Linux only (prctl); elsewhere
+    nothing changes."""
+    if not sys.platform.startswith("linux"):
         return
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
     except (OSError, AttributeError):
         return
-    if str(os.getppid()) != parent:  # it went before prctl: nothing would tell
-        os.kill(os.getpid(), signal.SIGTERM)
+    if os.getppid() != parent:  # it went before prctl: nothing would tell
+        os.kill(os.getpid(), sig)
 _FIRST_BACKOFF, _MAX_BACKOFF = 0.2, 30.0
 _STABLE = 3.0  # a child that ran this long was no crash loop: the backoff starts over
 _EXIT_FAILED, _EXIT_INVALID, _EXIT_ABORTED = 1, 2, 3

@@ -64,6 +64,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import operator
+import os
 import select
 import signal
 import socket
@@ -567,7 +568,8 @@ class ParallelHost:
                                        "batch": self.job.batch_size,
                                        "stopping": self.job.stopping, "suspend": self._suspending,
                                        "checkpoint": asking,
-                                       "drains": self.job.drains_failures},
+                                       "drains": self.job.drains_failures,
+                                       "job_pid": os.getpid()},
                                daemon=True)
             # Blocked across the fork: a stop signalled to the whole process group in the
             # moment the child still has the job's handlers would be written, by the child,

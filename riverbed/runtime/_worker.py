@@ -45,6 +45,7 @@ from typing import Any
 
 from ..core import OperatorCore, OperatorError, SchemaViolation, SyncGraph
 from ..graph import CheckpointBarrier, FrozenGraph, Watermark
+from ..supervise import end_with_parent
 from ._parallel_split import join_marked, pack_exits
 from ._parallel_wire import (
     CHECKPOINT,
@@ -387,7 +388,7 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
           channels: Sequence[int] = (0,), width: int = 1,
           key: Callable[[Any], Hashable] | None = None, wall_clock: int | None = None,
           batch: int = 1000, stopping: bool = False, suspend: bool = False,
-          checkpoint: int | None = None, drains: bool = False) -> None:
+          checkpoint: int | None = None, drains: bool = False, job_pid: int | None = None) -> None:
     """The body of a worker process (forked): host ``channels`` of ``members`` (one socket to
     the job each, in ``socks``) until the job hangs up (``name``: the region's, a channel's is
     ``name[channel]``; ``region``: the consistent region they are in; ``restore``: each
@@ -412,6 +413,11 @@ def serve(socks: Sequence[socket], close: list[int], graph: FrozenGraph, members
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # (blocked across the fork)
+    if job_pid is not None:
+        # A job killed outright (kill -9) takes its workers with it. Left running, a worker
+        # finished its batch and wrote on while a restarted job rewrote the same files: a
+        # FileSink opening its next file removed what the new job had committed there.
+        end_with_parent(job_pid, signal.SIGKILL)
     for fd in close:  # the job's ends of every channel's socket: EOF must reach each worker
         with contextlib.suppress(OSError):
             os.close(fd)
