@@ -128,7 +128,8 @@ def _channel_metrics(job_name: str, job: Any) -> Iterator[Metric]:
                                  "Writes that carried the worker's messages, as it last said.",
                                  labels=labels)
     cpu = CounterMetricFamily("riverbed_channel_cpu_seconds",
-                              "CPU seconds of the channel's worker process, as it last said.",
+                              "CPU seconds of the channel's worker process, as it last said "
+                              "(channels sharing a process each show the process's).",
                               labels=labels)
     for m in channels:
         values = [job_name, m.region, str(m.channel)]
