@@ -17,7 +17,7 @@ from ._metrics import (
     RegionMetrics,
 )
 from ._output import MarkedBatch, OutputPort, split_marked
-from ._reuse import reusable_state, state_to_restore
+from ._reuse import detached_state, reusable_state, state_to_restore
 from ._state import describe_key, same_key
 from ._sync import StampClock, SyncGraph
 
@@ -43,6 +43,7 @@ __all__ = [
     "SyncGraph",
     "TimerHandle",
     "describe_key",
+    "detached_state",
     "reusable_state",
     "same_key",
     "split_marked",

@@ -19,7 +19,15 @@ import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..core import JobError, JobMetrics, OperatorCore, OperatorError, RestoreRefused, SchemaViolation
+from ..core import (
+    JobError,
+    JobMetrics,
+    OperatorCore,
+    OperatorError,
+    RestoreRefused,
+    SchemaViolation,
+    detached_state,
+)
 from ..graph import FrozenGraph, Graph, event_time_region
 from ._clock import Clock, RealClock, VirtualClock, run_virtual
 from ._gc import JOB_GC_THRESHOLD, check_threshold, collection_threshold
@@ -278,7 +286,7 @@ class Job:
         """An operator's state for checkpoint ``checkpoint_id`` of its region."""
         region = runner.region
         if region is not None:
-            region.report(checkpoint_id, runner.name, state)
+            region.report(checkpoint_id, runner.name, detached_state(state))
 
     def operator_finished(self, runner: OperatorRunner) -> None:
         """An operator ended; a checkpoint it will never see a barrier for takes its final state."""
