@@ -7,6 +7,7 @@ output of a run that never crashed.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -467,3 +468,44 @@ def test_what_an_operator_does_after_its_barrier_stays_out_of_the_checkpoint() -
     for states in checkpoints:
         counted = states["count"]["operator"]
         assert counted["n"] == states["gen"]["operator"] == len(counted["seen"])
+
+
+class _SlowStore(MemoryStore):
+    """A store whose save takes 0.3 s of the event loop (a big state, a slow disk)."""
+
+    def __init__(self) -> None:
+        super().__init__(keep_last=100)
+        self.saved_at: list[float] = []
+
+    def save(self, checkpoint_id: int, states: Any, *, job: str, time_ns: int) -> None:
+        import time
+
+        self.saved_at.append(time.monotonic())
+        time.sleep(0.3)  # the save itself is what is slow here (not a wait for something)
+        super().save(checkpoint_id, states, job=job, time_ns=time_ns)
+
+
+def test_a_save_longer_than_the_period_is_followed_by_as_long_without_one() -> None:
+    # Saves run on the event loop: with a 0.3 s save and a 0.1 s period the next checkpoint
+    # started as soon as one committed, and the job had the loop a tenth of the time.
+    import asyncio
+
+    from riverbed.operators import Beacon
+    from riverbed.runtime import RealClock
+
+    logged: list[dict[str, Any]] = []
+
+    class Log:
+        def info(self, event: str, **fields: Any) -> None:
+            logged.append({"event": event, **fields})
+
+        warning = error = info
+
+    g = Graph("slow")
+    g.sink("out", _Behind(), [g.source("beat", Beacon(iterations=150, period=0.01))])
+    store = _SlowStore()
+    job = Job(g, clock=RealClock(), checkpoints=store, checkpoint_period=0.1, logger=Log())
+    asyncio.run(job.run())
+    gaps = [b - a for a, b in itertools.pairwise(store.saved_at)]
+    assert len(gaps) >= 2 and min(gaps) >= 0.55, gaps  # each save, then as long without one
+    assert [e["event"] for e in logged].count("checkpoint_slow") == 1

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..core import RegionMetrics, RestoreRefused, reusable_state, same_key, state_to_restore
 from ..graph import CheckpointBarrier, ConsistentRegion
 from ..windows import same_clause
+from ._clock import RealClock
 from ._parallel import channel_states
 from ._unsaved import UnsavedState
 
@@ -112,6 +113,10 @@ class Region:
         self._resetting: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[Any] | None = None  # `periodic`'s task while it waits
         self._consecutive = 0
+        # The wall time of the last save, kept clear after it on a real clock: a save longer
+        # than the period (it runs on the event loop) started the next checkpoint at once.
+        self._quiet_until: int | None = None
+        self._slow_told = False
         self._last_failure: BaseException | None = None
         self._failed_at: int | None = None
         self._phases: dict[str, float] = {}  # the last reset's phases: stop, load, restore (ms)
@@ -292,11 +297,22 @@ class Region:
 
     def _commit(self, pending: _Pending) -> None:
         started = time.monotonic()
-        now = self.job.clock.now()
+        clock = self.job.clock
+        now = clock.now()
         self.store.save(pending.id, pending.states, job=self.job.name, time_ns=now)
         self._keep(pending.id, pending.states)
         m = self.metrics
-        m.checkpoint_ms = (time.monotonic() - started) * 1000
+        took = time.monotonic() - started
+        m.checkpoint_ms = took * 1000
+        if isinstance(clock, RealClock) and self.period is not None:
+            self._quiet_until = clock.now() + int(took * 1e9)
+            if took > self.period / 2 and not self._slow_told:
+                self._slow_told = True
+                self.job.log_region("checkpoint_slow", region=self.log_name, checkpoint=pending.id,
+                                    seconds=round(took, 3), period=self.period,
+                                    hint="saving a checkpoint stops the job's other work; it "
+                                         "took over half the checkpoint period, and the next "
+                                         "waits as long after it: raise --checkpoint-period")
         m.drain_ms = (now - pending.started) / 1e6
         m.checkpoints += 1
         m.last_committed = self.last_committed = pending.id
@@ -386,9 +402,12 @@ class Region:
                 self.fail(None, TimeoutError(f"checkpoint {pending.id} of {self.label} "
                                              f"took over drain_timeout={self.drain_timeout:g} s"))
                 continue
-            if due is not None and clock.now() >= due:
+            quiet = self._quiet_until
+            if due is not None and clock.now() >= due and (quiet is None or clock.now() >= quiet):
                 due = max(due + period_ns, clock.now())  # type: ignore[operator]
                 self.start_checkpoint()
+            elif due is not None and quiet is not None and clock.now() < quiet:
+                due = max(due, quiet)
 
     # ---------------------------------------------------------------------- resets
 
