@@ -459,7 +459,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
         return EXIT_INVALID
     stores: dict[str, Any] = {}
     if checkpoint_dir is not None:
-        from .checkpoint import CheckpointError, RocksDBStore
+        from .checkpoint import CheckpointError, RocksDBStore, StoreFull
 
         def store_warning(warning: Any) -> None:
             log.warning("checkpoint store", kind=warning.kind, reason=warning.message,
@@ -478,7 +478,9 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
                 for opened in stores.values():
                     _close_store(opened, log)
                 err(f"riverbed run: checkpoint directory {place}: {exc}")
-                return EXIT_INVALID
+                # A full disk is a failure, which --restarts tries again (as a full disk in the
+                # middle of a run); anything else about the directory is the user's to fix.
+                return EXIT_FAILED if isinstance(exc, StoreFull) else EXIT_INVALID
     logged = {name: _LoggedStore(store, log) for name, store in stores.items()}
     job = Job(graph, clock=clock, checkpoints=logged.get(""),
               checkpoint_period=period if "" in logged else None,

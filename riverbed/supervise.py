@@ -127,6 +127,11 @@ def supervise(argv: Sequence[str], restarts: int, log: Any,
             started = time.monotonic()
             code = child.wait()
             if stop.is_set() or code in (0, _EXIT_INVALID, _EXIT_ABORTED):
+                if not stop.is_set() and code in (_EXIT_INVALID, _EXIT_ABORTED):
+                    log.error("job process ended, not restarted", code=code,
+                              cause="refused (the script, graph, parameters or checkpoints "
+                                    "need a fix; its message says which)" if code == _EXIT_INVALID
+                              else "aborted")
                 return code if code >= 0 else _EXIT_FAILED
             if attempt >= restarts:
                 log.error("job process died, no restarts left", cause=_cause(code), restarts=attempt)

@@ -102,7 +102,7 @@ def test_a_full_disk_stops_the_job_with_a_clear_error_and_keeps_the_last_good(tm
     store = RocksDBStore(tmp_path / "ckpt")
     g, _ = _graph()
     job = Job(g, clock=VirtualClock(), checkpoints=FullDiskAfter(store, 2), checkpoint_period=1.0)
-    with pytest.raises(JobError, match=r"the disk is full .*the checkpoints saved before are intact") as info:
+    with pytest.raises(JobError, match=r"the disk is full.*the checkpoints saved before are intact") as info:
         run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
     assert any(isinstance(e, StoreIOError) for e in info.value.errors)
     latest = store.latest_good()

@@ -41,6 +41,7 @@ from riverbed.checkpoint import (
     RocksDBStore,
     StoreClosed,
     StoreError,
+    StoreFull,
     StoreIOError,
     StoreLocked,
 )
@@ -295,9 +296,9 @@ def test_disk_full_on_save_raises_store_io_error_and_keeps_the_last_good(tmp_pat
     store = RocksDBStore(tmp_path / "ckpt")
     store.save(1, states_of(1), job="j", time_ns=1)
     real, store._db = store._db, FullDisk(store._db)  # type: ignore[assignment]
-    with pytest.raises(StoreIOError, match=r"ckpt: the disk is full \(IO error: No space left on device.*"
-                       r"while writing 4 record\(s\); free space and reopen the store: the checkpoints "
-                       r"saved before are intact"):
+    with pytest.raises(StoreIOError, match=r"ckpt: the disk is full, or a file-size limit was "
+                       r"reached \(IO error: No space left on device.*while writing 4 record\(s\); "
+                       r"free space and reopen the store: the checkpoints saved before are intact"):
         store.save(2, states_of(2), job="j", time_ns=2)
     latest = store.latest_good()
     assert latest is not None
@@ -333,7 +334,7 @@ def test_a_real_full_disk_raises_store_io_error_and_loses_no_saved_checkpoint(tm
         store.save(1, states_of(1), job="j", time_ns=1)
         stat = os.statvfs(fs)
         (fs / "filler").write_bytes(bytes(stat.f_bavail * stat.f_frsize - 300_000))
-        with pytest.raises(StoreIOError, match=r"the disk is full .*No space left on device"):
+        with pytest.raises(StoreIOError, match=r"the disk is full.*No space left on device"):
             store.save(2, {"op": random.Random(1).randbytes(1_000_000)}, job="j", time_ns=2)
         latest = store.latest_good()
         assert latest is not None
@@ -702,7 +703,7 @@ def test_rocksdb_error_messages_are_mapped() -> None:
     cases = {
         "IO error: While lock file: /x/LOCK: Resource temporarily unavailable": StoreLocked,
         "Corruption: block checksum mismatch": CheckpointCorrupt,
-        "IO error: No space left on device: While appending to file: /x/000009.sst": StoreIOError,
+        "IO error: No space left on device: While appending to file: /x/000009.sst": StoreFull,
         "IO error: No such file or directory: While opening a file for sequentially reading: /x/CURRENT":
             StoreIOError,
         "Invalid argument: Column family not found": StoreIOError,
@@ -767,3 +768,31 @@ def test_a_memtable_flush_that_fails_is_a_warning_and_the_save_stands(tmp_path: 
     with RocksDBStore(tmp_path / "ck", keep_last=2) as again:
         assert [(i.id, i.status) for i in again.list()] == [(FLUSH_EVERY + 1, "ok"), (FLUSH_EVERY + 2, "ok")]
         assert not again.lost
+
+
+def test_a_directory_removed_under_an_open_store_fails_the_next_save(tmp_path: Path) -> None:
+    # RocksDB wrote on into its open files, whose names were gone: every later save
+    # "committed" (and its commit acknowledged MQTT messages), and a restart found nothing.
+    import shutil
+
+    store = RocksDBStore(tmp_path / "ckpt")
+    store.save(1, {"op": 1}, job="j", time_ns=1)
+    shutil.rmtree(tmp_path / "ckpt")
+    with pytest.raises(StoreIOError, match="removed or replaced while the store was open"):
+        store.save(2, {"op": 2}, job="j", time_ns=2)
+    with contextlib.suppress(StoreIOError):  # (its log file is gone too)
+        store.close()
+    with RocksDBStore(tmp_path / "other") as store:  # and replaced by another directory
+        (tmp_path / "other").rename(tmp_path / "moved")
+        (tmp_path / "other").mkdir()
+        with pytest.raises(StoreIOError, match="removed or replaced"):
+            store.save(1, {"op": 1}, job="j", time_ns=1)
+
+
+def test_a_file_given_as_the_directory_is_named_so(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(StoreIOError, match=r"afile: is a file, not a directory"):
+        RocksDBStore(tmp_path / "afile")
+    from riverbed.checkpoint._rocksdb import _map_error
+
+    assert isinstance(_map_error(Exception("IO error: File too large: While appending"), "x", "y"), StoreFull)

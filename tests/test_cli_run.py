@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -609,3 +610,35 @@ def test_the_supervisors_pid_is_not_passed_on_to_what_the_job_starts() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout.strip() == "None"
+
+
+def test_a_full_disk_at_the_store_s_open_is_a_failure_restarts_retry(tmp_path: Path) -> None:
+    # It exited 2 ("invalid"), which --restarts never retries, while a full disk in the middle
+    # of a run exits 1 and is retried. A file-size limit stands in for the full disk.
+    import resource
+
+    script = _script(tmp_path, """
+from riverbed.operators import Beacon
+from riverbed.testing import ListSink
+
+def build(params):
+    g = Graph("tiny", params)
+    g.sink("out", ListSink(), [g.source("b", Beacon(iterations=3))])
+    return g
+""")
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+
+    def run(directory: Path, limit: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "riverbed", "run", script, "--checkpoint-dir",
+                               str(directory), "--no-status"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, preexec_fn=limit, check=False)
+
+    done = run(tmp_path / "ck", small_files)
+    assert done.returncode == 1, done.stderr
+    assert "the disk is full, or a file-size limit was reached" in done.stderr
+    assert run(tmp_path / "ck").returncode == 0  # with room, the same directory works
+    (tmp_path / "file").write_text("")
+    refused = run(tmp_path / "file")
+    assert refused.returncode == 2 and "is a file, not a directory" in refused.stderr

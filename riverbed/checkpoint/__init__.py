@@ -32,6 +32,7 @@ from ._errors import (
     CheckpointVersionError,
     StoreClosed,
     StoreError,
+    StoreFull,
     StoreIOError,
     StoreLocked,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "SkipHook",
     "StoreClosed",
     "StoreError",
+    "StoreFull",
     "StoreIOError",
     "StoreLocked",
     "StoreWarning",

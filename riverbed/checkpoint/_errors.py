@@ -27,6 +27,7 @@ __all__ = [
     "CheckpointVersionError",
     "StoreClosed",
     "StoreError",
+    "StoreFull",
     "StoreIOError",
     "StoreLocked",
 ]
@@ -82,6 +83,11 @@ class StoreLocked(StoreError):
 
 class StoreIOError(StoreError):
     """The storage engine failed to read or write (disk full, I/O error, bad path)."""
+
+
+class StoreFull(StoreIOError):
+    """The disk is full, or the process's file-size limit was reached: once there is room, the
+    same open or save works (`riverbed run --restarts` tries again)."""
 
 
 class StoreClosed(StoreError):

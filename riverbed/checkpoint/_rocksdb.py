@@ -62,7 +62,15 @@ from rocksdict import (
     WriteOptions,
 )
 
-from ._errors import CheckpointCorrupt, CheckpointError, StoreClosed, StoreError, StoreIOError, StoreLocked
+from ._errors import (
+    CheckpointCorrupt,
+    CheckpointError,
+    StoreClosed,
+    StoreError,
+    StoreFull,
+    StoreIOError,
+    StoreLocked,
+)
 from ._layout import id_of
 from ._ledger import LEDGER_FILE, Ledger
 from ._store import CheckpointInfo, CheckpointStore, Ranges, Records, StoreWarning, WarningHook
@@ -114,10 +122,10 @@ def _map_error(exc: Exception, where: str, action: str, path: str = "DIR") -> Ch
         # (a CURRENT naming a MANIFEST that is gone: repair rebuilds both)
         return CheckpointCorrupt(f"{where} is damaged: RocksDB reported {text!r} while {action}; "
                                  f"{_repair_advice(path)}")
-    if "No space left on device" in text:
-        return StoreIOError(
-            f"{where}: the disk is full ({text}) while {action}; free space and reopen the store: the "
-            "checkpoints saved before are intact")
+    if "No space left on device" in text or "File too large" in text:
+        return StoreFull(
+            f"{where}: the disk is full, or a file-size limit was reached ({text}), while {action}; "
+            "free space and reopen the store: the checkpoints saved before are intact")
     return StoreIOError(f"{where}: RocksDB failed while {action}: {text}")
 
 
@@ -176,6 +184,7 @@ class RocksDBStore(CheckpointStore):
         self._check_directory()
         self._db = self._open(auto_compactions=True)
         self._closed = False
+        self._identity = _identity(self._path)  # checked at each write: still the directory?
         self._sync = WriteOptions()
         self._sync.sync = True
         try:
@@ -260,6 +269,10 @@ class RocksDBStore(CheckpointStore):
                     _make_owner_only(self._path)
             return
         except OSError:
+            if os.path.isfile(self._path):
+                raise StoreIOError(f"{self._path}: is a file, not a directory; a checkpoint store "
+                                   "is a directory of its own (give a path that does not exist yet, "
+                                   "or a directory)") from None
             return  # not a directory, not readable: RocksDB reports it
         if "CURRENT" in names:
             return
@@ -372,6 +385,13 @@ class RocksDBStore(CheckpointStore):
         if self._read_only:
             raise StoreError(f"{self._describe()} was opened read_only=True: it cannot save or delete; "
                              "open it without read_only (only one process can)")
+        if _identity(self._path) != self._identity:
+            # RocksDB goes on writing to the files it has open, whose names are gone: a save
+            # "committed" there is lost at the next start (which finds no checkpoint), and
+            # what the commit tells the operators (an MQTT message acknowledged) with it.
+            raise StoreIOError(f"{self._describe()}: the directory was removed or replaced while the "
+                               "store was open; no checkpoint can be saved there any more (restart the "
+                               "job: it resumes from what the directory holds now)")
         try:
             self._db.write(_batch(puts, delete_ranges), self._sync)
         except Exception as exc:
@@ -493,3 +513,12 @@ def _listdir(directory: str) -> builtins.list[str]:
         return os.listdir(directory)
     except OSError:
         return []
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The directory's device and inode (None: it is gone)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
