@@ -762,7 +762,7 @@ def test_a_memtable_flush_that_fails_is_a_warning_and_the_save_stands(tmp_path: 
     for cid in range(1, FLUSH_EVERY + 3):
         store.save(cid, {"op": {"n": cid}}, job="j", time_ns=cid)
     assert [w.kind for w in warnings] == ["flush"]
-    assert "the checkpoints are safe" in warnings[0].message
+    assert "the checkpoints saved so far are safe" in warnings[0].message
     store._db = real
     store.close()
     with RocksDBStore(tmp_path / "ck", keep_last=2) as again:
@@ -796,3 +796,33 @@ def test_a_file_given_as_the_directory_is_named_so(tmp_path: Path) -> None:
     from riverbed.checkpoint._rocksdb import _map_error
 
     assert isinstance(_map_error(Exception("IO error: File too large: While appending"), "x", "y"), StoreFull)
+
+
+def test_a_checkpoint_retention_dropped_after_the_record_fell_behind_is_not_lost(tmp_path: Path) -> None:
+    # The record of committed ids could not be written at save 4 (which dropped checkpoint 1):
+    # the next open said checkpoint 1 was "gone ... restore the directory from a backup".
+    path = tmp_path / "ckpt"
+    warnings: list[Any] = []
+    with RocksDBStore(path, keep_last=3, on_warning=warnings.append) as store:
+        for i in (1, 2, 3):
+            store.save(i, {"op": i}, job="j", time_ns=i)
+        blocker = path / "riverbed-committed.json.tmp"
+        blocker.mkdir()  # the record cannot be replaced now
+        store.save(4, {"op": 4}, job="j", time_ns=4)
+        store.save(5, {"op": 5}, job="j", time_ns=5)
+        store.save(6, {"op": 6}, job="j", time_ns=6)
+        assert [w.kind for w in warnings] == ["ledger"]  # once, not at every save
+        blocker.rmdir()
+        store.save(7, {"op": 7}, job="j", time_ns=7)
+        blocker.mkdir()
+        store.save(8, {"op": 8}, job="j", time_ns=8)  # failing again after a success: told again
+        assert [w.kind for w in warnings] == ["ledger", "ledger"]
+        blocker.rmdir()
+        store.save(9, {"op": 9}, job="j", time_ns=9)
+        (path / "riverbed-committed.json.tmp").mkdir()
+        store.save(10, {"op": 10}, job="j", time_ns=10)  # dropped 7, the record lists 9, 8, 7
+        (path / "riverbed-committed.json.tmp").rmdir()
+    warnings.clear()
+    with RocksDBStore(path, keep_last=3, on_warning=warnings.append) as store:
+        assert store.lost == () and not [w for w in warnings if w.kind == "lost"]
+        assert [(i.id, i.status) for i in store.list()] == [(8, "ok"), (9, "ok"), (10, "ok")]

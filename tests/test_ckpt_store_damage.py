@@ -129,7 +129,7 @@ def test_close_reports_damage_as_a_warning_and_raises_only_typed_errors(tmp_path
 
     store = RocksDBStore(path, keep_last=3)
     store._db = FullDisk(store._db)  # type: ignore[assignment]
-    with pytest.raises(StoreIOError, match=r"the disk is full .* while closing it; free space and reopen"):
+    with pytest.raises(StoreIOError, match=r"the disk is full.*, while closing it; free space and reopen"):
         store.close()
     RocksDBStore(path).close()  # closed anyway: the directory is free
 

@@ -425,8 +425,9 @@ class RocksDBStore(CheckpointStore):
                 self._db.flush()
             except Exception as exc:  # the save committed (its log): a warning, not a failure
                 error = _map_error(exc, self._describe(), "writing its memtable out", self._path)
-                self._warn(StoreWarning("flush", f"{error}; the checkpoints are safe in RocksDB's "
-                                                 "log, but saves slow down until a flush succeeds"))
+                self._warn(StoreWarning("flush", f"{error}; the checkpoints saved so far are safe "
+                                                 "in RocksDB's log, but RocksDB may refuse the next "
+                                                 "saves until the cause is fixed"))
 
     def _close(self) -> None:
         error: Exception | None = None

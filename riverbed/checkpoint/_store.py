@@ -176,6 +176,7 @@ class CheckpointStore(ABC):
         self._on_warning = on_warning
         self._warnings: builtins.list[StoreWarning] = []
         self._ledger: Ledger | None = None
+        self._ledger_failure: str | None = None  # the last failure to write it, told once
         self._lost: tuple[int, ...] = ()
 
     @property
@@ -494,7 +495,14 @@ class CheckpointStore(ABC):
             return
         if self._ledger is None:
             return
-        self._lost = tuple(sorted(c for c in self._ledger.kept if not self._present(c)))
+        missing = [c for c in self._ledger.kept if not self._present(c)]
+        if missing:
+            # One the store dropped by retention after the record was last written (a failed
+            # write of it, a process killed between the save and it) is no loss: ``keep_last``
+            # newer ones are there.
+            held = self.held_ids()
+            missing = [c for c in missing if sum(1 for h in held if h > c) < self._keep_last]
+        self._lost = tuple(sorted(missing))
         if self._lost:
             self._warn(StoreWarning("lost", self._lost_reason(), self._lost))
 
@@ -511,9 +519,16 @@ class CheckpointStore(ABC):
         try:
             self._write_ledger(encode_ledger(ledger))
         except OSError as exc:
+            text = str(exc)
+            if text == self._ledger_failure:
+                return  # told once until it changes or a write succeeds (not at every save)
+            self._ledger_failure = text
             self._warn(StoreWarning("ledger", f"{self._describe()}: cannot write {self._describe_ledger()} "
                                               f"({exc}); checkpoint {ledger.newest} is saved, but a later "
-                                              "loss of it would go unnoticed"))
+                                              "loss of it would go unnoticed (said once while it keeps "
+                                              "failing alike)"))
+        else:
+            self._ledger_failure = None
 
     def _read(self, cid: int) -> builtins.list[tuple[bytes, bytes]]:
         try:
