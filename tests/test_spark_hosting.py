@@ -214,6 +214,7 @@ def test_a_source_that_also_feeds_other_operators_is_not_keyed() -> None:
     (["--max-records", "-5"], "--max-records -5: expected a number of records >= 1"),
     (["--max-records", "0"], "--max-records 0: expected a number of records >= 1"),
     (["--trigger", "bogus"], "--trigger 'bogus': expected an interval such as '1 second'"),
+    (["--trigger", "1second"], "--trigger '1second': expected an interval such as '1 second'"),
     (["--master", "foo"], "--master 'foo': expected local, local[N], local[*], yarn"),
 ])
 def test_bad_spark_options_are_refused_before_spark_starts(option: list[str], message: str,

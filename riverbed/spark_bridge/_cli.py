@@ -192,7 +192,10 @@ def failure_of(message: str) -> str:
 _MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|yarn|(spark|k8s|mesos)://\S+")
 _UNITS = ("ms|millis|milli|millisecond|milliseconds|s|sec|secs|second|seconds|m|min|mins|minute|"
           "minutes|h|hour|hours|d|day|days")
-_INTERVAL = re.compile(rf"\s*(interval\s+)?(\d+(\.\d+)?\s*({_UNITS})\s*)+", re.IGNORECASE)
+# A space between each number and its unit, as Spark parses an interval ('1second' passed here,
+# then Spark refused it with a traceback).
+_AMOUNT = rf"\d+(\.\d+)?\s+({_UNITS})"
+_INTERVAL = re.compile(rf"\s*(interval\s+)?{_AMOUNT}(\s+{_AMOUNT})*\s*", re.IGNORECASE)
 
 
 def _check_options(master: str, trigger: str | None, max_records: int) -> None:

@@ -20,10 +20,19 @@ from ._feeder import SourceFeeder
 from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, STATE_DDL, Hosted, group_function, make_router, spread_labels
 from ._metrics import list_accumulator
-from ._outputs import SparkOutput, with_outputs
+from ._outputs import SparkOutput, check_outputs, clear_commits, with_outputs
 from ._pipeline import PipelinedStage
 from ._plan import Mode, Plan, plan
-from ._reads import PART_DDL, ReadPlan, part_reader, parts_published, plan_parts, publish_parts, read_log
+from ._reads import (
+    PART_DDL,
+    ReadPlan,
+    changed_since_planned,
+    part_reader,
+    parts_published,
+    plan_parts,
+    publish_parts,
+    read_log,
+)
 from ._rows import ROW_DDL
 from ._session import DEFAULT_CONF
 from ._source import BUNDLE_ITEMS, dump_payload, route_of
@@ -261,7 +270,19 @@ def refuse_checkpoint(frozen: FrozenGraph, checkpoint: str, mode: Mode) -> None:
     saved = _saved_groups(checkpoint)
     asked = saved.get("asked") if saved is not None else None
     groups = asked if isinstance(asked, int) else int(DEFAULT_CONF["spark.sql.shuffle.partitions"])
-    _same_plan(checkpoint, plan(frozen, mode, groups=groups), write=False)
+    p = plan(frozen, mode, groups=groups)
+    _same_plan(checkpoint, p, write=False)
+    for i, name in enumerate(p.sources):
+        if name in p.reads:
+            _refuse_changed_files(checkpoint, name, i)
+
+
+def _refuse_changed_files(checkpoint: str, source: str, index: int) -> None:
+    """A restart reads source ``index``'s remaining parts as planned by the first run: refused
+    if a file they were cut from changed since (`changed_since_planned`)."""
+    problem = changed_since_planned(os.path.join(checkpoint, f"riverbed-parts-{index}"))
+    if problem is not None:
+        raise TranslationError(source, problem)
 
 
 ROUTING = 2  # how keys map to groups: 2 routes keys Python finds equal together (`same_key`)
@@ -345,10 +366,27 @@ def _parts_frame(spark: Any, graph: FrozenGraph, rp: ReadPlan, index: int, *, ma
     directory = os.path.join(spool, f"riverbed-parts-{index}")
     if not parts_published(directory):
         publish_parts(directory, plan_parts(graph, rp, records=max_rows, tasks=tasks), tasks)
+    else:
+        _refuse_changed_files(spool, rp.source, index)
     frame = (spark.readStream.schema(PART_DDL).option("maxFilesPerTrigger", 1).parquet(directory)
              .repartition(tasks))
     return frame.mapInPandas(part_reader(graph, rp, index, route, log),
                              ROW_DDL if route is None else ROUTED_DDL)
+
+
+def _check_inputs(inputs: Mapping[str, SparkInput], available_now: bool) -> None:
+    """Refuse, before the query is made, an input whose columns are missing, and an endless one
+    (MQTT) in a query that runs until its sources end: Spark's availableNow read one
+    micro-batch of it and the query stopped, exit 0, the rest left in the spool."""
+    for name, given in inputs.items():
+        if available_now and given.endless:
+            raise TranslationError(name, "an MQTT stream (mqtt_input) has no end, and this query "
+                                         "would run only until its sources end: it read one "
+                                         "micro-batch and stopped. Give it a processing-time "
+                                         "trigger: riverbed spark run --trigger '1 second' (from "
+                                         "Python: deploy(..., available_now=False, "
+                                         "processing_time='1 second'))")
+        given.check_columns(name)
 
 
 def _watch_feeders(query: Any, feeders: list[SourceFeeder], available_now: bool) -> None:
@@ -409,10 +447,12 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
             groups: int | None, inputs: Mapping[str, SparkInput] | None) -> Deployment:
     from pyspark.sql import functions as F
 
+    inputs = dict(inputs or {})
+    _check_inputs(inputs, available_now)
+    check_outputs(spark, frozen)
     _claim(checkpoint, frozen.name)
     saved = _saved_groups(checkpoint)
     n_groups = groups or (saved["asked"] if saved else int(spark.conf.get("spark.sql.shuffle.partitions")))
-    inputs = dict(inputs or {})
     p = plan(frozen, mode, groups=n_groups, inputs=set(inputs))
     _same_plan(checkpoint, p)
     os.makedirs(checkpoint, exist_ok=True)
@@ -483,6 +523,8 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
             for n, (hosted, nxt) in enumerate(later, 2):  # each later stage: repartitioned by its key
                 df = df.withColumnRenamed("stream", "grp").groupBy("grp").transformWithStateInPandas(
                     stage_processor(hosted, nxt, stage=n, log=tasks), KEYED_OUT_DDL, "append", "None")
+        if stage.last_batch < 0:  # a fresh start: no commit a SparkOutput holds is this run's
+            clear_commits(frozen)
         pipeline = PipelinedStage(stage, log_dir(checkpoint))
 
         def on_batch(batch: Any, batch_id: int) -> None:

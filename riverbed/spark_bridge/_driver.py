@@ -14,6 +14,14 @@ channel of the same stream: final goes on once every group sent it, a
 watermark once the minimum over the groups moves (SPL's merge of parallel
 channels, E30), and the n-th window mark once every group sent its n-th
 (each group forwards the marks copied to it).
+
+A Spark stream standing in for a source (`SparkInput`) is submitted in the
+order of its ``order_by`` column, each row at the time of its
+``time_column``, kept from going backwards: a row stamped earlier than a row
+before it in that order is submitted at the later time (`DriverStage.in_input_order`),
+as a source's virtual clock never goes back. Sorted by stamped time, the rows
+of a file whose times jitter against its sequence reached the windows out of
+order (a review's count(4) windows differed from the first line on).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from ._rows import (
     KIND_WINDOW,
     channels_apart,
     decode,
+    restamped,
 )
 
 __all__ = ["ChannelMerge", "DriverStage", "sorted_rows"]
@@ -115,6 +124,9 @@ class DriverStage:
         self.streams = list(streams)
         self.merges = [ChannelMerge(c, copied_marks=copied_marks) for c in channels]
         self.emitted = emitted  # sources whose stream Spark reads: rows are their submissions
+        # The streams of those sources, and the latest time each stamped (`in_input_order`).
+        self.inputs = frozenset(i for i, (op, _) in enumerate(self.streams) if op in emitted)
+        self.stamps: dict[int, int] = {}
         self.host: SyncGraph | None = None
         self.store = RocksDBStore(state_dir) if state_dir is not None else None
         self.last_batch = -1
@@ -127,6 +139,7 @@ class DriverStage:
                 self.host = SyncGraph(graph, self.members, state=state["host"])
                 for merge, s in zip(self.merges, state["merges"], strict=True):
                     merge.restore(s)
+                self.stamps = {int(k): int(v) for k, v in state.get("stamps", ())}
                 self.last_batch = stored.id - 1
 
     def close(self) -> None:
@@ -144,7 +157,34 @@ class DriverStage:
             return
         self.process_rows(sorted_rows(table), batch_id)
 
+    def in_input_order(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """``rows`` (sorted) with each `SparkInput` stream's rows in its ``order_by`` order,
+        each stamped with the latest time so far along that order (across batches: kept
+        in ``stamps``, stored with the stage), then sorted again by the new order keys.
+
+        A SparkInput's order key is (time, source, ``order_by`` value, record index), made in
+        Spark's tasks, which see only their share of the rows: the time cannot be made
+        non-decreasing there. Here, with the whole batch, it can."""
+        mine = [r for r in rows if r[6] in self.inputs]
+        if not mine:
+            return rows
+        mine.sort(key=_input_key)
+        stamps = self.stamps
+        out = [r for r in rows if r[6] not in self.inputs]
+        for r in mine:
+            last = stamps.get(r[6])
+            if last is None or r[3] > last:
+                stamps[r[6]] = r[3]
+                out.append(r)
+            else:
+                out.append((restamped(r[0], last), r[1], r[2], last, *r[4:]))
+        out.sort(key=lambda r: (r[0], r[1]))
+        channels_apart(out, 1)
+        return out
+
     def process_rows(self, rows: list[tuple[Any, ...]], batch_id: int) -> None:
+        if self.inputs:
+            rows = self.in_input_order(rows)
         host = self.host
         if host is None:
             first = rows[0][3] if rows else 0  # the first row's stamped time
@@ -197,7 +237,8 @@ class DriverStage:
         self.rows += len(rows)
         self.batches += 1
         if self.store is not None:
-            state = {"host": host.state(drain_operators=True), "merges": [m.state() for m in self.merges]}
+            state = {"host": host.state(drain_operators=True), "merges": [m.state() for m in self.merges],
+                     "stamps": [[k, v] for k, v in self.stamps.items()]}
             self.store.save(batch_id + 1, {"stage": state}, job=self.graph.name, time_ns=host.clock.now())
         host.committed(batch_id + 1)
         self.last_batch = batch_id
@@ -225,6 +266,15 @@ def sorted_rows(table: Any) -> list[tuple[Any, ...]]:
     rows.sort(key=lambda r: (r[0], r[1]))
     channels_apart(rows, 1)
     return rows
+
+
+def _input_key(row: tuple[Any, ...]) -> tuple[int, bytes, bytes]:
+    """A SparkInput row's place in its stream: its ``order_by`` value and record index (the
+    order key after its time), then its time (rows of one ``order_by`` value)."""
+    return row[6], row[0][_TIME_BYTES:], row[0][:_TIME_BYTES]
+
+
+_TIME_BYTES = 8  # the stamped time at the head of an order key (`_rows.source_ord`)
 
 
 def stage_dir(checkpoint: str | None) -> str | None:

@@ -5,10 +5,15 @@ available); the graph's source operator stays in the graph as the port its
 stream comes out of: its schema, its ``event_time`` (watermarks are derived
 from the tuples by the runtime's own code, in the driver stage), its
 consumers. Each row becomes a tuple with ``to_tuple`` in Spark's tasks; the
-rows are ordered by ``order_by`` (a sequence the source assigns, such as the
-MQTT spool's ``seq`` or a Kafka offset) and stamped with ``time_column`` (the
-ingestion time), so a replayed micro-batch gives the same tuples, in the same
-order, at the same times.
+rows are submitted in the order of ``order_by`` (a sequence the source
+assigns, such as the MQTT spool's ``seq`` or a Kafka offset), each stamped
+with ``time_column`` (the ingestion time) or, where that is earlier than the
+time of a row before it in that order, with the latest time so far (the
+driver stage does it, `DriverStage.in_input_order`: a source's clock never
+goes back), so a replayed micro-batch gives the same tuples, in the same
+order, at the same times. Within a micro-batch the order is exact; a
+micro-batch's rows all come after the ones before it, so a row Spark reads
+in a later micro-batch than a row after it in ``order_by`` comes after it.
 """
 
 from __future__ import annotations
@@ -33,18 +38,40 @@ _UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 class SparkInput:
     """``frame`` feeds the graph's source; ``to_tuple(row_dict)`` makes a tuple of a row
     (None drops it, for example a malformed message already counted by the caller; a list
-    is the row's tuples, in order, for example the records of an MQTT message)."""
+    is the row's tuples, in order, for example the records of an MQTT message).
+    ``order_by`` (integers >= 0) and ``time_column`` (in ``time_unit``: ns, us, ms or s, or a
+    timestamp) are columns of ``frame``. ``endless``: the stream has no end (MQTT), so a
+    query on it needs a processing-time trigger; one that runs until its sources end
+    (``available_now``) is refused."""
 
     frame: Any
     to_tuple: Callable[[dict[str, Any]], Any]
     order_by: str
     time_column: str
     time_unit: str = "ms"
+    endless: bool = False
+
+    def __post_init__(self) -> None:
+        if self.time_unit not in _UNIT_NS:  # here: a script's hook fails with exit 2, not in deploy
+            raise ValueError(f"SparkInput time_unit {self.time_unit!r}: expected one of "
+                             f"{', '.join(_UNIT_NS)}")
+
+    def check_columns(self, source: str) -> None:
+        """Refuse an ``order_by`` or ``time_column`` that ``frame`` lacks (`TranslationError`
+        naming ``source``), before Spark runs anything: in a task it failed with a KeyError."""
+        from ._errors import TranslationError
+
+        try:
+            columns = list(self.frame.columns)
+        except AttributeError:  # not a DataFrame (a stand-in in tests): nothing to check
+            return
+        for what, column in (("order_by", self.order_by), ("time_column", self.time_column)):
+            if column not in columns:
+                raise TranslationError(source, f"SparkInput {what}={column!r}: the stream has no such "
+                                               f"column; its columns are {', '.join(columns)}")
 
     def rows(self, index: int) -> Any:
         """The frame as bridge rows (see `_rows`), converted in Spark's tasks."""
-        if self.time_unit not in _UNIT_NS:
-            raise ValueError(f"time_unit {self.time_unit!r}: expected one of {sorted(_UNIT_NS)}")
         to_tuple, order_by, time_column = self.to_tuple, self.order_by, self.time_column
         scale = _UNIT_NS[self.time_unit]
 
@@ -100,21 +127,23 @@ def mqtt_input(spark: Any, *, topic: str, client_id: str, spool: str, host: str 
     `MQTTSource` does (`mqtt_source.read_status` has the counts). Connection options
     (``username``, ``password``, ``tls``, ``protocol``, ``connectTimeout``...) go to
     `mqtt_stream`. A ``to_tuple`` of one's own replaces the decoding: it gets each row
-    (seq, topic, payload, recv_ms, qos, retain) and nothing is decoded nor reported."""
+    (seq, topic, payload, recv_ms, qos, retain) and nothing is decoded nor reported. MQTT has
+    no end: the query needs a processing-time trigger (``riverbed spark run --trigger '1
+    second'``, ``deploy(..., available_now=False)``); without one it is refused."""
     from ..mqtt import DEFAULT_MAX_PAYLOAD, PayloadDecoder
     from .mqtt_source import mqtt_stream
 
     if to_tuple is not None:
         frame = mqtt_stream(spark, topic=topic, client_id=client_id, spool=spool, host=host, port=port,
                             qos=qos, max_records_per_batch=max_records_per_batch, **options)
-        return SparkInput(frame, to_tuple, "seq", "recv_ms", "ms")
+        return SparkInput(frame, to_tuple, "seq", "recv_ms", "ms", endless=True)
     decoder = PayloadDecoder(format, schema, topic_attribute=topic_attribute, topic_levels=topic_levels,
                              max_payload=DEFAULT_MAX_PAYLOAD if max_payload is None else max_payload,
                              separator=separator, raw_attribute=raw_attribute)
     frame = mqtt_stream(spark, topic=topic, client_id=client_id, spool=spool, host=host, port=port,
                         qos=qos, max_records_per_batch=max_records_per_batch, decoder=decoder,
                         dead_letter_topic=dead_letter_topic, **options)
-    return SparkInput(frame, MqttRecords(decoder), "seq", "recv_ms", "ms")
+    return SparkInput(frame, MqttRecords(decoder), "seq", "recv_ms", "ms", endless=True)
 
 
 def _rate_tuple(row: dict[str, Any]) -> Any:
@@ -147,8 +176,11 @@ def file_input(spark: Any, path: str, *, format: str, schema: str, order_by: str
                to_tuple: Callable[[dict[str, Any]], Any] | None = None, **options: Any) -> SparkInput:
     """Spark's own file source (``format``: json, csv, parquet, ...; ``schema`` a DDL string)
     reading the files arriving under ``path``: each row a tuple (a dict of its columns, or
-    ``to_tuple``'s), ordered by the ``order_by`` column and stamped with ``time_column``,
-    which the data must carry (a file has no order Spark keeps across the tasks reading it)."""
+    ``to_tuple``'s), submitted in the order of the ``order_by`` column (an integer >= 0) and
+    stamped with ``time_column`` kept from going back along that order (the latest time so
+    far), which the data must carry (a file has no order Spark keeps across the tasks reading
+    it). A micro-batch's files come after the ones before (``max_files_per_trigger``): rows
+    are in ``order_by`` order across files only where the files are in that order too."""
     reader = spark.readStream.format(format).schema(schema)
     if max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)

@@ -13,13 +13,19 @@ written with ``mode("overwrite")``. The tuples are staged in the stage's
 stored state before they are written (the sink is transactional), so a
 crash between the two writes them again on restart, into the same
 directory, as one file in the stream's order. ``spark.read.format(fmt).load(path)``
-reads every commit, with a ``commit`` column that orders them.
+reads every commit, with a ``commit`` column that orders them. A run that starts
+afresh (no stored driver-stage state) first removes the ``commit=<n>`` directories
+an earlier run left under ``path`` (`clear_commits`), as a FileSink truncates its
+file: numbered from 0 again, it overwrote only as many as it wrote, and reading
+``path`` gave both runs' tuples mixed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +33,7 @@ from typing import Any
 from ..graph import FrozenGraph, Operator, Punct, Schema, split_composite
 from ._errors import TranslationError
 
-__all__ = ["SparkOutput", "spark_ddl", "with_outputs"]
+__all__ = ["SparkOutput", "check_outputs", "clear_commits", "spark_ddl", "with_outputs"]
 
 _SCALAR_DDL = {
     "int8": "BYTE", "int16": "SHORT", "int32": "INT", "int64": "LONG",
@@ -89,6 +95,69 @@ def with_outputs(graph: FrozenGraph, outputs: Mapping[str, SparkOutput]) -> Froz
     if unknown:
         raise TranslationError(unknown[0], "no such sink in the graph (given as a SparkOutput)")
     return dataclasses.replace(graph, operators=tuple(ops))
+
+
+def check_outputs(spark: Any, graph: FrozenGraph) -> None:
+    """Refuse (`TranslationError` naming the sink) a SparkOutput whose ``ddl`` Spark cannot
+    parse, or whose ``format`` and ``options`` cannot write rows of that schema (no such format,
+    a type it has no column for, a bad option): an empty frame of the schema is written to a
+    scratch directory. Unchecked, the first commit failed after a batch ran, saying
+    "Py4JJavaError: An error occurred while calling o144.save." or "ParseException: "."""
+    import tempfile
+
+    for odef in graph.operators:
+        writer = odef.operator
+        if not isinstance(writer, SparkWriter):
+            continue
+        out = writer.output
+        try:
+            frame = spark.createDataFrame([], schema=writer.ddl)
+        except Exception as exc:
+            raise TranslationError(odef.name, f"SparkOutput ddl {writer.ddl!r}: Spark cannot parse "
+                                              f"it: {_spark_message(exc)}") from None
+        scratch = tempfile.mkdtemp(prefix="riverbed-output-check-")
+        try:
+            frame.write.format(out.format).options(**out.options).mode("overwrite").save(
+                os.path.join(scratch, "out"))
+        except Exception as exc:
+            options = f" with options {dict(out.options)!r}" if out.options else ""
+            raise TranslationError(odef.name, f"SparkOutput format {out.format!r}{options} cannot "
+                                              f"write rows of {writer.ddl!r}: "
+                                              f"{_spark_message(exc)}") from None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _spark_message(exc: BaseException) -> str:
+    """The first line of what Spark said (a Java error's own message, not py4j's call)."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.getMessage()) if java is not None else str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+_COMMIT_DIR = re.compile(r"commit=\d+")
+
+
+def clear_commits(graph: FrozenGraph) -> list[str]:
+    """Remove the ``commit=<n>`` directories under each SparkOutput's path (nothing else there):
+    what a run starting afresh does first, its commits numbered from 0 again. Returns the
+    directories removed."""
+    removed = []
+    for odef in graph.operators:
+        if not isinstance(odef.operator, SparkWriter):
+            continue
+        path = odef.operator.output.path
+        try:
+            names = sorted(os.listdir(path))
+        except FileNotFoundError:
+            continue
+        for name in names:
+            target = os.path.join(path, name)
+            if _COMMIT_DIR.fullmatch(name) and os.path.isdir(target):
+                shutil.rmtree(target)
+                removed.append(target)
+    return removed
 
 
 def _stream_ddl(graph: FrozenGraph, name: str) -> str:

@@ -132,6 +132,27 @@ def _refuse_source(op: OperatorDef) -> str | None:
     return None
 
 
+def _refuse_reader(op: OperatorDef) -> str | None:
+    """Why operator ``op``, not a source, cannot run on Spark (None: it can): a FileSource
+    reading the files named by its input that deletes or moves each one once read. Spark runs a
+    micro-batch again after a failure (a task, or the driver stage's logged batch), and the
+    files the first run took away are gone (a restart failed for ever: "cannot open ...")."""
+    from ..operators import FileSourceWithInput
+
+    src = op.operator
+    if not isinstance(src, FileSourceWithInput):
+        return None
+    if src.delete_file:
+        what = "delete_file=True deletes"
+    elif src.move_file_to_directory is not None:
+        what = f"move_file_to_directory={src.move_file_to_directory!r} moves"
+    else:
+        return None
+    return (f"FileSource with {what} each file once read, so it is not replayable: Spark replays "
+            "a micro-batch after a failure, and the replay could not find the file again; read the "
+            "files in place on Spark (and remove them after the run)")
+
+
 def _stateless(op: OperatorDef) -> bool:
     """One plain input port, nothing to snapshot, punctuation left to the host: such an operator
     can run in whichever task holds a row, with a fresh instance per micro-batch."""
@@ -168,6 +189,8 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
                                                    "source of the graph")
     problems = [(op.name, why) for op in graph.operators if op.kind == "source"
                 and op.name not in inputs if (why := _refuse_source(op)) is not None]
+    problems += [(op.name, why) for op in graph.operators if op.kind != "source"
+                 and (why := _refuse_reader(op)) is not None]
     for op in graph.operators:
         if any(c.feedback for p in op.inputs for c in p.connections):
             problems.append((op.name, "a feedback connection (a cycle) has no Spark translation: a "

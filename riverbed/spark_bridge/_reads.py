@@ -5,7 +5,9 @@ A `FileSource` of one file, or a `DirectoryScan` whose file names feed one
 bytes of the files: they need no feeder process. At deployment the input is
 cut into parts (`plan_parts`): line-aligned byte ranges of a file, or one
 part per scanned file. Their descriptions are published as Parquet files
-(`publish_parts`) that Spark's file source reads, a micro-batch at a time;
+(`publish_parts`), with what each file was when it was cut (its size, the
+bytes before each cut: a restart from a file changed since is refused,
+`changed_since_planned`), that Spark's file source reads, a micro-batch at a time;
 ``repartition`` spreads a batch's parts over the tasks, and each task reads
 its parts (`part_reader`) with the operator's own code: a copy of the
 `FileSource` restored to the start of its range (the runtime's replay path),
@@ -48,8 +50,8 @@ from typing import Any, BinaryIO
 from ..graph import FrozenGraph, OperatorDef
 from ._rows import KIND_FINAL, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode, encode
 
-__all__ = ["PART_DDL", "PartReadError", "ReadPlan", "part_reader", "parts_published", "plan_parts",
-           "publish_parts", "read_log", "read_plan"]
+__all__ = ["PART_DDL", "PartReadError", "ReadPlan", "changed_since_planned", "part_reader",
+           "parts_published", "plan_parts", "publish_parts", "read_log", "read_plan"]
 
 PART_DDL = "part LONG, kind INT, time LONG, value LONG, data BINARY"
 PART_BITS = 40  # part k's rows are numbered from k << PART_BITS
@@ -58,6 +60,7 @@ _EXACT_ENCODINGS = frozenset({"utf-8", "ascii", "latin-1", "iso8859-1", "cp1252"
 _SAMPLE = 1 << 20  # bytes looked at to estimate a file's record size
 _MIN_RANGE = 4096
 _COMPLETE = "_complete"
+_CHECKED_BYTES = 4096  # bytes before a range's start whose digest a restart compares (as FileSource)
 
 
 class PartReadError(RuntimeError):
@@ -261,7 +264,64 @@ def publish_parts(directory: str, parts: list[Part], per_batch: int) -> None:
         os.utime(f"{path}.tmp", ns=(ns, ns))
         os.replace(f"{path}.tmp", path)
     with open(os.path.join(directory, _COMPLETE), "w") as f:
-        json.dump({"parts": len(parts), "per_batch": per_batch}, f)
+        json.dump({"parts": len(parts), "per_batch": per_batch, "files": _fingerprints(parts)}, f)
+
+
+def _fingerprints(parts: list[Part]) -> dict[str, Any]:
+    """What the ranges were cut from, per file: its size and, at each range start after the
+    first, a digest of the bytes just before it (the line end the cut was put after)."""
+    files: dict[str, Any] = {}
+    for part in parts:
+        if part.kind != _RANGE:
+            continue
+        path, start = part.data[0], part.data[1]
+        entry = files.setdefault(path, {"size": _size(path), "starts": []})
+        if start > 0 and entry["size"] >= 0:
+            entry["starts"].append([start, _digest_before(path, start)])
+    return files
+
+
+def _digest_before(path: str, end: int) -> str | None:
+    import hashlib
+
+    start = max(0, end - _CHECKED_BYTES)
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return hashlib.sha256(f.read(end - start)).hexdigest()
+    except OSError:
+        return None
+
+
+def changed_since_planned(directory: str) -> str | None:
+    """Why a file the published parts under ``directory`` were cut from is not the one they
+    were cut from (None: each is, as far as its size and the bytes before each range start
+    tell). The parts are planned once, by the first run; a restart reads the remaining ones
+    as byte ranges of the file as it is then, so a file replaced or rewritten since would
+    mix two files' records (or cut a line in two), where `riverbed run` refuses to resume
+    a FileSource whose file changed before its offset. A file gone is not refused here: its
+    read says so (or skips it, ``ignore_open_errors``), as in the runtime."""
+    try:
+        with open(os.path.join(directory, _COMPLETE)) as f:
+            files = json.load(f).get("files", {})
+    except (OSError, ValueError):
+        return None
+    for path, entry in files.items():
+        size = _size(path)
+        if entry["size"] < 0 or size < 0:
+            continue
+        if size != entry["size"]:
+            return (f"cannot resume {path!r}: it held {entry['size']} bytes when the checkpoint cut "
+                    f"it into byte ranges, and it holds {size} now: it was replaced or rewritten. "
+                    "Put that file back to go on, or give the job a new checkpoint directory to "
+                    "read the new one")
+        for start, digest in entry["starts"]:
+            if _digest_before(path, start) != digest:
+                return (f"cannot resume {path!r} at byte {start}: the file is not the one the "
+                        "checkpoint read (the bytes before that offset differ): it was replaced or "
+                        "rewritten. Put that file back to go on, or give the job a new checkpoint "
+                        "directory to read the new one")
+    return None
 
 
 # ------------------------------------------------------------------ reading a part (in a task)

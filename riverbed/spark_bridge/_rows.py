@@ -51,6 +51,7 @@ __all__ = [
     "kind_of",
     "pack_run",
     "pack_seqs",
+    "restamped",
     "run_tuples",
     "seq_at",
     "source_ord",
@@ -75,12 +76,18 @@ GROUP_COLUMN = "grp"
 
 _ORD = struct.Struct(">QHQ")
 _SUB = struct.Struct(">I")
+_TIME = struct.Struct(">Q")  # the head of `_ORD`: the stamped time
 _BIAS = 1 << 63
 
 
 def source_ord(time: int, source: int, seq: int) -> bytes:
     """The sort key of a source item: by stamped time, then source, then sequence."""
     return _ORD.pack(time + _BIAS, source, seq)
+
+
+def restamped(ord_: bytes, time: int) -> bytes:
+    """``ord_`` (a source item's, or derived from one) with its stamped time replaced by ``time``."""
+    return _TIME.pack(time + _BIAS) + ord_[_TIME.size:]
 
 
 def derived_ord(cause: bytes, index: int) -> bytes:

@@ -194,6 +194,7 @@ class Spool:
         self._size = 0
         self._index_base = 0
         self._offsets = array("q")
+        self._last_ms = 0  # the latest recv_ms written: a wall clock stepped back does not lower it
 
     @property
     def is_open(self) -> bool:
@@ -264,6 +265,7 @@ class Spool:
         offsets = array("q")
         good = 0
         size = 0
+        last_ms = 0
         if os.path.exists(self.path):
             with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -291,6 +293,7 @@ class Spool:
                                              f"where {expected} was expected")
                         offsets.append(good)
                         expected += 1
+                        last_ms = max(last_ms, item[3])
                     good += len(raw)
         if good < size:
             with open(self.path, "r+b") as f:
@@ -302,6 +305,7 @@ class Spool:
         self._index_base = self._first
         self._offsets = offsets
         self._size = good
+        self._last_ms = last_ms
 
     def append(self, topic: str, payload: bytes, qos: int, retain: bool) -> int:
         """Write one record durably (flush + fsync) and return its seq."""
@@ -317,7 +321,9 @@ class Spool:
             if self._file is None:
                 raise SpoolError(f"{FORMAT}: spool {self.path} is not open")
             first = self._next
-            now = _now_ms()
+            # recv_ms stamps the messages' time on Spark (`SparkInput`): kept from going back when
+            # the wall clock is stepped back, so it never decreases along seq.
+            now = self._last_ms = max(_now_ms(), self._last_ms)
             lines = [encode_record((first + i, topic, payload, now, qos, retain), mids[i] if mids else 0)
                      for i, (topic, payload, qos, retain) in enumerate(messages)]
             try:

@@ -319,13 +319,15 @@ def test_a_spark_source_stands_in_for_a_graph_source(spark: Any, tmp_path: Path)
 
 def test_spark_file_source_stands_in_for_a_graph_source(spark: Any, tmp_path: Path) -> None:
     """`file_input`: JSON files read by Spark's file source, a file a micro-batch, the rows
-    submitted in ``seq`` order: the windows see what the runtime's ListSource gives them."""
+    submitted in ``seq`` order: the windows see what the runtime's ListSource gives them. The
+    times go back every few rows: still in ``seq`` order (they were sorted by time)."""
     import json
     import os
 
     from riverbed.spark_bridge import file_input
 
-    rows = [{"seq": i, "ts": 1000 * i, "k": f"k{i % 3}", "v": i * 7 % 11} for i in range(60)]
+    rows = [{"seq": i, "ts": 10_000 + 1000 * i - 1500 * (i % 4), "k": f"k{i % 3}", "v": i * 7 % 11}
+            for i in range(60)]
     data = tmp_path / "in"
     data.mkdir()
     for f in range(3):  # written newest-first, timed oldest-first: Spark goes by the times
@@ -437,7 +439,9 @@ def spark_outputs(params):
 
 def test_a_scripts_spark_outputs_hook_has_spark_write_the_sinks_stream(spark: Any, tmp_path: Path) -> None:
     """``riverbed spark run``: the script's ``spark_outputs`` replaces its FileSink by Spark's
-    parquet writer; ``riverbed run`` of the same script writes the same rows to the file."""
+    parquet writer; ``riverbed run`` of the same script writes the same rows to the file. An
+    earlier run's commits under the path are removed first, as a FileSink truncates its file
+    (a review found them read back mixed with this run's); nothing else there is touched."""
     import csv
 
     from riverbed.spark_bridge._cli import spark_command
@@ -445,6 +449,10 @@ def test_a_scripts_spark_outputs_hook_has_spark_write_the_sinks_stream(spark: An
     script = tmp_path / "hooked.py"
     script.write_text(_HOOKED_SCRIPT)
     ref, pq = tmp_path / "ref.csv", tmp_path / "pq"
+    for stale in (0, 5):  # an earlier run's, with another checkpoint
+        spark.createDataFrame([("old", 0, 0)], "k STRING, s LONG, n LONG").write.parquet(
+            str(pq / f"commit={stale}"))
+    (pq / "notes.txt").write_text("kept")
     run_graph(load_graph(script, {"out": str(ref), "pq": str(pq)}), clock=VirtualClock())
     expected = [{"k": k, "s": int(s), "n": int(n)} for k, s, n in csv.reader(ref.open())]
     said: list[str] = []
@@ -453,8 +461,9 @@ def test_a_scripts_spark_outputs_hook_has_spark_write_the_sinks_stream(spark: An
     assert code == 0, said
     assert "Spark's parquet writer (SparkOutput)" in said[0]
     assert not (tmp_path / "unused.csv").exists()
+    assert (pq / "notes.txt").read_text() == "kept"
     commits, got = _written(spark, pq)
-    assert got == expected and len(expected) == 12 and commits
+    assert got == expected and len(expected) == 12 and commits == list(range(len(commits)))
 
 
 def test_a_scripts_spark_inputs_hook_replaces_its_source_and_a_bad_hook_is_refused(
@@ -471,3 +480,22 @@ def test_a_scripts_spark_inputs_hook_replaces_its_source_and_a_bad_hook_is_refus
     script.write_text(_HOOKED_SCRIPT + "\n\ndef spark_inputs(spark, params):\n    return ['src']\n")
     assert spark_command("explain", str(script), params=params, echo=said.append) == 2
     assert "spark_inputs() must return a dict of operator names to SparkInput" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("output", "why"), [
+    (SparkOutput("pq", format="parqet", ddl="k STRING, s LONG, n LONG"),
+     r"operator 'sink'.*SparkOutput format 'parqet' cannot write rows of .*Failed to find the data "
+     r"source: parqet"),
+    (SparkOutput("pq", ddl="k LONGG"),
+     r"operator 'sink'.*SparkOutput ddl 'k LONGG': Spark cannot parse it: .*Unsupported data type"),
+    (SparkOutput("pq", format="csv", ddl="k ARRAY<LONG>"),
+     r"operator 'sink'.*SparkOutput format 'csv' cannot write rows of 'k ARRAY<LONG>'.*CSV"),
+])
+def test_a_spark_output_spark_cannot_write_is_refused_before_the_query_starts(
+        spark: Any, tmp_path: Path, output: SparkOutput, why: str) -> None:
+    """A misspelt format or a bad ddl failed the first commit, after a batch ran, with
+    "Py4JJavaError: An error occurred while calling o144.save." or "ParseException: "."""
+    output = SparkOutput(str(tmp_path / "pq"), output.format, output.options, output.ddl)
+    with pytest.raises(TranslationError, match=why):
+        deploy(_counts_graph(), spark, checkpoint=str(tmp_path / "ck"), outputs={"sink": output})
+    assert not (tmp_path / "pq").exists() and not (tmp_path / "ck").exists()
