@@ -105,6 +105,9 @@ class OperatorCore:
         self._wm_in: list[int | None] = [0 if c.operator in region and not c.feedback else None
                                          for c in self.connections]
         self._watermark: int | None = None
+        # A synchronous source's items being pulled from its generate(): a manual watermark set
+        # meanwhile goes in among them, in its place (`defer_watermarks`).
+        self._deferred: list[Any] | None = None
         self._last_sent: int | None = None
         self.windows: list[Window | None] = []
         self._timed: list[StreamWindow[Any]] = []
@@ -255,7 +258,18 @@ class OperatorCore:
         if self._watermark is not None and value <= self._watermark:
             return
         self._watermark = self.metrics.watermark = value
+        deferred = self._deferred
+        if deferred is not None:
+            deferred.append(Watermark(value))  # after the tuples generate() yielded before it
+            return
         self._send_watermark(value)
+
+    def defer_watermarks(self, items: list[Any] | None) -> None:
+        """Sources: ``items`` is the list a host fills from ``generate()`` before it passes it
+        to `emit_items`; a manual watermark set meanwhile is put in it, after the tuples
+        yielded before it. Sent at once, it overtook them and they arrived late (a pane's ten
+        tuples dropped behind the watermark that closed it). None: send them at once again."""
+        self._deferred = items
 
     async def flush(self) -> None:
         """Sources: send what was submitted downstream (waits while downstream is full)."""

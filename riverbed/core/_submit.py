@@ -196,7 +196,7 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
         return _submit_each(core, items, False)  # event times that are not ints: say which
     ended = False
     types = set(map(type, items))
-    if Punct in types:
+    if Punct in types or Watermark in types:  # (a manual watermark: `defer_watermarks`)
         end = next((i for i, item in enumerate(items) if item is Punct.FINAL), -1)
         if end >= 0:  # a final item ends the source: what follows it is not emitted
             items, ended = items[:end], True
@@ -210,6 +210,8 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
         for item in items:
             if item is window:
                 mark(window)
+            elif type(item) is Watermark:
+                core._send_watermark(item.value, item)
             else:
                 append(item)
         return ended

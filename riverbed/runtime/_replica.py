@@ -37,7 +37,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from ..core import OperatorCore, OperatorError, SyncGraph
-from ..graph import Punct, Source
+from ..graph import Punct, Source, Watermark
 from ._parallel_split import SplitFailed, Splitter
 from ._parallel_wire import channel_of
 
@@ -113,16 +113,21 @@ class Replicas:
                 if not self.suspend:
                     sync.end(name)
                 continue
-            chunk = self._pull(name, it)
+            chunk = self._pull(name, core, it)
             if not chunk or self._emit(name, chunk):  # its items ran out, or a final ends it
                 del self._live[name]
                 sync.end(name)
 
-    def _pull(self, name: str, it: Iterator[Any]) -> list[Any]:
+    def _pull(self, name: str, core: OperatorCore, it: Iterator[Any]) -> list[Any]:
+        chunk: list[Any] = []
+        core.defer_watermarks(chunk)  # a manual watermark set meanwhile: after its tuples
         try:
-            return list(itertools.islice(it, self.batch))
+            chunk.extend(itertools.islice(it, self.batch))
         except Exception as exc:
             raise OperatorError(name, None, None, exc) from exc
+        finally:
+            core.defer_watermarks(None)
+        return chunk
 
     def _emit(self, name: str, chunk: list[Any]) -> bool:
         """Emit ``chunk``; True when a final among it ended the replica."""
@@ -142,11 +147,12 @@ class Replicas:
             if mine.issuperset(map(self._key, chunk)):
                 return
         except Exception:
-            pass  # a window mark among them, or a key missing or unhashable: see below
+            pass  # a window mark or a manual watermark among them, or a key missing or
+            # unhashable: see below
         try:
             keys: set[Hashable] | None = set(map(self._key, tuples))
         except Exception:  # a window mark among them, or a key missing or unhashable
-            tuples = [t for t in chunk if type(t) is not Punct]
+            tuples = [t for t in chunk if type(t) is not Punct and type(t) is not Watermark]
             try:
                 keys = set(map(self._key, tuples))
             except Exception:
@@ -160,7 +166,7 @@ class Replicas:
             if all(channel_of(k, width) == me for k in keys - mine):
                 mine |= keys
                 return
-        self._refuse(name, [t for t in tuples if type(t) is not Punct])
+        self._refuse(name, [t for t in tuples if type(t) is not Punct and type(t) is not Watermark])
 
     def _refuse(self, name: str, tuples: list[Any]) -> None:
         splitter, me = self._splitter, self.channel

@@ -326,6 +326,7 @@ class OperatorRunner:
         items = core.guard(src.generate)
         it: Iterator[Any] = core.guard(iter, None, items)
         size = self._job.batch_size
+        manual = self.odef.event_time is not None and self.odef.event_time.manual
         turn, loop_time = self._turn, asyncio.get_running_loop().time
         turn_ends = loop_time() + turn
         while not self._job.stopping:
@@ -334,12 +335,17 @@ class OperatorRunner:
             # source's failure does: it is the source's own code running here. The items it
             # yielded before it raised go on first (`list.extend` keeps them).
             chunk: list[Any] = []
+            if manual:
+                core.defer_watermarks(chunk)  # set_watermark() in generate() goes in its place
             try:
                 chunk.extend(itertools.islice(it, size))
             except USER_FAILURES as exc:
                 if chunk:
                     core.emit_items(chunk)
                 core.guard(_reraise, None, exc)
+            finally:
+                if manual:
+                    core.defer_watermarks(None)
             if not chunk or core.emit_items(chunk):
                 return
             await self.flush()

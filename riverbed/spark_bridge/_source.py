@@ -150,7 +150,12 @@ def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterato
     items = iter(core.guard(core.op.generate))  # type: ignore[attr-defined]
     ended = False
     while not ended:
-        batch = core.guard(list, None, itertools.islice(items, chunk))  # names the source
+        batch: list[Any] = []
+        core.defer_watermarks(batch)  # a manual watermark set meanwhile: after its tuples
+        try:
+            core.guard(batch.extend, None, itertools.islice(items, chunk))  # names the source
+        finally:
+            core.defer_watermarks(None)
         if not batch:
             break
         ended = host.emit(name, batch)  # as in the runtime: a final item ends the source
