@@ -58,3 +58,28 @@ def test_a_manual_watermark_leaves_after_the_tuples_yielded_before_it(width: int
     else:
         got = sorted((t["start"], t["k"], t["n"]) for t in sink.tuples)
         assert got == [(p * 10 * S, k, 10) for p in range(10, 13) for k in range(4)]
+
+
+class Readings(Source):
+    def generate(self) -> Any:
+        for i in range(30):
+            yield {"ts": (1000 + i) * S}
+
+
+def test_an_operator_with_its_own_event_time_sends_only_its_own_watermarks() -> None:
+    # E27: a region of event time ends at an operator with its own definition (outputEventTime):
+    # the watermarks downstream come from the times it submits. It forwarded its input's too,
+    # 900 s ahead of its own times: 29 of 30 tuples late, one pane of 1 instead of three of 10.
+    from riverbed.graph import EventTime
+    from riverbed.operators import Functor
+
+    g = Graph("restamp")
+    src = g.source("src", Readings(), schema=Schema(ts="timestamp"), event_time="ts")
+    earlier = g.operator("restamp", Functor(output={"t2": lambda t: t["ts"] - 900 * S}), [src],
+                         [Schema(ts="timestamp", t2="timestamp")], event_time=EventTime.of("t2"))
+    panes = g.operator("agg", Aggregate({"start": IntervalStart(), "n": Count()}),
+                       [earlier.window("timeInterval, intervalDuration(10)")])
+    sink = ListSink()
+    g.sink("out", sink, [panes])
+    run_graph(g, clock=VirtualClock())
+    assert sink.tuples == [{"start": p * 10 * S, "n": 10} for p in (10, 11, 12)]

@@ -19,6 +19,7 @@ from ._metrics import (
 from ._output import MarkedBatch, OutputPort, split_marked
 from ._reuse import detached_state, reusable_state, state_to_restore
 from ._state import describe_key, same_key
+from ._submit import ManualWatermark
 from ._sync import StampClock, SyncGraph
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "InputPortMetrics",
     "JobError",
     "JobMetrics",
+    "ManualWatermark",
     "MarkedBatch",
     "OperatorCore",
     "OperatorError",

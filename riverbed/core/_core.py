@@ -99,6 +99,12 @@ class OperatorCore:
         self.event_time = region.get(odef.name)
         own = odef.event_time
         self._generates_watermarks = own is not None and not own.manual
+        # An operator with its own event time (E27, SPL's outputEventTime) starts a region of
+        # its own: its watermarks come from the tuples it submits (or its set_watermark); those
+        # it receives only move its input windows (``_in_wm``). Forwarded too, an upstream
+        # watermark ahead of its own times made its later tuples late downstream.
+        self._own_time = own is not None
+        self._in_wm: int | None = None
         self._et_attribute = own.attribute if own is not None else ""
         self._lag_ticks = own.ticks(own.lag_ns) if own is not None else 0
         self._gap_ticks = own.ticks(own.minimum_gap_ns) if own is not None else 0
@@ -260,7 +266,7 @@ class OperatorCore:
         self._watermark = self.metrics.watermark = value
         deferred = self._deferred
         if deferred is not None:
-            deferred.append(Watermark(value))  # after the tuples generate() yielded before it
+            deferred.append(_submit.ManualWatermark(value))  # after the tuples yielded before it
             return
         self._send_watermark(value)
 
@@ -768,7 +774,7 @@ class OperatorCore:
             return
         panes = self.windows[port]
         if (isinstance(panes, TimeIntervalWindow) and not self._timed and not panes.raises_insertions
-                and type(self.op).on_watermark is Operator.on_watermark
+                and type(self.op).on_watermark is Operator.on_watermark and not self._own_time
                 and self._marked_into_panes(conn, port, batch, panes)):
             return
         start = 0
@@ -1032,6 +1038,11 @@ class OperatorCore:
             return  # not an event-time connection, or not an advance (E30: lower ones ignored)
         entries[conn] = value
         low = value if len(entries) == 1 else min(v for v in entries if v is not None)
+        if self._own_time:
+            if self._in_wm is None or low > self._in_wm:
+                self._in_wm = low
+                self._hear_watermark(low)
+            return
         if self._watermark is not None and low <= self._watermark:
             return
         self._advance_watermark(low)
@@ -1040,6 +1051,12 @@ class OperatorCore:
         # A watermark can come every hundred tuples: `guard` inlined, and the default (empty)
         # on_watermark not called.
         self._watermark = self.metrics.watermark = value
+        self._hear_watermark(value)
+        if not self.op.holds_watermarks:
+            self._send_watermark(value)  # else the operator sends it after the tuples it holds
+
+    def _hear_watermark(self, value: int) -> None:
+        """The operator's windows, then the operator, hear input watermark ``value`` (E31)."""
         op = self.op
         try:
             for w in self._ti:  # E31: the operator's own windows first
@@ -1050,8 +1067,6 @@ class OperatorCore:
             raise
         except USER_FAILURES as exc:
             raise OperatorError(self.name, None, None, exc) from exc
-        if not op.holds_watermarks:
-            self._send_watermark(value)  # else the operator sends it after the tuples it holds
 
     def _event_time_of(self, tup: Any) -> int:
         """E29: the watermark candidate of a tuple: its event time minus the lag."""

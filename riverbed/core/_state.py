@@ -162,6 +162,7 @@ def restore(core: OperatorCore, state: Any, *, reset: bool) -> None:
         raise OperatorError(core.name, None, None, ValueError(
             f"cannot restore from this checkpoint: {exc}")) from None
     core._wm_in = list(marks["in"])
+    core._in_wm = min((v for v in core._wm_in if v is not None), default=None)
     core._watermark = core.metrics.watermark = marks["value"]
     core._last_sent = marks["sent"]
     # Connections that had ended stay ended: their ports' finals were already handled
@@ -203,6 +204,7 @@ def reset(core: OperatorCore, state: Any, *, initial_operator_state: Any) -> Non
         core.restore(state)
         return
     core._wm_in = list(core._wm_initial)
+    core._in_wm = None
     core._watermark = core.metrics.watermark = None
     core._last_sent = None
     core._final_from = [False] * len(core.conn_port)

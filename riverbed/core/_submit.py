@@ -23,7 +23,7 @@ from ._output import MarkedBatch, OutputPort
 if TYPE_CHECKING:
     from ._core import OperatorCore
 
-__all__ = ["batch_submit", "emit_items", "make_submit", "result_submit", "results_submit"]
+__all__ = ["ManualWatermark", "batch_submit", "emit_items", "make_submit", "result_submit", "results_submit"]
 
 _DICTS = {dict}
 _INTS = {int}
@@ -174,6 +174,18 @@ def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]])
     return submit_et
 
 
+class ManualWatermark:
+    """A watermark a source set while a host pulled items from its ``generate()``
+    (`OperatorCore.defer_watermarks`): it holds its place among them, and goes out after the
+    tuples before it. Not a `Watermark`: a source that yields one of those is still told how
+    to set one."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
 def emit_items(core: OperatorCore, items: list[Any]) -> bool:
     """`OperatorCore.emit_items`. One pass over the types finds the marks (12 ns a tuple;
     ``Punct.FINAL in items`` compares each dict to the mark, 20 ns): a batch of plain tuples
@@ -196,7 +208,7 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
         return _submit_each(core, items, False)  # event times that are not ints: say which
     ended = False
     types = set(map(type, items))
-    if Punct in types or Watermark in types:  # (a manual watermark: `defer_watermarks`)
+    if Punct in types or ManualWatermark in types:
         end = next((i for i, item in enumerate(items) if item is Punct.FINAL), -1)
         if end >= 0:  # a final item ends the source: what follows it is not emitted
             items, ended = items[:end], True
@@ -210,8 +222,8 @@ def emit_items(core: OperatorCore, items: list[Any]) -> bool:
         for item in items:
             if item is window:
                 mark(window)
-            elif type(item) is Watermark:
-                core._send_watermark(item.value, item)
+            elif type(item) is ManualWatermark:
+                core._send_watermark(item.value)
             else:
                 append(item)
         return ended

@@ -36,8 +36,8 @@ import itertools
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from ..core import OperatorCore, OperatorError, SyncGraph
-from ..graph import Punct, Source, Watermark
+from ..core import ManualWatermark, OperatorCore, OperatorError, SyncGraph
+from ..graph import Punct, Source
 from ._parallel_split import SplitFailed, Splitter
 from ._parallel_wire import channel_of
 
@@ -152,7 +152,7 @@ class Replicas:
         try:
             keys: set[Hashable] | None = set(map(self._key, tuples))
         except Exception:  # a window mark among them, or a key missing or unhashable
-            tuples = [t for t in chunk if type(t) is not Punct and type(t) is not Watermark]
+            tuples = [t for t in chunk if type(t) is not Punct and type(t) is not ManualWatermark]
             try:
                 keys = set(map(self._key, tuples))
             except Exception:
@@ -166,7 +166,7 @@ class Replicas:
             if all(channel_of(k, width) == me for k in keys - mine):
                 mine |= keys
                 return
-        self._refuse(name, [t for t in tuples if type(t) is not Punct and type(t) is not Watermark])
+        self._refuse(name, [t for t in tuples if type(t) is not Punct and type(t) is not ManualWatermark])
 
     def _refuse(self, name: str, tuples: list[Any]) -> None:
         splitter, me = self._splitter, self.channel
