@@ -8,7 +8,8 @@ Each `GraphError` names the operator and a rule id. The rules:
 ``partition-key``    a partitioned window has ``partition_by``; an unpartitioned one has none
 ``unknown-attribute`` partition, delta and event-time attributes exist in a declared schema
 ``attribute-type``   delta attributes are numeric or timestamp; event time is timestamp/int64/uint64
-``event-time``       a timeInterval window sits downstream of an event-time source (SPL E4)
+``event-time``       a timeInterval window sits downstream of an event-time source (SPL E4);
+                     definitions differing in attribute, type or resolution do not meet (E27)
 ``cycle``            a cycle is closed only through a feedback connection
 ``sink-outputs``     a sink declares no output streams
 ``consistent-region`` regions start at sources, do not overlap, have valid parameters
@@ -18,6 +19,8 @@ Each `GraphError` names the operator and a rule id. The rules:
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..windows import Delta, TimeIntervalSpec, WindowClauseError, WindowSpec
@@ -72,7 +75,9 @@ def freeze(graph: Graph) -> FrozenGraph:
             errors.extend(_operator_rules(op, defs))
     order, cycle_errors = _topological(defs)
     errors.extend(cycle_errors)
-    region = event_time_region(defs)
+    reach = _reach(defs)
+    region = reach.region
+    errors.extend(_event_time_errors(defs, reach))
     for op in defs.values():
         for i, port in enumerate(op.inputs):
             if isinstance(port.window, TimeIntervalSpec) and op.name not in region:
@@ -293,28 +298,195 @@ def _cycle_through(start: str, members: set[str], edges: dict[str, list[str]]) -
     return [start]  # unreachable: every member of a component is on a cycle
 
 
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """An event-time definition and the operator declaring it (SPL ``@eventTime``)."""
+
+    operator: str
+    et: EventTime
+    type: str | None  # the attribute's type in the operator's output schema (None: undeclared)
+
+    def agrees(self, other: _Origin) -> bool:
+        """Whether the two may meet at an operator (E27: lag and minimum gap may differ; an
+        undeclared type is taken for the other's)."""
+        return (self.et.attribute == other.et.attribute and self.et.resolution == other.et.resolution
+                and (self.type == other.type or self.type is None or other.type is None))
+
+    def describe(self) -> str:
+        return (f"{self.operator!r} (event_time={self.et.attribute!r}, "
+                f"{self.type or 'undeclared type'}, resolution={self.et.resolution!r})")
+
+
+@dataclass(slots=True)
+class _Reach:
+    """What event time reaches the operators of a graph (SPL E27).
+
+    ``region``: every operator event time reaches through any connection (stopping at an
+    operator with its own definition), as the runtime forwards watermarks. ``carried``: per
+    operator without its own definition and per input port, the definitions carried into it
+    through a stream that has the attribute with the definition's type (or an undeclared
+    schema), SPL's event-time region proper: only these may conflict.
+    """
+
+    region: dict[str, _Origin]
+    carried: dict[str, dict[int, list[_Origin]]]
+    out: dict[str, list[_Origin]]  # per operator, what its output ports carry on (its own)
+
+
+def _origin(op: OperatorDef) -> _Origin | None:
+    et = op.event_time
+    if et is None:
+        return None
+    schema = op.outputs[0] if op.outputs else None
+    return _Origin(op.name, et, schema.type_of(et.attribute) if schema is not None else None)
+
+
+def _carries(schema: Schema | None, origin: _Origin) -> bool:
+    """A stream of ``schema`` carries ``origin`` on (E27: it has the attribute, same type)."""
+    if schema is None:
+        return True
+    t = schema.type_of(origin.et.attribute)
+    return t is not None and (t == origin.type or (origin.type is None and t in _EVENT_TIME_TYPES))
+
+
+def _reach(defs: dict[str, OperatorDef]) -> _Reach:
+    # upstream operator -> (consumer, its input port, the upstream output port)
+    consumers: dict[str, list[tuple[OperatorDef, int, int]]] = {}
+    for op in defs.values():
+        for i, port in enumerate(op.inputs):
+            for c in port.connections:
+                consumers.setdefault(c.operator, []).append((op, i, c.port))
+    own = {name: o for name, op in defs.items() if (o := _origin(op)) is not None}
+    # Carried definitions (E27), propagated to a fixpoint: an origin is added once per port.
+    carried: dict[str, dict[int, list[_Origin]]] = {}
+    out: dict[str, list[_Origin]] = {name: [o] for name, o in own.items()}
+    frontier = deque(own)
+    while frontier:
+        name = frontier.popleft()
+        up = defs[name]
+        for op, i, out_port in consumers.get(name, ()):
+            if op.name in own:
+                continue
+            schema = up.outputs[out_port] if out_port < len(up.outputs) else None
+            ports = carried.setdefault(op.name, {})
+            seen = out.setdefault(op.name, [])
+            for origin in out[name]:
+                if not _carries(schema, origin):
+                    continue
+                at_port = ports.setdefault(i, [])
+                if origin not in at_port:
+                    at_port.append(origin)
+                if origin not in seen:
+                    seen.append(origin)
+                    frontier.append(op.name)
+    # The region the runtime forwards watermarks in: every connection, stopping at an operator
+    # with its own definition. Each operator takes what is carried into it, else the first
+    # definition reaching it.
+    region: dict[str, _Origin] = dict(own)
+    frontier = deque(own)
+    while frontier:
+        name = frontier.popleft()
+        for op, _i, _port in consumers.get(name, ()):
+            if op.name in region:
+                continue
+            reaching = out.get(op.name)
+            region[op.name] = reaching[0] if reaching else region[name]
+            frontier.append(op.name)
+    return _Reach(region, {n: ports for n, ports in carried.items() if ports}, out)
+
+
+def _merged(origins: list[_Origin]) -> EventTime:
+    """The definition of several compatible ones meeting: the largest lag and gap (E27)."""
+    et = origins[0].et
+    lag = max(o.et.lag_ns for o in origins)
+    gap = max(o.et.minimum_gap_ns for o in origins)
+    if lag == et.lag_ns and gap == et.minimum_gap_ns:
+        return et
+    return replace(et, lag_ns=lag, minimum_gap_ns=gap)
+
+
 def event_time_region(defs: dict[str, OperatorDef] | Any) -> dict[str, EventTime]:
     """Operators reached by event time (SPL E27), with the definition that reaches them.
 
     Event time spreads downstream from each operator with its own
     ``event_time`` through every connection, and stops at an operator that
-    declares its own.
+    declares its own. Where several definitions reach an operator through streams
+    that have their attribute (validation refuses them unless they differ only in lag and
+    minimum gap), it gets their definition with the largest lag and gap.
     """
     if not isinstance(defs, dict):
         defs = {op.name: op for op in defs.operators}
-    region: dict[str, EventTime] = {}
-    frontier = [(op.name, op.event_time) for op in defs.values() if op.event_time is not None]
-    for name, et in frontier:
-        region[name] = et
-    while frontier:
-        name, et = frontier.pop()
-        for op in defs.values():
-            if op.event_time is not None or op.name in region:
+    reach = _reach(defs)
+    result: dict[str, EventTime] = {}
+    for name, origin in reach.region.items():
+        ports = reach.carried.get(name)
+        if ports and defs[name].event_time is None:
+            result[name] = _merged([o for found in ports.values() for o in found])
+        else:
+            result[name] = origin.et
+    return result
+
+
+def _all_agree(origins: list[_Origin]) -> bool:
+    return all(a.agrees(b) for k, a in enumerate(origins) for b in origins[k + 1:])
+
+
+def _brought(c: Connection, defs: dict[str, OperatorDef], reach: _Reach) -> list[_Origin]:
+    """The definitions one connection carries (E27)."""
+    up = defs.get(c.operator)
+    if up is None:
+        return []
+    schema = up.outputs[c.port] if c.port < len(up.outputs) else None
+    return [o for o in reach.out.get(c.operator, []) if _carries(schema, o)]
+
+
+def _event_time_errors(defs: dict[str, OperatorDef], reach: _Reach) -> list[GraphError]:
+    """Different definitions meeting at an operator (E27), reported where they first meet, and
+    timeInterval windows on a port whose declared schema lacks the event-time attribute."""
+    errors: list[GraphError] = []
+    for name, ports in reach.carried.items():
+        found = [o for at_port in ports.values() for o in at_port]
+        if _all_agree(found):
+            continue
+        op = defs[name]
+        if any(not _all_agree(_brought(c, defs, reach)) for port in op.inputs for c in port.connections):
+            continue  # one stream brings them all: they met upstream, reported there
+        where = "; ".join(f"input port {i} from " + " and ".join(o.describe() for o in at_port)
+                          for i, at_port in sorted(ports.items()))
+        errors.append(GraphError(name, "event-time",
+                                 f"different event-time definitions meet here: {where}; they must "
+                                 "have the same attribute, type and resolution (SPL E27; lag and "
+                                 "minimum_gap may differ, the largest is used)"))
+    for op in defs.values():
+        origin = reach.region.get(op.name)
+        if origin is None:
+            continue
+        for i, port in enumerate(op.inputs):
+            if not isinstance(port.window, TimeIntervalSpec):
                 continue
-            if any(c.operator == name for p in op.inputs for c in p.connections):
-                region[op.name] = et
-                frontier.append((op.name, et))
-    return region
+            schema = _port_schema(port, defs)
+            if schema is None:
+                continue
+            attribute = origin.et.attribute
+            t = schema.type_of(attribute)
+            source = f"the event time of {origin.operator!r}"
+            if t is None:
+                errors.append(GraphError(op.name, "unknown-attribute",
+                                         f"input port {i}: the timeInterval window reads "
+                                         f"{source}, attribute {attribute!r}, which is not in the "
+                                         f"schema {schema}"))
+            elif t not in _EVENT_TIME_TYPES:
+                errors.append(GraphError(op.name, "attribute-type",
+                                         f"input port {i}: the timeInterval window reads "
+                                         f"{source}, attribute {attribute!r}, which is {t} in the "
+                                         f"schema {schema}; it must be timestamp, int64 or uint64"))
+            elif origin.type is not None and t != origin.type:
+                errors.append(GraphError(op.name, "attribute-type",
+                                         f"input port {i}: the timeInterval window reads "
+                                         f"{source}, attribute {attribute!r}, which is {t} in the "
+                                         f"schema {schema} but {origin.type} where "
+                                         f"{origin.operator!r} declares it"))
+    return errors
 
 
 def _pointed(reason: str, window: WindowSpec, role: str, attribute: str) -> str:

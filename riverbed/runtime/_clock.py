@@ -17,16 +17,31 @@ import contextvars
 import heapq
 import itertools
 import math
+import operator
 import selectors
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
+from typing import Any, Protocol, SupportsIndex, TypeVar, TypeVarTuple, Unpack
 
 __all__ = ["Clock", "RealClock", "TimerHandle", "VirtualClock", "run_virtual"]
 
 R = TypeVar("R")
 _Ts = TypeVarTuple("_Ts")
 _ROUNDING_NS = 2
+
+
+def _deadline_ns(when: object) -> int:
+    """A deadline as integer ns: an int as is, a finite float rounded to the nearest ns (``start
+    + i * 0.01e9``); anything else is refused, naming it. Both clocks take deadlines through
+    here, so a float one behaves alike on each, and the clock's time stays an int (checkpoints
+    store it)."""
+    if isinstance(when, float):
+        if not math.isfinite(when):
+            raise ValueError(f"a deadline is a finite time in ns, got {when!r}")
+        return round(when)
+    if isinstance(when, SupportsIndex) and not isinstance(when, bool):
+        return operator.index(when)  # an int (numpy's too)
+    raise TypeError(f"a deadline is a time in ns (int), got {when!r} ({type(when).__name__})")
 
 
 class TimerHandle(Protocol):
@@ -75,10 +90,12 @@ class RealClock:
         self.ahead = max(self.ahead, when - time.time_ns())
 
     def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
+        when = _deadline_ns(when)
         delay = max(0.0, (when - self.now()) / 1e9)
         return asyncio.get_running_loop().call_later(delay, callback)
 
     async def sleep_until(self, when: int) -> None:
+        when = _deadline_ns(when)
         # Always yield once, even past the deadline: a caller looping on a deadline that is
         # already behind (a tiny period) must still let the other tasks and signals run.
         await asyncio.sleep(0)
@@ -106,6 +123,7 @@ class VirtualClock:
         self._now = max(self._now, when)
 
     def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
+        when = _deadline_ns(when)  # (a float one made the clock's time a float)
         loop = asyncio.get_running_loop()
         if not isinstance(loop, VirtualTimeLoop) or loop.clock is not self:
             raise RuntimeError("a VirtualClock needs its own event loop: run the job with run_virtual()")
@@ -121,6 +139,7 @@ class VirtualClock:
         return loop.call_at(loop.seconds(when), fire)
 
     async def sleep_until(self, when: int) -> None:
+        when = _deadline_ns(when)
         if when <= self._now:
             await asyncio.sleep(0)
             return
