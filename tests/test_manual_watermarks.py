@@ -83,3 +83,26 @@ def test_an_operator_with_its_own_event_time_sends_only_its_own_watermarks() -> 
     g.sink("out", sink, [panes])
     run_graph(g, clock=VirtualClock())
     assert sink.tuples == [{"start": p * 10 * S, "n": 10} for p in (10, 11, 12)]
+
+
+class FarOff(Source):
+    def generate(self) -> Any:
+        yield {"ts": 100 * S}
+        yield {"ts": 2**64}  # past the int64 range of event-time ticks
+
+
+@pytest.mark.parametrize("batch", [1, 1000])  # the per-tuple submit and the batch's C loops
+def test_an_event_time_outside_the_int64_range_is_refused_at_its_source(batch: int) -> None:
+    # It passed the source (only the type was checked), and the watermark it gave failed the
+    # next operator instead: "operator 'agg': WatermarkError ... outside the int64 range".
+    from riverbed.runtime import Job, JobError, run_virtual
+
+    g = Graph("far")
+    src = g.source("src", FarOff(), schema=Schema(ts="timestamp"), event_time="ts")
+    panes = g.operator("agg", Aggregate({"start": IntervalStart(), "n": Count()}),
+                       [src.window("timeInterval, intervalDuration(10)")])
+    g.sink("out", ListSink(), [panes])
+    job = Job(g, clock=VirtualClock(), batch_size=batch)
+    with pytest.raises(JobError, match=r"operator 'src'.*event time 'ts' = 18446744073709551616 is "
+                                       r"outside the int64 range"):
+        run_virtual(job.run(), job.clock)  # type: ignore[arg-type]

@@ -52,6 +52,7 @@ from ..graph import (
 )
 from ..windows import (
     EVENT_TIME_MAX,
+    EVENT_TIME_MIN,
     StreamWindow,
     StreamWindowEvent,
     TimeIntervalWindow,
@@ -1078,6 +1079,9 @@ class OperatorCore:
         if type(t) is not int:
             raise SchemaViolation(self.name, 0, tup, f"event time {self._et_attribute!r} = {t!r} "
                                                      "is not an integer number of ticks")
+        if not EVENT_TIME_MIN <= t <= EVENT_TIME_MAX:  # (the watermark it gives would be refused
+            raise SchemaViolation(self.name, 0, tup, f"event time {self._et_attribute!r} = {t!r} "
+                                                     "is outside the int64 range of ticks")
         return t - self._lag_ticks
 
     def _watermark_after(self, candidate: int) -> None:

@@ -17,6 +17,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ..graph import Punct, Watermark
+from ..windows import EVENT_TIME_MAX
 from ._errors import SchemaViolation
 from ._output import MarkedBatch, OutputPort
 
@@ -140,7 +141,7 @@ def results_submit(core: OperatorCore, port: int) -> Callable[[list[Any]], None]
 def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]]) -> Callable[..., None]:
     """A submit with E29 inlined: the watermark follows each tuple's event time."""
     append, attr, lag, gap = appends[0], core._et_attribute, core._lag_ticks, core._gap_ticks
-    metrics = core.metrics
+    metrics, most = core.metrics, EVENT_TIME_MAX
 
     def slow(tup: Any, port: int) -> None:
         if port:
@@ -162,14 +163,19 @@ def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]])
         if type(t) is not int:
             slow(tup, port)  # raises the error that says what is wrong
             return
-        append(tup)
         candidate = t - lag  # E29: the watermark follows the tuple
         watermark = core._watermark
         if watermark is None or candidate > watermark:
+            if t > most:
+                slow(tup, port)  # raises: outside the int64 range (only a rising time can be)
+                return
+            append(tup)
             core._watermark = metrics.watermark = candidate
             last = core._last_sent
             if last is None or candidate >= last + gap:
                 core._send_watermark(candidate)
+        else:
+            append(tup)
 
     return submit_et
 
@@ -242,7 +248,7 @@ def _submit_each(core: OperatorCore, items: list[Any], ended: bool) -> bool:
         try:
             submit(item)
         except SchemaViolation as exc:
-            core.fail_or_route(exc, 0, item)
+            core.fail_or_route(exc, None, item)  # (a source: no input port)
     return ended
 
 
@@ -266,6 +272,8 @@ def _emit_timed(core: OperatorCore, items: list[Any], whole: bool) -> bool:
     # the running maximum: the times themselves when they never go back (a sorted list is
     # one pass of timsort and a compare; accumulate(max) costs ten times that)
     top = times if sorted(times) == times else list(accumulate(times, max))
+    if top[-1] > EVENT_TIME_MAX:
+        return False  # one by one: the tuple whose time is out of range is refused, named
     out = core.outputs[0]
     batch: list[Any] = [] if whole else out.buf
     controls: list[int] = []

@@ -31,6 +31,7 @@ from ._flavor import Flavor
 from ._keys import decode_partition_key, encode_partition_key
 from ._policy import (
     EVENT_TIME_MAX,
+    EVENT_TIME_MIN,
     MAX_SECONDS,
     NS_PER_SECOND,
     Count,
@@ -54,6 +55,7 @@ from ._window import StreamWindow
 
 __all__ = [
     "EVENT_TIME_MAX",
+    "EVENT_TIME_MIN",
     "MAX_SECONDS",
     "NS_PER_SECOND",
     "Count",
