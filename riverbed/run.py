@@ -589,6 +589,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
     if aborted:
         err(f"riverbed run: job {job.name!r} aborted")
         return EXIT_ABORTED
+    _tell_late(job, log)
     log.info("job finished", stopped=job.stopping, suspended=job.suspended or None,
              restored_from=job.restored_from, last_checkpoint=job.last_checkpoint or None,
              hint="a restart with the same --checkpoint-dir continues from the last checkpoint"
@@ -649,6 +650,19 @@ def _layout_mismatch(directory: Path, regions: list[str]) -> str | None:
                     "a renamed region would start over; run the graph as it was, or give it "
                     "another directory")
     return None
+
+
+def _tell_late(job: Any, log: Any) -> None:
+    """Name the operators whose timeInterval windows dropped tuples as too late, with how many
+    (the status view and the metrics count them as they go): a single far-future event time
+    closes every pane and makes the rest of a stream late, and a count alone did not say so."""
+    for name, m in job.metrics.operators.items():
+        late = sum(p.tuples_dropped_late for p in m.inputs)
+        if late:
+            log.warning("late tuples dropped", operator=name, tuples=late,
+                        hint="tuples behind their window's drop point (the watermark less "
+                             "discardAge) are dropped, as in SPL; a source's lag= lets later "
+                             "tuples in, and a far-future event time makes all the rest late")
 
 
 def _close_store(store: Any, log: Any) -> None:

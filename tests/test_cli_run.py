@@ -642,3 +642,32 @@ def build(params):
     (tmp_path / "file").write_text("")
     refused = run(tmp_path / "file")
     assert refused.returncode == 2 and "is a file, not a directory" in refused.stderr
+
+
+def test_late_tuples_dropped_are_named_with_their_operator_when_the_job_ends(tmp_path: Path) -> None:
+    script = _script(tmp_path, """
+from riverbed.graph import Schema
+from riverbed.operators import Aggregate, Count
+from riverbed.testing import ListSink
+
+S = 1_000_000_000
+
+class Readings(Source):
+    def generate(self):
+        for t in (100, 101, 5_000_000_000, 102, 103):  # one far-future time: the rest is late
+            yield {"ts": t * S}
+
+def build(params):
+    g = Graph("late", params)
+    src = g.source("src", Readings(), schema=Schema(ts="timestamp"), event_time="ts")
+    panes = g.operator("panes", Aggregate({"n": Count()}),
+                       [src.window("timeInterval, intervalDuration(10)")])
+    g.sink("out", ListSink(), [panes])
+    return g
+""")
+    done = subprocess.run([sys.executable, "-m", "riverbed", "run", script, "--virtual-clock",
+                           "--no-status", "--log-format", "json"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    late = [e for e in _log_lines(done.stderr) if e["event"] == "late tuples dropped"]
+    assert [(e["operator"], e["tuples"]) for e in late] == [("panes", 2)]
