@@ -509,3 +509,31 @@ def test_a_save_longer_than_the_period_is_followed_by_as_long_without_one() -> N
     gaps = [b - a for a, b in itertools.pairwise(store.saved_at)]
     assert len(gaps) >= 2 and min(gaps) >= 0.55, gaps  # each save, then as long without one
     assert [e["event"] for e in logged].count("checkpoint_slow") == 1
+
+
+class _Deep(Operator):
+    """A state nested 600 levels deep (a linked list of [value, next] cells)."""
+
+    def __init__(self) -> None:
+        self.cells: Any = None
+        for i in range(600):
+            self.cells = [i, self.cells]
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.cells = [tup["i"], self.cells[1]]
+
+    def snapshot(self) -> Any:
+        return self.cells
+
+    def restore(self, state: Any) -> None:
+        self.cells = state
+
+
+def test_a_state_nested_deeper_than_python_recurses_to_copy_is_still_saved() -> None:
+    # Copying the operator's state at its barrier recursed once a level: 600 levels failed the
+    # job at its first checkpoint ("maximum recursion depth exceeded"), which the store saves.
+    g = Graph("deep")
+    g.sink("deep", _Deep(), [g.source("gen", _Gen(20_000))])
+    store = MemoryStore(keep_last=1000)
+    assert run_until_crash(Job(g, clock=VirtualClock(), checkpoints=store), None)
+    assert len(store.list()) >= 3

@@ -76,15 +76,37 @@ def detached_state(state: Any) -> Any:
     own = state["operator"]
     if own is None or isinstance(own, str | int | float | bool | bytes):
         return state
-    detached = dict(state)
-    detached["operator"] = _copy(own, [1 << 62])
+    budget = [DEFAULT_BUDGET]
+    try:
+        copied = _copy(own, budget)
+        fits = True
+    except _OverBudget:
+        try:
+            copied, fits = _copy(own, [1 << 62]), False
+        except RecursionError:
+            return state  # nested deeper than Python recurses: as it was (the store encodes it)
+    except RecursionError:
+        return state
+    detached = _Detached(state)
+    detached["operator"] = copied
+    detached.fits = fits
     return detached
+
+
+class _Detached(dict[str, Any]):
+    """A `detached_state`: its operator part is a copy of its own already, and ``fits`` says
+    whether that copy is within the budget a kept state may have (`reusable_state`)."""
+
+    fits = True
 
 
 def reusable_state(state: Any, budget: int = DEFAULT_BUDGET) -> dict[str, Any] | None:
     """``state`` (an `OperatorCore.checkpoint_state` that was just committed) as it can be kept
     for later resets, with the operator's own part copied; None when that part is over
-    ``budget`` containers or the state is not a core state."""
+    ``budget`` containers or the state is not a core state. A `detached_state` is kept as it
+    is (its part was copied when it was reported: a second copy cost as much again)."""
+    if type(state) is _Detached:
+        return state if state.fits and budget >= DEFAULT_BUDGET else None
     if not isinstance(state, Mapping) or "operator" not in state:
         return None
     try:

@@ -21,7 +21,7 @@ import operator
 import selectors
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol, SupportsIndex, TypeVar, TypeVarTuple, Unpack
+from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
 
 __all__ = ["Clock", "RealClock", "TimerHandle", "VirtualClock", "run_virtual"]
 
@@ -34,13 +34,16 @@ def _deadline_ns(when: object) -> int:
     """A deadline as integer ns: an int as is, a finite float rounded to the nearest ns (``start
     + i * 0.01e9``); anything else is refused, naming it. Both clocks take deadlines through
     here, so a float one behaves alike on each, and the clock's time stays an int (checkpoints
-    store it)."""
+    store it). (An int first: every timer comes through here, and the Protocol check below
+    costs 3.5 us a call.)"""
+    if type(when) is int:
+        return when
     if isinstance(when, float):
         if not math.isfinite(when):
             raise ValueError(f"a deadline is a finite time in ns, got {when!r}")
         return round(when)
-    if isinstance(when, SupportsIndex) and not isinstance(when, bool):
-        return operator.index(when)  # an int (numpy's too)
+    if hasattr(type(when), "__index__") and not isinstance(when, bool):
+        return operator.index(when)  # type: ignore[arg-type]  # an int (numpy's too)
     raise TypeError(f"a deadline is a time in ns (int), got {when!r} ({type(when).__name__})")
 
 
