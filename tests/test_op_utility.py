@@ -430,26 +430,11 @@ def test_a_restored_beacon_paces_by_the_period_and_initial_delay_it_has_now(
             if not isinstance(t, Punct)] == times
 
 
-class OnceLate(VirtualClock):
-    """A clock whose first timer due at 0.5 s or later fires a second late (another operator
-    held the event loop, the process was paused)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stalled = False
-
-    def call_at(self, when: int, callback: Any) -> Any:
-        if not self.stalled and when >= S // 2:
-            self.stalled = True
-            when += S
-        return super().call_at(when, callback)
-
-
 def test_a_beacon_held_up_goes_on_from_then_instead_of_sending_the_missed_tuples_at_once() -> None:
     g = Graph("stall")
     sink = ListSink()
     g.sink("sink", sink, [g.source("b", Beacon(iterations=200, period=0.01, output={"i": lambda i: i}))])
-    run_graph(g, clock=OnceLate())
+    run_graph(g, clock=StallingClock(late=S))  # a second: the process was paused
     times = [at for t, at in zip(sink.items, sink.times, strict=True) if not isinstance(t, Punct)]
     gaps = [b - a for a, b in itertools.pairwise(times)]
     # one gap of the stall, every other a period: 100 tuples left in one instant before
@@ -543,17 +528,18 @@ def test_throttle_holds_its_rate_when_its_timers_fire_late() -> None:
 
 
 class StallingClock(VirtualClock):
-    """A clock whose timers due at 0.5 s or later fire 80 ms late, once (another operator held
-    the event loop)."""
+    """A clock whose first timer due at 0.5 s or later fires ``late`` ns late (80 ms: another
+    operator held the event loop)."""
 
-    def __init__(self) -> None:
+    def __init__(self, late: int = 80_000_000) -> None:
         super().__init__()
         self.stalled = False
+        self.late = late
 
     def call_at(self, when: int, callback: Any) -> Any:
         if not self.stalled and when >= S // 2:
             self.stalled = True
-            when += 80_000_000
+            when += self.late
         return super().call_at(when, callback)
 
 
