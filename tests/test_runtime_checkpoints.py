@@ -537,3 +537,52 @@ def test_a_state_nested_deeper_than_python_recurses_to_copy_is_still_saved() -> 
     store = MemoryStore(keep_last=1000)
     assert run_until_crash(Job(g, clock=VirtualClock(), checkpoints=store), None)
     assert len(store.list()) >= 3
+
+
+class _NaiveDelay(Operator):
+    """Sends each tuple on a second later from a call_at() timer, with no snapshot/restore."""
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        self.context.call_at(self.context.now() + S, lambda: self.submit(tup))
+
+
+class _Paced(Source):
+    replayable = True
+
+    def __init__(self) -> None:
+        self.i = 0
+
+    async def run(self) -> None:
+        ctx: Any = self.context
+        while self.i < 20 and not ctx.stopping:
+            await ctx.sleep_until(self.i * S // 10)
+            self.submit({"i": self.i})
+            self.i += 1
+
+    def snapshot(self) -> Any:
+        return self.i
+
+    def restore(self, state: Any) -> None:
+        self.i = state
+
+
+def test_timers_no_checkpoint_holds_and_timers_final_drops_are_told() -> None:
+    # Both lost tuples silently: timers are not in checkpoints (a restart dropped those
+    # pending), and the ones pending when final ended the operator never fired.
+    logged: list[dict[str, Any]] = []
+
+    class Log:
+        def info(self, event: str, **fields: Any) -> None:
+            logged.append({"event": event, **fields})
+
+        warning = error = info
+
+    g = Graph("timers")
+    sink = _Behind()
+    g.sink("out", sink, [g.operator("delay", _NaiveDelay(), [g.source("src", _Paced())])])
+    job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore(), checkpoint_period=0.5, logger=Log())
+    run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    told = {e["event"]: e for e in logged if e["event"].startswith("operator_timers")}
+    assert told["operator_timers_not_checkpointed"]["operator"] == "delay"
+    assert told["operator_timers_dropped"]["operator"] == "delay"
+    assert told["operator_timers_dropped"]["timers"] == 10  # the last second's tuples

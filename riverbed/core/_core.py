@@ -120,6 +120,7 @@ class OperatorCore:
         self._timed: list[StreamWindow[Any]] = []
         self._ti: list[TimeIntervalWindow[Any]] = []
         self._timers: list[tuple[int, int, TimerHandle]] = []  # operator timers, a heap
+        self.timers_dropped = 0  # pending when final ended the operator (the host may warn)
         self._timer_seq = itertools.count()
         self.finished = False
         # Aligned checkpoints: connections that delivered the barrier hold their entries.
@@ -518,6 +519,11 @@ class OperatorCore:
         for w in self._timed:
             self.guard(w.advance_time, None, now)
 
+    @property
+    def live_timers(self) -> int:
+        """How many of the operator's own timers (`call_at`) are pending."""
+        return sum(1 for _, _, timer in self._timers if not timer.cancelled)
+
     def cancel_timers(self) -> None:
         """Forget every operator timer (the core ends)."""
         for _, _, timer in self._timers:
@@ -665,6 +671,8 @@ class OperatorCore:
         """The operator ends: ``on_shutdown``, then (with ``report``) the host hears of it, to
         store its final state for checkpoints taken after (not when a stop suspends the job:
         none come after)."""
+        if report:  # ended by final (not a stop): its pending timers never fire (`timers_dropped`)
+            self.timers_dropped = self.live_timers
         self.cancel_timers()
         self._finish_loop()  # it ends before its barrier came back: what came is all there was
         self.guard(self.op.on_shutdown)

@@ -72,12 +72,16 @@ class OperatorContext(Protocol):
 
     def call_at(self, when: int, callback: Callable[[], None]) -> Any:
         """Run ``callback`` in the operator's task at clock time ``when`` (ns); returns a handle
-        with ``cancel()``. Operators that wait on time (Delay, Throttle) use it."""
+        with ``cancel()``. Operators that wait on time (Delay, Throttle) use it. Timers are not
+        in checkpoints: keep what they would do in ``snapshot()`` and set them again in
+        ``restore()``. Those still pending when final punctuation ends the operator never fire
+        (see `defer_final`)."""
         ...
 
     def defer_final(self) -> Callable[[], None]:
         """Keep the operator running after its inputs ended until the returned function is
-        called; final punctuation is forwarded only then."""
+        called; final punctuation is forwarded only then. A reset or restart drops the holds
+        taken before it: take a new one in ``restore()`` if work is still due."""
         ...
 
     @property

@@ -290,6 +290,12 @@ class Job:
 
     def operator_finished(self, runner: OperatorRunner) -> None:
         """An operator ended; a checkpoint it will never see a barrier for takes its final state."""
+        dropped = runner.core.timers_dropped
+        if dropped:
+            self.log_region("operator_timers_dropped", operator=runner.name, timers=dropped,
+                            hint="its input ended with these call_at() timers pending, and they "
+                                 "never fire; an operator that still has work due takes "
+                                 "self.context.defer_final() and releases it from its last timer")
         region = runner.region
         if region is None:
             return

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core import RegionMetrics, RestoreRefused, reusable_state, same_key, state_to_restore
-from ..graph import CheckpointBarrier, ConsistentRegion
+from ..graph import CheckpointBarrier, ConsistentRegion, Operator
 from ..windows import same_clause
 from ._clock import RealClock
 from ._parallel import channel_states
@@ -117,6 +117,7 @@ class Region:
         # than the period (it runs on the event loop) started the next checkpoint at once.
         self._quiet_until: int | None = None
         self._slow_told = False
+        self._timers_told: set[str] = set()  # operators warned of timers no checkpoint holds
         self._last_failure: BaseException | None = None
         self._failed_at: int | None = None
         self._phases: dict[str, float] = {}  # the last reset's phases: stop, load, restore (ms)
@@ -331,6 +332,15 @@ class Region:
         for waiter in pending.waiters:
             if not waiter.done():
                 waiter.set_result(True)
+        for r in self.members:
+            if (r.name not in self._timers_told and r.name not in self.hosted
+                    and type(r.op).restore is Operator.restore and r.core.live_timers):
+                self._timers_told.add(r.name)
+                self.job.log_region("operator_timers_not_checkpointed", operator=r.name,
+                                    timers=r.core.live_timers,
+                                    hint="call_at() timers are not in a checkpoint: after a "
+                                         "restart or a reset they are gone; keep what they "
+                                         "would do in snapshot() and set them again in restore()")
         for name, attributes in self._unsaved.committed():
             self.job.log_region("operator_state_not_checkpointed", operator=name,
                                 attributes=attributes,
