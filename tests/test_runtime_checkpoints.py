@@ -586,3 +586,28 @@ def test_timers_no_checkpoint_holds_and_timers_final_drops_are_told() -> None:
     assert told["operator_timers_not_checkpointed"]["operator"] == "delay"
     assert told["operator_timers_dropped"]["operator"] == "delay"
     assert told["operator_timers_dropped"]["timers"] == 10  # the last second's tuples
+
+
+class _DueNow(Operator):
+    """At tuple 5 sets a timer due now (and one due a nanosecond later)."""
+
+    def on_tuple(self, tup: Any, port: int) -> None:
+        if tup["i"] == 5:
+            now = self.context.now()
+            self.context.call_at(now, lambda: self.submit({"i": -1}))
+            self.context.call_at(now + 1, lambda: self.submit({"i": -2}))
+        self.submit(tup)
+
+
+def test_a_timer_already_due_when_the_inputs_end_fires_before_final() -> None:
+    # The source's tuples and final came at one instant: the timer due then was dropped with
+    # the core, silently.
+    from riverbed.testing import ListSink
+
+    g = Graph("due")
+    sink = ListSink()
+    g.sink("out", sink, [g.operator("x", _DueNow(), [g.source("src", _Gen(20))])])
+    job = Job(g, clock=VirtualClock())
+    run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
+    assert [t["i"] for t in sink.tuples].count(-1) == 1 and -2 not in [t["i"] for t in sink.tuples]
+    assert sink.items[-1] is Punct.FINAL

@@ -294,8 +294,10 @@ class OperatorCore:
         return await self.host.make_consistent(self)
 
     def call_at(self, when: int, callback: Callable[[], None]) -> TimerHandle:
-        """Run ``callback`` between two items once the clock reaches ``when`` (ns); what it
-        submits is delivered right after, as for any item. Pending timers die with the core."""
+        """Run ``callback`` between two items once the clock reaches ``when`` (ns): when the
+        host next looks at the clock, after the batch it is handling (and at the latest when
+        the inputs end); what it submits is delivered right after, as for any item. Timers not
+        yet due when the core ends die with it (`timers_dropped`)."""
         timer = TimerHandle(when, callback)
         heapq.heappush(self._timers, (when, next(self._timer_seq), timer))
         return timer
@@ -630,7 +632,17 @@ class OperatorCore:
     # ------------------------------------------------------------ ending
 
     def close_outputs(self) -> None:
-        """Every input ended: the maximum watermark, then final, on every output port."""
+        """Every input ended: the operator's timers already due fire (what they submit comes
+        before final: a timer set for now by the last tuples was dropped), then the maximum
+        watermark, then final, on every output port."""
+        timers = self._timers
+        if timers:
+            now = self.host.now()
+            while timers and timers[0][0] <= now:
+                _, _, timer = heapq.heappop(timers)
+                if not timer.cancelled:
+                    timer.cancelled = True
+                    self.guard(timer.callback)
         if self.event_time is not None or self._generates_watermarks:
             self._send_watermark(EVENT_TIME_MAX)  # E23: max watermark right before final
             if self.odef.kind == "source":  # its own, as downstream's shows the max it heard
