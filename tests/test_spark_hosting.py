@@ -373,6 +373,12 @@ def test_a_failed_querys_message_is_the_riverbed_error_a_task_raised() -> None:
     assert failure_of(spark) == ("operator 'agg', input port 0: ZeroDivisionError: division by "
                                  "zero on tuple {'v': 0}")
     assert failure_of("[INVALID] something Spark says\nat ...") == "[INVALID] something Spark says"
+    # (Spark's ParseException puts its text on the next line: "operator 'out': ParseException: ")
+    assert failure_of("riverbed.core._errors.OperatorError: operator 'out': ParseException: \n"
+                      "[PARSE_SYNTAX_ERROR] Syntax error at or near 'x'.\nat ...") == (
+        "operator 'out': ParseException: [PARSE_SYNTAX_ERROR] Syntax error at or near 'x'.")
+    assert failure_of("Py4JJavaError:\n\n  Failed to find the data source: parqet\n") == (
+        "Py4JJavaError: Failed to find the data source: parqet")
     # A source's failure comes as a JobError, its reasons on the lines after it: the command
     # printed "job 'bad' failed:" and nothing more (a review).
     source = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in f\n"

@@ -185,8 +185,21 @@ def failure_of(message: str) -> str:
     found = list(_RIVERBED_ERROR.finditer(message))
     if found:
         last = found[-1]
-        return last.group(3) + last.group(4)
-    return message.splitlines()[0] if message else "(no message)"
+        said = last.group(3) + last.group(4)
+        if said.rstrip().endswith(":"):  # a Spark error whose text is on the next line
+            said = said.rstrip() + " " + _next_line(message, last.end())
+        return said
+    lines = [line for line in message.splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    if lines[0].rstrip().endswith(":") and len(lines) > 1:
+        return f"{lines[0].rstrip()} {lines[1].strip()}"
+    return lines[0]
+
+
+def _next_line(message: str, at: int) -> str:
+    """The first non-empty line of ``message`` after position ``at`` ("" if none)."""
+    return next((line.strip() for line in message[at:].splitlines() if line.strip()), "")
 
 
 _MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|yarn|(spark|k8s|mesos)://\S+")
