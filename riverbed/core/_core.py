@@ -113,7 +113,7 @@ class OperatorCore:
                                          for c in self.connections]
         self._watermark: int | None = None
         # A synchronous source's items being pulled from its generate(): a manual watermark set
-        # meanwhile goes in among them, in its place (`defer_watermarks`).
+        # meanwhile goes in among them, in its place (`pull_items`).
         self._deferred: list[Any] | None = None
         self._last_sent: int | None = None
         self.windows: list[Window | None] = []
@@ -272,12 +272,17 @@ class OperatorCore:
             return
         self._send_watermark(value)
 
-    def defer_watermarks(self, items: list[Any] | None) -> None:
-        """Sources: ``items`` is the list a host fills from ``generate()`` before it passes it
-        to `emit_items`; a manual watermark set meanwhile is put in it, after the tuples
-        yielded before it. Sent at once, it overtook them and they arrived late (a pane's ten
-        tuples dropped behind the watermark that closed it). None: send them at once again."""
-        self._deferred = items
+    def pull_items(self, items: Iterator[Any], n: int, into: list[Any]) -> None:
+        """Sources: up to ``n`` items of ``generate()``'s iterator ``items`` appended to
+        ``into``, which the host then passes to `emit_items`; a manual watermark set meanwhile
+        goes in among them, after the tuples yielded before it. Sent at once, it overtook them
+        and they arrived late (a pane's ten tuples dropped behind the watermark that closed
+        it). What ``items`` raises propagates, ``into`` holding what came before it."""
+        self._deferred = into
+        try:
+            into.extend(itertools.islice(items, n))
+        finally:
+            self._deferred = None
 
     async def flush(self) -> None:
         """Sources: send what was submitted downstream (waits while downstream is full)."""

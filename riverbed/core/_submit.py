@@ -182,7 +182,7 @@ def _event_time_submit(core: OperatorCore, appends: list[Callable[[Any], None]])
 
 class ManualWatermark:
     """A watermark a source set while a host pulled items from its ``generate()``
-    (`OperatorCore.defer_watermarks`): it holds its place among them, and goes out after the
+    (`OperatorCore.pull_items`): it holds its place among them, and goes out after the
     tuples before it. Not a `Watermark`: a source that yields one of those is still told how
     to set one."""
 

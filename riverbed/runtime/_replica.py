@@ -32,7 +32,6 @@ share, not bad input.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -120,13 +119,10 @@ class Replicas:
 
     def _pull(self, name: str, core: OperatorCore, it: Iterator[Any]) -> list[Any]:
         chunk: list[Any] = []
-        core.defer_watermarks(chunk)  # a manual watermark set meanwhile: after its tuples
         try:
-            chunk.extend(itertools.islice(it, self.batch))
+            core.pull_items(it, self.batch, chunk)
         except Exception as exc:
             raise OperatorError(name, None, None, exc) from exc
-        finally:
-            core.defer_watermarks(None)
         return chunk
 
     def _emit(self, name: str, chunk: list[Any]) -> bool:

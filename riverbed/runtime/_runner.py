@@ -14,7 +14,6 @@ source's ``run`` runs in a task of its own, cancelled by a stop.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -326,7 +325,6 @@ class OperatorRunner:
         items = core.guard(src.generate)
         it: Iterator[Any] = core.guard(iter, None, items)
         size = self._job.batch_size
-        manual = self.odef.event_time is not None and self.odef.event_time.manual
         turn, loop_time = self._turn, asyncio.get_running_loop().time
         turn_ends = loop_time() + turn
         while not self._job.stopping:
@@ -335,17 +333,12 @@ class OperatorRunner:
             # source's failure does: it is the source's own code running here. The items it
             # yielded before it raised go on first (`list.extend` keeps them).
             chunk: list[Any] = []
-            if manual:
-                core.defer_watermarks(chunk)  # set_watermark() in generate() goes in its place
             try:
-                chunk.extend(itertools.islice(it, size))
+                core.pull_items(it, size, chunk)  # (set_watermark() in generate(): in its place)
             except USER_FAILURES as exc:
                 if chunk:
                     core.emit_items(chunk)
                 core.guard(_reraise, None, exc)
-            finally:
-                if manual:
-                    core.defer_watermarks(None)
             if not chunk or core.emit_items(chunk):
                 return
             await self.flush()

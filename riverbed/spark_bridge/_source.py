@@ -151,11 +151,7 @@ def generated_items(graph: FrozenGraph, name: str, chunk: int = 4096) -> Iterato
     ended = False
     while not ended:
         batch: list[Any] = []
-        core.defer_watermarks(batch)  # a manual watermark set meanwhile: after its tuples
-        try:
-            core.guard(batch.extend, None, itertools.islice(items, chunk))  # names the source
-        finally:
-            core.defer_watermarks(None)
+        core.guard(core.pull_items, None, items, chunk, batch)  # names the source
         if not batch:
             break
         ended = host.emit(name, batch)  # as in the runtime: a final item ends the source
