@@ -76,20 +76,15 @@ def detached_state(state: Any) -> Any:
     own = state["operator"]
     if own is None or isinstance(own, str | int | float | bool | bytes):
         return state
-    budget = [DEFAULT_BUDGET]
+    unbounded = 1 << 62
+    left = [unbounded]  # one pass: what it spent says whether it fits a kept state's budget
     try:
-        copied = _copy(own, budget)
-        fits = True
-    except _OverBudget:
-        try:
-            copied, fits = _copy(own, [1 << 62]), False
-        except RecursionError:
-            return state  # nested deeper than Python recurses: as it was (the store encodes it)
+        copied = _copy(own, left)
     except RecursionError:
-        return state
+        return state  # nested deeper than Python recurses: as it was (the store encodes it)
     detached = _Detached(state)
     detached["operator"] = copied
-    detached.fits = fits
+    detached.fits = unbounded - left[0] <= DEFAULT_BUDGET
     return detached
 
 
