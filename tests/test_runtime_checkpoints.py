@@ -19,6 +19,7 @@ from riverbed.graph import Graph, Operator, Punct, Schema, Source
 from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
 from riverbed.testing import ListSource, run_until_crash
 from riverbed.windows import EventType, StreamWindowEvent
+from tests.test_checkpoint_failures import Ticks
 
 S = 1_000_000_000
 
@@ -546,26 +547,6 @@ class _NaiveDelay(Operator):
         self.context.call_at(self.context.now() + S, lambda: self.submit(tup))
 
 
-class _Paced(Source):
-    replayable = True
-
-    def __init__(self) -> None:
-        self.i = 0
-
-    async def run(self) -> None:
-        ctx: Any = self.context
-        while self.i < 20 and not ctx.stopping:
-            await ctx.sleep_until(self.i * S // 10)
-            self.submit({"i": self.i})
-            self.i += 1
-
-    def snapshot(self) -> Any:
-        return self.i
-
-    def restore(self, state: Any) -> None:
-        self.i = state
-
-
 def test_timers_no_checkpoint_holds_and_timers_final_drops_are_told() -> None:
     # Both lost tuples silently: timers are not in checkpoints (a restart dropped those
     # pending), and the ones pending when final ended the operator never fired.
@@ -579,7 +560,7 @@ def test_timers_no_checkpoint_holds_and_timers_final_drops_are_told() -> None:
 
     g = Graph("timers")
     sink = _Behind()
-    g.sink("out", sink, [g.operator("delay", _NaiveDelay(), [g.source("src", _Paced())])])
+    g.sink("out", sink, [g.operator("delay", _NaiveDelay(), [g.source("src", Ticks(20))])])
     job = Job(g, clock=VirtualClock(), checkpoints=MemoryStore(), checkpoint_period=0.5, logger=Log())
     run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
     told = {e["event"]: e for e in logged if e["event"].startswith("operator_timers")}

@@ -333,11 +333,14 @@ class Region:
             if not waiter.done():
                 waiter.set_result(True)
         for r in self.members:
-            if (r.name not in self._timers_told and r.name not in self.hosted
-                    and type(r.op).restore is Operator.restore and r.core.live_timers):
+            if r.name in self._timers_told or r.name in self.hosted \
+                    or type(r.op).restore is not Operator.restore:
+                continue
+            timers = r.core.live_timers
+            if timers:
                 self._timers_told.add(r.name)
                 self.job.log_region("operator_timers_not_checkpointed", operator=r.name,
-                                    timers=r.core.live_timers,
+                                    timers=timers,
                                     hint="call_at() timers are not in a checkpoint: after a "
                                          "restart or a reset they are gone; keep what they "
                                          "would do in snapshot() and set them again in restore()")
