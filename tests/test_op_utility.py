@@ -527,6 +527,14 @@ def test_throttle_holds_its_rate_when_its_timers_fire_late() -> None:
     assert 0.29 <= took <= 0.31, took  # 3,000 at 10,000/s: 0.3 s
 
 
+def test_a_beacon_restores_a_checkpoint_that_kept_only_its_deadline() -> None:
+    # Checkpoints of riverbed before stop 42 hold the next tuple's deadline ("due").
+    beacon = Beacon(iterations=4, period=1.0, output={"n": lambda i: i})
+    beacon.restore({"count": 2, "marked": False, "due": 12 * S})
+    assert run_source(beacon, start=10.0) == [(12.0, {"n": 2}), (13.0, {"n": 3}), (13.0, W), (13.0, F)]
+    assert beacon.snapshot() == {"count": 4, "marked": True, "began": 12 * S, "last": 13 * S}
+
+
 class StallingClock(VirtualClock):
     """A clock whose first timer due at 0.5 s or later fires ``late`` ns late (80 ms: another
     operator held the event loop)."""

@@ -112,11 +112,11 @@ class Beacon(Source):
         self.output: dict[str, Any] = dict(out or {})
         self.count = 0
         self.marked = False
-        self.due: int | None = None  # the next tuple's time, while paced
         # What a checkpoint keeps (times, not the deadline: a restart with another ``period``
         # or ``init_delay`` paces by those): when the run began, and the last tuple's slot.
         self.began: int | None = None
         self.last: int | None = None
+        self._old_due: int | None = None  # the deadline a checkpoint before stop 42 kept instead
         self._template: dict[str, Any] = {}
 
     def check_ports(self, ports: PortLayout) -> list[str]:
@@ -148,23 +148,24 @@ class Beacon(Source):
     async def run(self) -> None:
         ctx: Any = self.context
         now = ctx.now()
-        if self.began is not None or self.due is not None:
+        if self.began is not None or self._old_due is not None:
             # Restored: the next tuple keeps its time, so the tuples fall into the same time
             # windows as without the restart (a restart's clock resumes at the checkpoint's
             # time on a virtual clock). After downtime on the wall clock it comes at once and
             # the pacing goes on from now: missed periods are not made up in a burst.
             if self.began is None:  # a checkpoint that kept only the deadline
-                due = self.due or now
+                due = self._old_due or now
+                self.began = due - self.init_delay_ns  # (what the next checkpoints keep)
             elif self.last is None:
                 due = self.began + self.init_delay_ns
             else:
                 due = self.last + self.period_ns
-            due = self.due = max(due, now)
+            due = max(due, now)
             if due > now:
                 await ctx.sleep_until(due)
         else:
             self.began = now
-            due = self.due = now + self.init_delay_ns
+            due = now + self.init_delay_ns
             if self.init_delay_ns:
                 await ctx.sleep_until(due)
         limit = self.iterations
@@ -179,13 +180,12 @@ class Beacon(Source):
                 break  # no pause after the last tuple: the mark and final follow at once
             if period:
                 due += period
-                self.due = due
                 await ctx.sleep_until(due)
                 if ctx.now() - due > max(period, _CATCH_UP_NS):
                     # Held up (a slow operator on the loop, a paused process): this tuple's time
                     # is now, as after a restart, not every missed one at once. Timers late by
                     # a millisecond or so are made up, or a 1 ms period would give 500 a second.
-                    due = self.due = ctx.now()
+                    due = ctx.now()
             elif self.count % _YIELD_EVERY == 0:
                 await ctx.flush()
                 await asyncio.sleep(0)
@@ -195,20 +195,19 @@ class Beacon(Source):
         await ctx.flush()
 
     def snapshot(self) -> Any:
-        return {"count": self.count, "marked": self.marked, "due": self.due, "began": self.began,
-                "last": self.last}
+        return {"count": self.count, "marked": self.marked, "began": self.began, "last": self.last}
 
     def restore(self, state: Any) -> None:
         self.count = int(state["count"])
         self.marked = bool(state["marked"])
-        # (Older checkpoints: no "due", or "due" without "began" and "last".)
-        self.due, self.began, self.last = (None if state.get(k) is None else int(state[k])
-                                           for k in ("due", "began", "last"))
+        # (Older checkpoints: the next tuple's deadline as "due", or nothing, instead.)
+        self.began, self.last, self._old_due = (None if state.get(k) is None else int(state[k])
+                                                for k in ("began", "last", "due"))
 
     def reset_to_initial_state(self) -> None:
         self.count = 0
         self.marked = False
-        self.due = self.began = self.last = None
+        self.began = self.last = self._old_due = None
 
 
 async def _make_consistent(ctx: Any) -> None:
