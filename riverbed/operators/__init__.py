@@ -52,6 +52,7 @@ from ._files import (
 )
 from ._join import Join
 from ._params import OperatorParameterError
+from ._parquet_source import ParquetSource, ParquetSourceError
 from ._relational import Custom, Filter, Functor, Punctor
 from ._sort import Sort
 from ._utility import DeDuplicate, Split, ThreadedSplit, Union
@@ -106,6 +107,8 @@ __all__ = [
     "Pair",
     "PaneIndex",
     "PaneTimingOf",
+    "ParquetSource",
+    "ParquetSourceError",
     "PopulationStdDev",
     "Punctor",
     "SampleStdDev",
