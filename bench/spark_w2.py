@@ -65,6 +65,7 @@ from workloads import (  # noqa: E402
 )
 
 from riverbed.graph import Graph, Operator, Schema, Source  # noqa: E402
+from riverbed.operators import ParquetSource  # noqa: E402
 
 # The deployment code is imported where it is used: the feeder and Spark's Python workers
 # import this module to unpickle the graph's classes, and need none of it.
@@ -102,12 +103,14 @@ class Keep(Operator):
         self.digest.add(tup)
 
 
-def bridge(spark: Any, batch: int, data: Path, workload: str = "W2") -> tuple[float, dict[str, Any], str]:
+def bridge(spark: Any, batch: int, data: Path, workload: str = "W2", *, grouped: bool = True
+           ) -> tuple[float, dict[str, Any], str]:
     from riverbed.spark_bridge._deploy import deploy
 
     g = Graph(f"{workload.lower()}-bridge")
-    src = g.source("readings", ParquetReadings(str(data)), schema=READING, event_time="ts",
-                   resolution="ms")
+    source = (ParquetSource(str(data), pattern=r"^part-.*\.parquet$") if grouped
+              else ParquetReadings(str(data)))
+    src = g.source("readings", source, schema=READING, event_time="ts", resolution="ms")
     panes = g.operator("agg", PaneAvg(), [src.window(CLAUSES[workload], partition_by="sensor")])
     g.sink("sink", Keep(workload), [panes])
     start = time.perf_counter()
@@ -181,6 +184,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=250_000, help="readings per micro-batch")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--only", choices=("bridge", "spark"))
+    ap.add_argument("--feeder", action="store_true",
+                    help="the bridge reads the files in its feeder process (a generate() source), "
+                         "not in each key group's task (a ParquetSource)")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of each engine, alternating")
     ap.add_argument("--no-warmup", dest="warmup", action="store_false",
                     help="time cold runs (by default each engine first runs 50000 readings "
@@ -207,7 +213,7 @@ def main() -> None:
             warm.mkdir()
             write_data(50_000, 25_000, warm)
             spark_own(spark, warm, args.workload)
-            bridge(spark, 25_000, warm, args.workload)
+            bridge(spark, 25_000, warm, args.workload, grouped=not args.feeder)
         data = Path(tmp) / "parquet"
         data.mkdir()
         write_data(args.readings, args.batch, data)
@@ -216,7 +222,8 @@ def main() -> None:
                 if args.only and name != args.only:
                     continue
                 with CpuMeter() as meter:
-                    took, summary, note = (bridge(spark, args.batch, data, args.workload)
+                    took, summary, note = (bridge(spark, args.batch, data, args.workload,
+                                                  grouped=not args.feeder)
                                            if name == "bridge" else spark_own(spark, data, args.workload))
                 used = meter.seconds
                 if used is not None:

@@ -17,6 +17,9 @@ from ..graph import FrozenGraph, Graph
 from ._driver import DriverStage, log_dir, stage_dir
 from ._errors import TranslationError
 from ._feeder import SourceFeeder
+from ._group_reads import GroupReader, publish_group_parts, reader_of
+from ._group_reads import changed_since_planned as group_parts_changed
+from ._group_reads import parts_published as group_parts_published
 from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, STATE_DDL, Hosted, group_function, make_router, spread_labels
 from ._metrics import list_accumulator
@@ -143,7 +146,8 @@ def stage_hosts(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str |
                         tuple(labels[:st.groups]),
                         channels=before.groups if before else 1,
                         copied_marks=_copies(graph, before.members) if before else True,
-                        entries=tuple(p.entries) if n == 0 else ())
+                        entries=tuple(p.entries) if n == 0 else (),
+                        reads=_group_reader(graph, p, labels) if n == 0 else None)
         nxt = None
         if n + 1 < len(stages):
             after = stages[n + 1]
@@ -156,6 +160,17 @@ def stage_hosts(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str |
                         [last.groups] * n_out, state_dir=state_dir,
                         copied_marks=_copies(graph, last.members))
     return hosts, stage
+
+
+def _group_reader(graph: FrozenGraph, p: Plan, labels: list[int]) -> GroupReader | None:
+    read = p.reads.get(p.sources[0])
+    if read is None or not read.grouped:
+        return None
+    assert p.keyed is not None
+    return reader_of(graph, read.source, p.keyed, labels[:p.groups])
+
+
+_NOT_READ = ReadPlan("", ("", 0), None, False, "")
 
 
 def _join_keys(graph: FrozenGraph, p: Plan) -> list[Any]:
@@ -274,13 +289,15 @@ def refuse_checkpoint(frozen: FrozenGraph, checkpoint: str, mode: Mode) -> None:
     _same_plan(checkpoint, p, write=False)
     for i, name in enumerate(p.sources):
         if name in p.reads:
-            _refuse_changed_files(checkpoint, name, i)
+            _refuse_changed_files(checkpoint, name, i, grouped=p.reads[name].grouped)
 
 
-def _refuse_changed_files(checkpoint: str, source: str, index: int) -> None:
+def _refuse_changed_files(checkpoint: str, source: str, index: int, *, grouped: bool = False) -> None:
     """A restart reads source ``index``'s remaining parts as planned by the first run: refused
-    if a file they were cut from changed since (`changed_since_planned`)."""
-    problem = changed_since_planned(os.path.join(checkpoint, f"riverbed-parts-{index}"))
+    if a file they were cut from changed since (`changed_since_planned`; ``grouped``: parts the
+    key groups read, `_group_reads.changed_since_planned`)."""
+    directory = os.path.join(checkpoint, f"riverbed-parts-{index}")
+    problem = group_parts_changed(directory) if grouped else changed_since_planned(directory)
     if problem is not None:
         raise TranslationError(source, problem)
 
@@ -372,6 +389,20 @@ def _parts_frame(spark: Any, graph: FrozenGraph, rp: ReadPlan, index: int, *, ma
              .repartition(tasks))
     return frame.mapInPandas(part_reader(graph, rp, index, route, log),
                              ROW_DDL if route is None else ROUTED_DDL)
+
+
+def _group_parts_frame(spark: Any, graph: FrozenGraph, source: str, labels: list[int], *,
+                       max_rows: int, spool: str) -> Any:
+    """Source ``source`` read by the key groups themselves (`_group_reads`): a row per group and
+    part, planned and published once, a micro-batch of about ``max_rows`` source rows each."""
+    from ._keyed import ROUTED_DDL
+
+    directory = os.path.join(spool, "riverbed-parts-0")
+    if not group_parts_published(directory):
+        publish_group_parts(directory, graph, source, labels, index=0, max_rows=max_rows)
+    else:
+        _refuse_changed_files(spool, source, 0, grouped=True)
+    return spark.readStream.schema(ROUTED_DDL).option("maxFilesPerTrigger", 1).parquet(directory)
 
 
 def _check_inputs(inputs: Mapping[str, SparkInput], available_now: bool) -> None:
@@ -505,6 +536,9 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
                           _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=max_records_per_batch,
                                         spool=checkpoint, feeders=feeders))
                 routed = source.mapInPandas(router, ROUTED_DDL)
+            elif p.reads.get(p.sources[0], _NOT_READ).grouped:  # each key group reads its share
+                routed = _group_parts_frame(spark, frozen, p.sources[0], labels[:p.groups],
+                                            max_rows=max_records_per_batch, spool=checkpoint)
             elif p.sources[0] in p.reads:  # Spark's tasks read the source in parts, routing as they go
                 size = min(BUNDLE_ITEMS, max_records_per_batch)
                 routed = _parts_frame(spark, frozen, p.reads[p.sources[0]], 0, max_rows=max_records_per_batch,

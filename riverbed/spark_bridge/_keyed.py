@@ -29,6 +29,7 @@ from ..checkpoint import decode_value, encode_value
 from ..core import SyncGraph
 from ..graph import FrozenGraph
 from ..windows import TimeIntervalWindow
+from ._group_reads import KIND_READ, GroupReader
 from ._rows import (
     KIND_BUNDLE,
     KIND_COMMAND,
@@ -222,6 +223,7 @@ class Hosted:
     channels: int = 1
     copied_marks: bool = True
     entries: tuple[tuple[str, int], ...] = ()  # a keyed Join: stream i's items enter at entries[i]
+    reads: GroupReader | None = None  # the group reads its source's parts itself (`_group_reads`)
 
     def guard(self, label: int) -> tuple[Callable[[str, list[Any]], None] | None, frozenset[str]]:
         key, labels = self.key, self.labels
@@ -300,9 +302,11 @@ def host_group(hosted: Hosted, hooks: ItemHooks | None, key: tuple[Any, ...],
         # A segment of rows with one stamped time goes in with one call (`SyncGraph.feed_marked`),
         # its runs and marks apart as below: runs whole into timeInterval windows, each tuple
         # alone into the others (a sliding window's every trigger ordered after its tuple).
+        reads = hosted.reads
         last = feed_segments(host, entry, rows, runs=batchable, on_timer=on_timer,
                              emit=lambda exits, cause, at: rows_of(out, exits, cause, at, cols),
-                             where=label)
+                             where=label,
+                             read=None if reads is None else functools.partial(reads.part, label=group))
         if tail is not None and last is not None:
             tail.append(last)
         return out, encode_value(host.state(), checkpoint_id=0, key=label)
@@ -370,7 +374,8 @@ Emit = Callable[[list[tuple[str, int, Any]], bytes, int], None]
 
 
 def feed_segments(host: SyncGraph, entry: tuple[str, int], rows: list[tuple[Any, ...]], *, runs: bool,
-                  on_timer: Callable[[int], None], emit: Emit, where: str) -> tuple[bytes, int] | None:
+                  on_timer: Callable[[int], None], emit: Emit, where: str,
+                  read: Callable[..., Any] | None = None) -> tuple[bytes, int] | None:
     """Feed a group's rows (in order; bundles opened) on stream ``entry``, each segment of items
     with one stamped time in one `SyncGraph.feed_marked` call: runs of tuples as batches
     (``runs``; else each tuple alone), window marks, watermarks and final in their places.
@@ -380,7 +385,8 @@ def feed_segments(host: SyncGraph, entry: tuple[str, int], rows: list[tuple[Any,
 
     A time mark ends a segment (the host advances there, as before any item), and so does a
     bundle's start and end: the item-at-a-time loop fed a run of a bundle apart from the rows
-    around it, and what a run raises is ordered after its own last tuple."""
+    around it, and what a run raises is ordered after its own last tuple. A part the group reads
+    itself (`_group_reads.KIND_READ`, with ``read``) is a segment of its own."""
     source, port = entry
     batch: list[Any] = []
     controls: list[int] = []
@@ -416,6 +422,18 @@ def feed_segments(host: SyncGraph, entry: tuple[str, int], rows: list[tuple[Any,
 
     for ord_, kind_, time_, value, data in rows:
         kind = int(kind_)
+        if kind == KIND_READ:
+            if read is None:
+                raise ValueError(f"{where}: a part to read, but this stage reads none")
+            at = int(time_)
+            if at != seg_at:
+                move(at)
+            flush()
+            batch, controls, causes, last_ord = read(data, at=at)
+            flush()
+            if last_ord:
+                last = (KIND_TUPLE, last_ord, at)
+            continue
         if kind == KIND_BUNDLE:
             flush()
             index, entries = decode(data)

@@ -241,6 +241,8 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
             p.why_not_keyed = f"{where}: {why}" if where else why
         p.pre_chain, p.keyed, p.keyed_chain, p.groups = [], None, [], 1
         p.driver = [op.name for op in graph.operators if op.kind != "source"]
+    if p.keyed is not None and len(sources) == 1 and p.sources[0] in p.feeder:
+        _group_reads(graph, p)
     readers = {r.reader for r in p.reads.values()}
     p.driver = [name for name in p.driver if name not in readers]
     for name in p.driver:
@@ -254,6 +256,28 @@ def plan(graph: FrozenGraph, mode: Mode = "auto", *, groups: int = 2,
             p.notes[name] += (f"; Spark's {out.format} writer (SparkOutput): each commit's tuples "
                               f"to {out.path}/commit=<n>, rows {op.operator.ddl}")
     return p
+
+
+def _group_reads(graph: FrozenGraph, p: Plan) -> None:
+    """An event-time ParquetSource feeding the first keyed stage: read by the key groups
+    themselves where that is exact (`_group_reads`), else it stays in the feeder, saying why."""
+    from ..operators import ParquetSource
+    from ._group_reads import group_read_plan
+
+    name = p.sources[0]
+    if not isinstance(graph.operator(name).operator, ParquetSource):
+        return
+    assert p.keyed is not None
+    why = group_read_plan(graph, name, p.keyed, pre_chain=bool(p.pre_chain), join=bool(p.entries))
+    if why is not None:
+        p.notes[name] += f"; not read by the key groups themselves: {why}"
+        return
+    del p.feeder[name]
+    p.reads[name] = ReadPlan(name, (name, 0), None, False, "read by each key group", grouped=True)
+    p.notes[name] = ("riverbed source read by each key group of the first stage in its own task: "
+                     "the event-time column planned at deployment (the watermarks placed as the "
+                     "runtime places them), each group reading a part's columns and keeping its "
+                     "own keys' rows; no feeder process and no shuffle")
 
 
 def _why_driver(p: Plan, op: OperatorDef) -> str:

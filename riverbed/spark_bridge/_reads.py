@@ -80,14 +80,18 @@ class ReadPlan:
     reader: str | None
     ranges: bool
     why: str
+    grouped: bool = False  # each key group reads the parts itself (`_group_reads`)
 
 
 def read_plan(graph: FrozenGraph, name: str, *, only_source: bool) -> ReadPlan | str:
     """How source ``name`` is read on Spark's executors, or why it stays in the feeder."""
-    from ..operators import DirectoryScan, FileSourceOfFile, FileSourceWithInput
+    from ..operators import DirectoryScan, FileSourceOfFile, FileSourceWithInput, ParquetSource
 
     odef = graph.operator(name)
     src = odef.operator
+    if isinstance(src, ParquetSource):
+        return ("a ParquetSource is read on the executors only by the key groups of the keyed "
+                "stage it feeds, with event time (`_plan` decides that once the stages are known)")
     if isinstance(src, FileSourceOfFile):
         if not only_source:
             return _SHARED
