@@ -196,3 +196,23 @@ def test_the_published_parts_plan_the_watermarks_of_the_whole_stream(tmp_path: P
             for a in [p[2] + x for x in np.frombuffer(p[4], dtype="<i8").tolist()]] == want_after
     assert len(got) == len(want_after)
     assert {r["grp"] for r in rows} == {4, 7}
+
+
+def test_small_files_share_a_micro_batch(tmp_path: Path) -> None:
+    from riverbed.spark_bridge._group_reads import publish_group_parts
+
+    d = tmp_path / "data"
+    d.mkdir()
+    for f in range(5):
+        pq.write_table(pa.table({"k": [1, 2], "v": [0.0, 1.0], "ts": [f * 10, f * 10 + 1]}),
+                       d / f"f{f}.parquet")
+    g = Graph("gr")
+    src = g.source("src", ParquetSource(d), schema=ROW, event_time="ts", resolution="ms")
+    g.operator("agg", Aggregate({"n": Count()}),
+               [src.window("timeInterval, intervalDuration(1), partitioned", partition_by="k")])
+    out = tmp_path / "parts"
+    publish_group_parts(str(out), g.freeze(), "src", [0, 1], index=0, max_rows=5)
+    spool = sorted(p.name for p in out.iterdir() if p.suffix == ".parquet")
+    assert len(spool) == 3  # 2 + 2 rows, 2 + 2, 2 (and the end): not a micro-batch a file
+    kinds = [pq.read_table(out / name).column("kind").to_pylist() for name in spool]
+    assert kinds[0][:2] == [4, 4] and kinds[-1][-4:] == [3, 3, 2, 2]  # start mark, end: max wm, final

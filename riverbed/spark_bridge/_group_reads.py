@@ -51,8 +51,11 @@ _COMPLETE = "_complete"
 _TAIL_BYTES = 4096  # a file's last bytes (its footer) whose digest a restart compares
 
 # Arrow types whose every value passes the schema check of these SPL types.
-_FITS = {"int8": {"int8"}, "int16": {"int16"}, "int32": {"int32"}, "int64": {"int64", "timestamp"},
-         "uint8": {"uint8"}, "uint16": {"uint16"}, "uint32": {"uint32"}, "uint64": {"uint64"},
+_FITS = {"int8": {"int8", "int16", "int32", "int64"}, "int16": {"int16", "int32", "int64"},
+         "int32": {"int32", "int64"}, "int64": {"int64", "timestamp"},
+         "uint8": {"uint8", "uint16", "uint32", "uint64", "int16", "int32", "int64"},
+         "uint16": {"uint16", "uint32", "uint64", "int32", "int64"},
+         "uint32": {"uint32", "uint64", "int64"}, "uint64": {"uint64"},
          "float": {"float32"}, "double": {"float64"}, "bool": {"boolean"},
          "string": {"rstring", "ustring"}, "large_string": {"rstring", "ustring"},
          "binary": {"blob"}, "large_binary": {"blob"}}
@@ -291,11 +294,12 @@ def publish_group_parts(directory: str, graph: FrozenGraph, source: str, labels:
     assert et is not None
     lag, gap = et.ticks(et.lag_ns), et.ticks(et.minimum_gap_ns)
     state: tuple[int | None, int | None] = (None, None)
-    batches: list[list[tuple[Any, ...]]] = []
+    batches: list[list[tuple[Any, ...]]] = []  # a micro-batch's rows, about max_rows source rows
+    filled = 0
     pos = 0  # stream position of the next item
     start_row = [(source_ord(0, index, 0), KIND_TIME, 0, 0, None)]
     fingerprints: dict[str, Any] = {}
-    for path in src.files():
+    for path in map(os.path.abspath, src.files()):  # (the executors' working directory may differ)
         pf = pq.ParquetFile(path)
         md = pf.metadata
         fingerprints[path] = {"size": os.path.getsize(path), "tail": _tail_digest(path)}
@@ -314,7 +318,13 @@ def publish_group_parts(directory: str, graph: FrozenGraph, source: str, labels:
             ends = k == len(cut) - 1
             data = encode([path, rgs, pos, n, np.asarray(after, dtype="<i8").tobytes(),
                            np.asarray(values, dtype="<i8").tobytes(), ends])
-            batches.append([(source_ord(0, index, 2 * pos + 1), KIND_READ, 0, 0, data)])
+            row = (source_ord(0, index, 2 * pos + 1), KIND_READ, 0, 0, data)
+            if batches and filled + n <= max_rows:  # small files share a micro-batch
+                batches[-1].append(row)
+                filled += n
+            else:
+                batches.append([row])
+                filled = n
             pos += n + (1 if ends else 0)
     batches[0][:0] = start_row
     batches[-1] += [(source_ord(0, index, 2 * pos + 1), KIND_WATERMARK, 0, EVENT_TIME_MAX, None),

@@ -134,3 +134,15 @@ class _CrashOnce:
             Path(self.flag).unlink()
             raise RuntimeError("crash once")
         return True
+
+
+def test_a_parquet_source_the_groups_cannot_read_runs_in_the_feeder_with_the_runtimes_output(
+        spark: Any, tmp_path: Path) -> None:
+    data = _data(tmp_path / "data", strings=True, seed=11)
+    ref, out = tmp_path / "runtime.csv", tmp_path / "driver.csv"
+    run_graph(_graph(data, ref, strings=True), clock=VirtualClock())
+    d = deploy(_graph(data, out, strings=True), spark, mode="driver", checkpoint=str(tmp_path / "ck"),
+               max_records_per_batch=700)
+    d.await_termination()
+    assert d.plan.where("src") == "feeder" and len(d.feeders) == 1
+    assert out.read_text() == ref.read_text()
