@@ -65,16 +65,32 @@ from ._aggregate_functions import (
     AggregateFunction,
     Average,
     CountAll,
+    FloatAverage,
     Last,
     NoArgument,
+    PopulationStdDev,
+    SampleStdDev,
     Scope,
     Sum,
 )
-from ._aggregate_math import SumAccumulator, freeze
-from ._aggregate_rows import Column, RowBuilder, compile_rows, expression_key, reads_scope
+from ._aggregate_math import MinAccumulator, SumAccumulator, freeze
+from ._aggregate_rows import (
+    Column,
+    RowBuilder,
+    compile_rows,
+    expression_key,
+    failed_column,
+    reads_scope,
+)
 from ._aggregate_runs import RunRows, SumRuns, compile_run_rows
 from ._params import OperatorParameterError, spl_aliases
-from ._utility_support import attribute_problems, declared_output, result_submit, results_submit
+from ._utility_support import (
+    attribute_problems,
+    declared_output,
+    name_failure,
+    result_submit,
+    results_submit,
+)
 
 __all__ = ["Aggregate"]
 
@@ -91,6 +107,8 @@ OutputValue = AggregateFunction | Callable[[Any], Any] | object
 
 # Column kinds: how one output attribute is computed for one group.
 _INTEGRAL = re.compile(r"u?int(8|16|32|64)")  # SPL's integral types
+_FLOATS = ("float32", "float64")
+_FUNCTION_AT = re.compile(r"<function (\S+) at 0x[0-9a-f]+>")
 _FUNCTION, _INCREMENTAL, _EXPRESSION, _CONSTANT = range(4)
 _KIND_NAMES = {_FUNCTION: "function", _INCREMENTAL: "incremental", _EXPRESSION: "expression",
                _CONSTANT: "constant"}
@@ -427,7 +445,8 @@ class Aggregate(Operator):
         return (problems + attribute_problems([(what, attr) for attr, what in reads.items()],
                                               ports.input_schema())
                 + self._undeclared(ports.output_schema())
-                + self._truncated_averages(ports.input_schema(), ports.output_schema()))
+                + self._truncated_averages(ports.input_schema(), ports.output_schema())
+                + self._deviations_into_non_floats(ports.output_schema()))
 
     def _undeclared(self, output: Schema | None) -> list[str]:
         """An output attribute (assigned or copied) that the declared output schema lacks: every
@@ -461,6 +480,24 @@ class Aggregate(Operator):
                     f"{attr!r} an integer")
         return problems
 
+    def _deviations_into_non_floats(self, outputs: Schema | None) -> list[str]:
+        """A standard deviation is a float64 here (of ints too: 1, 2 and 4 give 1.53): into a
+        declared integral (or other non-float: a decimal takes a Decimal) attribute every
+        result failed the output's check when the window fired, minutes into a run for long
+        windows. Refused as `_truncated_averages` refuses its case."""
+        if outputs is None:
+            return []
+        problems = []
+        for attr, kind, obj in self._columns:
+            if kind != _FUNCTION or type(obj) not in (SampleStdDev, PopulationStdDev):
+                continue
+            target = outputs.type_of(attr)
+            if target is not None and target.strip() not in _FLOATS:
+                problems.append(
+                    f"output {attr!r} = {obj!r}: a standard deviation is a float64 (of integers "
+                    f"too), but {attr!r} is {target}: declare {attr!r} float64")
+        return problems
+
     def check_parallel(self, width: int) -> list[str]:
         """CountAll (and a function class of the user's, which the Scope's ``count_all`` is
         given to) counts every partition's tuples in a sliding window: split over channels,
@@ -481,6 +518,22 @@ class Aggregate(Operator):
         assigned = {attr for attr, _kind, _obj in self._clause}
         return self._clause + [(name, _FUNCTION, Last(name)) for name in output.names
                                if name not in assigned]
+
+    def _float_averages(self, columns: list[tuple[str, int, Any]]) -> list[tuple[str, int, Any]]:
+        """Each ``Average`` of an attribute the input schema declares float32/float64 as a
+        `FloatAverage`: the schema check lets ints through as floats, and SPL's
+        ``Average(float64)`` is a float64, where `Average` of ints alone is SPL's truncated
+        integer Average (1 and 2 gave 1, not 1.5). Chosen once here, so an undeclared or
+        integral attribute's Average keeps its path. (The standard deviations already work
+        in float.)"""
+        schema_of = getattr(self.context, "input_schema", None)
+        inputs = schema_of(0) if schema_of is not None else None
+        if not isinstance(inputs, Schema):
+            return columns
+        return [(attr, kind, FloatAverage(obj.value)
+                 if kind == _FUNCTION and type(obj) is Average and isinstance(obj.value, str)
+                 and (inputs.type_of(obj.value) or "").replace(" ", "") in _FLOATS else obj)
+                for attr, kind, obj in columns]
 
     def _attributes_read(self) -> list[tuple[str, str]]:
         """(what, attribute) for every attribute named in group_by, copy and the output."""
@@ -529,7 +582,7 @@ class Aggregate(Operator):
         if problems:  # (a frozen graph has none: `check_ports`; a host without one may)
             raise OperatorParameterError(f"Aggregate {name!r}: {problems[0]}")
         assert window is not None
-        self._columns = self._with_declared(declared_output(self.context))
+        self._columns = self._float_averages(self._with_declared(declared_output(self.context)))
         tumbling = isinstance(window, StreamWindow) and window.spec.type is WindowType.TUMBLING
         incremental = self.incremental and isinstance(window, StreamWindow) and not tumbling
         self._incremental = incremental
@@ -541,7 +594,7 @@ class Aggregate(Operator):
         for attr, kind, obj in self._columns:
             if incremental and kind == _FUNCTION and obj.accumulator() is not None:
                 key: Hashable = None
-                if type(obj) in (Sum, Average) and not self._reference:
+                if type(obj) in (Sum, Average, FloatAverage) and not self._reference:
                     key = expression_key(obj)
                     if key in shared:
                         plan.append((attr, _INCREMENTAL, obj, shared[key]))
@@ -644,7 +697,12 @@ class Aggregate(Operator):
         and mark in one call (`result_submit`)."""
         tuples = event.tuples
         if tuples:
-            self._result(self._build(tuples, None, None, None))
+            try:
+                row = self._build(tuples, None, None, None)
+            except Exception as exc:
+                self._name_failed_output(exc)
+                raise
+            self._result(row)
         else:
             self.submit_punct(WINDOW_MARK)
 
@@ -722,7 +780,8 @@ class Aggregate(Operator):
             scope = (Scope(self._total, 1, [len(order)] if self._needs_sizes else [], False, None)
                      if self._needs_scope else None)
             self._result(self._build(order, single.accs, scope, None))
-        except Exception:
+        except Exception as exc:
+            self._name_failed_output(exc)
             self._forget(key)  # (it may be half updated)
             raise
 
@@ -786,7 +845,8 @@ class Aggregate(Operator):
                 self._resyncs += state is not None
                 state = self._rebuild(key, tuples)
             self._emit(state.output_groups(), self._total, None)
-        except Exception:
+        except Exception as exc:
+            self._name_failed_output(exc)
             self._forget(key)  # (it may be half updated)
             raise
 
@@ -815,7 +875,8 @@ class Aggregate(Operator):
                             replace(old, t)
                         state.evicted = evicted
                         self._result(self._build(order, single.accs, None, None))
-                    except Exception:
+                    except Exception as exc:
+                        self._name_failed_output(exc)
                         self._forget(key)  # (half updated)
                         raise
                     return
@@ -894,7 +955,8 @@ class Aggregate(Operator):
                 self._emit(state.output_groups(), 0, None)
             else:  # (`_emit` of the one group, inlined)
                 self._result(self._build(single.tuples, single.accs, None, None))
-        except Exception:
+        except Exception as exc:
+            self._name_failed_output(exc)
             self._forget(key)  # (it may be half updated)
             raise
 
@@ -926,7 +988,12 @@ class Aggregate(Operator):
         if not tuples:
             self.submit_punct(WINDOW_MARK)
             return
-        self._result(self._build(tuples, None, None, event))
+        try:
+            row = self._build(tuples, None, None, event)
+        except Exception as exc:
+            self._name_failed_output(exc)
+            raise
+        self._result(row)
 
     def _pane_trigger(self, event: StreamWindowEvent[Any]) -> None:
         if event.partition in self._full or self.aggregate_incomplete_windows:
@@ -955,8 +1022,12 @@ class Aggregate(Operator):
         build = self._build
         submit = self.submit
         scope = self._scope(groups, count_all, pane) if self._needs_scope else None
-        for members in groups:
-            submit(build(members, None, scope, pane))
+        try:
+            for members in groups:
+                submit(build(members, None, scope, pane))
+        except Exception as exc:
+            self._name_failed_output(exc)
+            raise
         self.submit_punct(WINDOW_MARK)
 
     def _emit(self, groups: list[_Group], count_all: int, pane: PaneEvent[Any] | None) -> None:
@@ -965,8 +1036,12 @@ class Aggregate(Operator):
         submit = self.submit
         scope = (self._scope([g.tuples for g in groups], count_all, pane) if self._needs_scope
                  else None)
-        for g in groups:
-            submit(build(g.tuples, g.accs, scope, pane))
+        try:
+            for g in groups:
+                submit(build(g.tuples, g.accs, scope, pane))
+        except Exception as exc:
+            self._name_failed_output(exc)
+            raise
         self.submit_punct(WINDOW_MARK)
 
     def _scope(self, groups: Sequence[Sequence[Any]], count_all: int,
@@ -990,6 +1065,42 @@ class Aggregate(Operator):
             else:
                 row[attr] = obj
         return row
+
+    def _name_failed_output(self, exc: BaseException) -> None:
+        """Name the output attribute whose function raised ``exc`` in its message ("'<' not
+        supported ..." alone did not say which of the clause's functions compared). Found from
+        the traceback, on this error path only: nothing is run again, the rows' and the
+        accumulators' paths keep their speed. Once per exception (handlers nest)."""
+        if exc.__dict__.get("_riverbed_output_named"):
+            return
+        what = self._failed_output(exc)
+        if what is not None:
+            exc.__dict__["_riverbed_output_named"] = True
+            name_failure(exc, what)
+
+    def _failed_output(self, exc: BaseException) -> str | None:
+        plan = self._plan
+        index = failed_column(exc, self._build)
+        if index is not None and index < len(plan):
+            attr, kind, obj, _acc = plan[index]
+            return _describe(attr, kind, obj)
+        reference = Aggregate._build_reference.__code__
+        tb = exc.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if frame.f_code is reference:  # the column loop: its current column
+                names = frame.f_locals
+                return (None if "attr" not in names
+                        else _describe(names["attr"], names.get("kind"), names.get("obj")))
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, (SumAccumulator, MinAccumulator)):  # a mirror's update
+                shared = [acc for _attr, kind, obj, acc in plan
+                          if kind == _INCREMENTAL and obj.read is owner.read]
+                if shared:  # (Sum and Average of one expression share one accumulator)
+                    return " and ".join(_describe(attr, kind, obj) for attr, kind, obj, acc in plan
+                                        if kind == _INCREMENTAL and acc == shared[0])
+            tb = tb.tb_next
+        return None
 
     # ------------------------------------------------------------------ state
 
@@ -1021,6 +1132,13 @@ class Aggregate(Operator):
 
     def reset_to_initial_state(self) -> None:
         self._reset()
+
+
+def _describe(attr: str, kind: Any, obj: Any) -> str:
+    """An output column as the clause gave it, for a message."""
+    if kind == _EXPRESSION:
+        return f"output {attr!r} = {getattr(obj, '__qualname__', repr(obj))} (of the last tuple)"
+    return f"output {attr!r} = " + _FUNCTION_AT.sub(r"\1", repr(obj))  # (no address: stable)
 
 
 def _group_by(group_by: object) -> tuple[Callable[[Any], Hashable] | None, list[str]]:

@@ -46,6 +46,7 @@ from typing import ClassVar, NamedTuple, Protocol
 from ..windows import PaneEvent, PaneTiming
 from ._aggregate_math import (
     AverageAccumulator,
+    FloatAverageAccumulator,
     MaxAccumulator,
     MinAccumulator,
     SumAccumulator,
@@ -55,6 +56,7 @@ from ._aggregate_math import (
     count_extreme,
     distinct,
     extreme,
+    float_average_values,
     freeze,
     squared_deviations,
     sum_values,
@@ -80,6 +82,7 @@ __all__ = [
     "CountGroups",
     "Custom",
     "First",
+    "FloatAverage",
     "IntervalEnd",
     "IntervalStart",
     "Last",
@@ -388,6 +391,28 @@ class Average(_OfValue):
 
     def accumulator(self) -> Accumulator:
         return AverageAccumulator(self.read)
+
+
+class FloatAverage(Average):
+    """``Average(v)`` of an attribute the input schema declares float32 or float64.
+
+    The schema check accepts an int for a float attribute, so whole-number prices may arrive
+    as ints; SPL's ``Average(float64)`` is a float64, so ints here are averaged as floats
+    (1 and 2 give 1.5, not `Average`'s truncated integer 1). `Aggregate.setup` puts it in
+    place of an ``Average`` of such an attribute; without a declared schema the values' own
+    types decide, as `Average` says. Its repr is the ``Average`` the user wrote.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Average(value={self.value!r})"
+
+    def compute(self, tuples: Sequence[_Any], scope: Scope) -> _Any:
+        return float_average_values(self.values(tuples))
+
+    def accumulator(self) -> Accumulator:
+        return FloatAverageAccumulator(self.read)
 
 
 class Min(_OfValue):

@@ -38,6 +38,7 @@ from typing import Any
 
 __all__ = [
     "AverageAccumulator",
+    "FloatAverageAccumulator",
     "MaxAccumulator",
     "MinAccumulator",
     "Numbers",
@@ -48,6 +49,7 @@ __all__ = [
     "count_extreme",
     "distinct",
     "extreme",
+    "float_average_values",
     "freeze",
     "numbers_of",
     "squared_deviations",
@@ -150,6 +152,14 @@ class Numbers:
         if not self.ints:
             return self.fast / (self.n << _FAST_BITS)  # a mean of floats: no overflow
         return _divide((self.ints << _FAST_BITS) + self.fast, self.n << _FAST_BITS)
+
+    def float_mean(self) -> int | float:
+        """`mean` of values declared float (float32/float64): ints among them are whole
+        floats, so ints alone give their exact mean rounded once, not SPL's integer Average
+        (the schema check lets ints through as floats; SPL's ``Average(float64)`` is a float)."""
+        if not self.floats:
+            return _divide(self.ints, self.n)
+        return self.mean()
 
 
 def numbers_of(values: Iterable[Any]) -> Numbers | None:
@@ -350,6 +360,20 @@ def average_values(values: list[Any]) -> Any:
     for v in values[1:]:
         total = total + v
     return total / len(values)
+
+
+def float_average_values(values: list[Any]) -> Any:
+    """`average_values` of an attribute declared float (float32/float64): a float mean even
+    when every value came as an int (`Numbers.float_mean`). Floats alone take the steps of
+    `average_values`, so give its results; anything that is not a number fails there."""
+    if type(values[0]) is float and _only(values, float):
+        mean = float_mean(values)  # (`average_values`' first step, its type check done)
+        if mean is not None:
+            return mean
+    acc = numbers_of(values)
+    if acc is None:
+        return average_values(values)
+    return acc.float_mean()
 
 
 def columns(values: list[Any], fname: str) -> Iterable[tuple[Any, ...]]:
@@ -572,33 +596,57 @@ class AverageAccumulator(SumAccumulator):
         return self.mean()
 
 
+class FloatAverageAccumulator(SumAccumulator):
+    """`AverageAccumulator` of an attribute declared float: `Numbers.float_mean`."""
+
+    __slots__ = ()
+
+    def result(self) -> Any:
+        return self.float_mean()
+
+
 class MinAccumulator:
     """Min over a FIFO: a monotonic queue of (arrival number, value), values non-decreasing.
 
     Each new value drops the newer-end values greater than it: those can
     never be the minimum again. Equal values stay, so the oldest of tied
     minima is at the front, as IBM's fold returns. Amortised O(1) per
-    insertion and eviction. NaN (unordered) and lists (column-wise) break it.
+    insertion and eviction.
+
+    A NaN (unordered) or a list (column-wise) cannot go in the queue: its arrival number
+    goes in ``unordered`` instead, and while one is in the window the accumulator is
+    ``broken`` (the group is recomputed). Once the last of them leaves, the queue, which
+    kept every other value, gives the minimum again: one NaN early in a stream made every
+    later trigger rescan the window for the rest of the run (77x slower, a review).
     """
 
-    __slots__ = ("added", "broken", "read", "removed", "seqs", "vals")
+    __slots__ = ("added", "broken", "read", "removed", "seqs", "unordered", "vals")
 
     def __init__(self, read: Callable[[Any], Any]) -> None:
         self.read = read
         self.seqs: deque[int] = deque()
         self.vals: deque[Any] = deque()
-        self.added = 0
-        self.removed = 0
-        self.broken = False
+        self.unordered: deque[int] = deque()  # arrival numbers of the NaNs and lists kept
+        self.added = 0  # arrivals (every value)
+        self.removed = 0  # evictions (every value)
+        self.broken = False  # an unordered value is in the window
 
-    def _unordered(self, v: Any) -> bool:
-        if v != v or isinstance(v, list):  # noqa: PLR0124 (NaN)
-            self.broken = True
-        return self.broken
+    def _unordered(self, added: int) -> None:
+        self.unordered.append(added)
+        self.broken = True
+
+    def _left(self, removed: int) -> None:
+        """The evictions reached ``removed``: the unordered values among them are gone."""
+        unordered = self.unordered
+        while unordered and unordered[0] <= removed:
+            unordered.popleft()
+        self.broken = bool(unordered)
 
     def add(self, tup: Any) -> None:
         v = self.read(tup)
-        if type(v) is not int and self._unordered(v):
+        added = self.added = self.added + 1
+        if type(v) is not int and (v != v or isinstance(v, list)):  # noqa: PLR0124 (NaN)
+            self._unordered(added)
             return
         vals = self.vals
         if vals and vals[-1] > v:
@@ -606,16 +654,17 @@ class MinAccumulator:
             while vals and vals[-1] > v:
                 vals.pop()
                 seqs.pop()
-        self.added += 1
         vals.append(v)
-        self.seqs.append(self.added)
+        self.seqs.append(added)
 
     def remove(self, tup: Any) -> None:
-        self.removed += 1
+        removed = self.removed = self.removed + 1
         seqs = self.seqs
-        if seqs and seqs[0] == self.removed:
+        if seqs and seqs[0] == removed:
             seqs.popleft()
             self.vals.popleft()
+        elif self.broken:
+            self._left(removed)
 
     def remove_many(self, tuples: Sequence[Any]) -> None:
         """`remove` each of the oldest ``len(tuples)`` tuples: the queue drops what they held."""
@@ -626,6 +675,8 @@ class MinAccumulator:
             while seqs and seqs[0] <= removed:
                 seqs.popleft()
                 vals.popleft()
+        if self.broken:
+            self._left(removed)
 
     def add_many(self, tuples: Sequence[Any]) -> None:
         """`add` each tuple, the loop inlined."""
@@ -634,13 +685,14 @@ class MinAccumulator:
         try:
             for t in tuples:
                 v = read(t)
-                if type(v) is not int and self._unordered(v):
-                    return
+                added += 1
+                if type(v) is not int and (v != v or isinstance(v, list)):  # noqa: PLR0124
+                    self._unordered(added)
+                    continue
                 if vals and vals[-1] > v:
                     while vals and vals[-1] > v:
                         vals.pop()
                         seqs.pop()
-                added += 1
                 vals.append(v)
                 seqs.append(added)
         finally:
@@ -657,7 +709,9 @@ class MaxAccumulator(MinAccumulator):
 
     def add(self, tup: Any) -> None:
         v = self.read(tup)
-        if type(v) is not int and self._unordered(v):
+        added = self.added = self.added + 1
+        if type(v) is not int and (v != v or isinstance(v, list)):  # noqa: PLR0124 (NaN)
+            self._unordered(added)
             return
         vals = self.vals
         if vals and vals[-1] < v:
@@ -665,9 +719,8 @@ class MaxAccumulator(MinAccumulator):
             while vals and vals[-1] < v:
                 vals.pop()
                 seqs.pop()
-        self.added += 1
         vals.append(v)
-        self.seqs.append(self.added)
+        self.seqs.append(added)
 
     def add_many(self, tuples: Sequence[Any]) -> None:
         """`add` each tuple, the loop inlined."""
@@ -676,13 +729,14 @@ class MaxAccumulator(MinAccumulator):
         try:
             for t in tuples:
                 v = read(t)
-                if type(v) is not int and self._unordered(v):
-                    return
+                added += 1
+                if type(v) is not int and (v != v or isinstance(v, list)):  # noqa: PLR0124
+                    self._unordered(added)
+                    continue
                 if vals and vals[-1] < v:
                     while vals and vals[-1] < v:
                         vals.pop()
                         seqs.pop()
-                added += 1
                 vals.append(v)
                 seqs.append(added)
         finally:

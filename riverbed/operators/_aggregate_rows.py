@@ -47,6 +47,7 @@ from ._aggregate_functions import (
     CountDistinct,
     Custom,
     First,
+    FloatAverage,
     IntervalEnd,
     IntervalStart,
     Last,
@@ -63,9 +64,17 @@ from ._aggregate_functions import (
 from ._aggregate_functions import (
     Any as AnyOf,
 )
-from ._aggregate_math import average_values, extreme, float_total, float_total_mean, sum_values
+from ._aggregate_math import (
+    average_values,
+    extreme,
+    float_average_values,
+    float_total,
+    float_total_mean,
+    sum_values,
+)
 
-__all__ = ["Column", "RowBuilder", "compile_rows", "compiled", "expression_key", "reads_scope"]
+__all__ = ["Column", "RowBuilder", "compile_rows", "compiled", "expression_key", "failed_column",
+           "reads_scope"]
 
 Column = tuple[str, str, Any, int]
 """(attribute, kind, object, accumulator index): kind is "function", "incremental",
@@ -76,10 +85,16 @@ RowBuilder = Callable[[Sequence[Any], Any, Any, Any], dict[str, Any]]
 # Functions of this package whose compute() never reads the Scope: with only these (and the
 # incremental ones of the same kind) an emit needs no Scope at all.
 _SCOPE_FREE: frozenset[type] = frozenset({
-    Last, AnyOf, First, Collect, CollectDistinct, CountByDistinct, CountDistinct, Sum, Average, Min,
+    Last, AnyOf, First, Collect, CollectDistinct, CountByDistinct, CountDistinct, Sum, Average,
+    FloatAverage, Min,
     Max, MinCount, MaxCount, SampleStdDev, PopulationStdDev, ArgMin, ArgMax, CollectArgMin,
     CollectArgMax, Count, Custom})
 _ORDERED_SCALARS = (int, float, str)
+# Sum and the Averages: one expression's float total is shared between them.
+_SUMMED = (Sum, Average, FloatAverage)
+# The whole-list functions written out as a call on the values list.
+_WHOLE_LIST: dict[type, str] = {Sum: "sum_of", Average: "average_of",
+                                FloatAverage: "float_average_of", Min: "min_of", Max: "max_of"}
 _serial = count()
 
 
@@ -124,7 +139,8 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
     `reads_scope`, ``pane`` the pane event on a timeInterval window)."""
     env: dict[str, Any] = {"sum_of": _sum_of, "average_of": average_values, "min_of": _min_of,
                            "max_of": _max_of, "float_total": float_total,
-                           "float_total_mean": float_total_mean}
+                           "float_total_mean": float_total_mean,
+                           "float_average_of": float_average_values}
     head: list[str] = []
     items: list[str] = []
     reads: dict[Any, str] = {}  # an expression -> the name of its values list
@@ -133,7 +149,7 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
     # and one fsum for both, where `sum_of` and `average_of` each took their own.
     summed: dict[Any, int] = {}
     for _attr, kind, obj, _index in columns:
-        if kind == "function" and type(obj) in (Sum, Average):
+        if kind == "function" and type(obj) in _SUMMED:
             key = expression_key(obj)
             summed[key] = summed.get(key, 0) + 1
     bound: set[str] = set()  # accumulators already taken from ``accs``
@@ -167,7 +183,7 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
                 bound.add(acc)
                 head.append(f"    {acc} = accs[{index}]")
             # Sum and Average of one expression share a `SumAccumulator` (see Aggregate.setup).
-            result = {Sum: "total", Average: "mean"}.get(cls, "result")
+            result = {Sum: "total", Average: "mean", FloatAverage: "float_mean"}.get(cls, "result")
             expr = f"({acc}.{result}() if not {acc}.broken else fn{i}.compute(tuples, scope))"
         elif cls in (Last, AnyOf, First):
             where = "last" if cls is not First else "tuples[0]"
@@ -182,7 +198,7 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
             expr = "len(tuples)"
         elif cls in _PANE_ATTRIBUTES:
             expr = f"pane.{_PANE_ATTRIBUTES[cls]}"
-        elif cls in (Sum, Average) and summed[expression_key(obj)] > 1:
+        elif cls in _SUMMED and summed[expression_key(obj)] > 1:
             values = values_of(obj)
             name = reads[expression_key(obj)]
             total = f"t{name[1:]}"
@@ -193,11 +209,12 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
                 taken = f"({total} := float_total({values})) is not None"
             if cls is Sum:
                 expr = f"({total} if {taken} else sum_of({name}))"
-            else:
-                expr = f"(float_total_mean({name}, {total}) if {taken} else average_of({name}))"
-        elif cls in (Sum, Average, Min, Max):
+            else:  # (a float total: every value a float, so a FloatAverage's mean too)
+                mean = "average_of" if cls is Average else "float_average_of"
+                expr = f"(float_total_mean({name}, {total}) if {taken} else {mean}({name}))"
+        elif cls in _WHOLE_LIST:
             values = values_of(obj)
-            expr = {Sum: "sum_of", Average: "average_of", Min: "min_of", Max: "max_of"}[cls] + f"({values})"
+            expr = _WHOLE_LIST[cls] + f"({values})"
         else:
             assert isinstance(obj, AggregateFunction), obj
             env[f"fn{i}"] = obj
@@ -209,7 +226,37 @@ def compile_rows(columns: Sequence[Column]) -> RowBuilder:
     lines += head
     lines.append("    return {" + ", ".join(items) + "}")
     build: RowBuilder = compiled("\n".join(lines) + "\n", "row builder", env)["build"]
+    # Where each column's item lies on the return line (1-based line, columns), so a failure
+    # can be traced to its output attribute (`failed_column`) without running anything again.
+    spans, start = [], len("    return {")
+    for item in items:
+        spans.append((start, start + len(item)))
+        start += len(item) + 2
+    build.__dict__["column_spans"] = (len(lines), spans)
     return build
+
+
+def failed_column(exc: BaseException, build: Any) -> int | None:
+    """The index of the column whose item of the compiled ``build`` raised ``exc`` (found from
+    the traceback's position in the generated return line), or None if it did not raise there.
+    For error messages only: nothing is evaluated again."""
+    found = getattr(build, "column_spans", None)
+    code = getattr(build, "__code__", None)
+    if found is None or code is None:
+        return None
+    line, spans = found
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            for i, position in enumerate(code.co_positions()):
+                if i == tb.tb_lasti // 2:  # (one position per 2-byte code unit)
+                    at_line, _end, col, _end_col = position
+                    if at_line != line or col is None:
+                        return None
+                    return next((c for c, (a, b) in enumerate(spans) if a <= col < b), None)
+            return None
+        tb = tb.tb_next
+    return None
 
 
 def compiled(source: str, what: str, env: dict[str, Any]) -> dict[str, Any]:

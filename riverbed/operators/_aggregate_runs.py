@@ -29,7 +29,7 @@ from typing import Any
 
 from ..windows import drop_front
 from ._aggregate_functions import Any as AnyOf
-from ._aggregate_functions import Average, Count, Last, Sum
+from ._aggregate_functions import Average, Count, FloatAverage, Last, Sum
 from ._aggregate_math import _FAST, _FAST_BITS, _FAST_DEN, SumAccumulator
 from ._aggregate_rows import Column, compiled
 
@@ -62,13 +62,18 @@ def _compile_run_rows(columns: Sequence[Column], *, ints: bool) -> RunRows | Non
         if kind == "constant":
             env[f"c{i}"] = obj
             expr = f"c{i}"
-        elif kind == "incremental" and cls in (Sum, Average) and isinstance(obj.value, str):
+        elif kind == "incremental" and cls in (Sum, Average, FloatAverage) \
+                and isinstance(obj.value, str):
             name = sums.setdefault(index, f"s{index}")
             if ints:  # exact ints: the sum itself, and SPL's integer Average (toward zero)
-                expr = f"({name} // size if {name} >= 0 else -(-{name} // size))" \
-                    if cls is Average else name
+                if cls is Average:
+                    expr = f"({name} // size if {name} >= 0 else -(-{name} // size))"
+                elif cls is FloatAverage:  # declared float: the exact mean rounded once
+                    expr = f"{name} / size"  # (as `Numbers.float_mean`; an overflow refuses the run)
+                else:
+                    expr = name
             else:
-                expr = f"{name} / den" if cls is Average else f"{name} / FAST_DEN"
+                expr = f"{name} / den" if cls is not Sum else f"{name} / FAST_DEN"
         elif kind == "function" and cls in (Last, AnyOf) and isinstance(obj.value, str):
             env[f"attr{i}"] = obj.value
             expr = f"t[attr{i}]"

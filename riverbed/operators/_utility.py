@@ -21,6 +21,7 @@ IBM's does whenever the consumers keep up (see its docstring).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -46,6 +47,7 @@ from ._utility_support import (
     params,
     port_shape,
     seconds_ns,
+    subset_problems,
     thaw_key,
 )
 
@@ -76,6 +78,11 @@ class Union(ShapedOperator):
         self._names: tuple[str, ...] | None = None
         self._put: Callable[[Iterable[Any]], None] = self._submit_each
         self._project: Callable[[Any], Any] | None = None
+
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        """The port counts, and with a declared output schema every declared input having each
+        of its attributes, typed alike (SPL's rule; a tuple lacking one failed the job)."""
+        return super().check_ports(ports) + subset_problems(ports, "Union")
 
     def setup(self) -> None:
         port_shape(self, self.port_ranges)
@@ -143,7 +150,9 @@ class Split(ShapedOperator):
     def __init__(self, index: Callable[[Any], Any] | None = None, *, file: str | Path | None = None,
                  key: KeyFn | str | None = None, **spl: Any) -> None:
         p = params("Split", {"index": index, "file": file, "key": key}, spl)
-        self.index = check_callable("Split", "index", p["index"])
+        # (Split refuses a bool index: its example is a port number, or a list of them)
+        self.index = check_callable("Split", "index", p["index"],
+                                    example="lambda t: 0 if t['price'] > 10 else 1")
         if (p["file"] is None) != (p["key"] is None):
             raise OperatorParameterError("Split: file and key go together: give both, or index alone")
         if (self.index is None) == (p["file"] is None):
@@ -429,8 +438,12 @@ class DeDuplicate(ShapedOperator):
             self.diff = int_param("DeDuplicate", "count", p["count"])
         else:
             d = p["delta"]
-            if isinstance(d, bool) or not isinstance(d, int | float) or d < 0:
-                raise OperatorParameterError(f"DeDuplicate: delta={d!r}: expected a number >= 0")
+            # (NaN compares false with everything: no repeat was ever within it, so nothing
+            # was deduplicated, silently)
+            if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) \
+                    or d < 0:
+                raise OperatorParameterError(f"DeDuplicate: delta={d!r}: expected a finite "
+                                             "number >= 0")
             self.diff = d
             self.delta_of = key_fn("DeDuplicate", "delta_attribute", p["delta_attribute"])
         for flag in ("reset_on_duplicate", "flush_on_punctuation"):

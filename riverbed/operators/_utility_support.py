@@ -22,6 +22,7 @@ inbox, and is the one place to change when the host offers
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -50,6 +51,8 @@ __all__ = [
     "iter_indices",
     "key_fn",
     "key_out",
+    "name_failure",
+    "one_schema_problems",
     "output_schema",
     "params",
     "passthrough_problems",
@@ -58,6 +61,7 @@ __all__ = [
     "results_submit",
     "seconds_ns",
     "spl_default",
+    "subset_problems",
     "thaw_key",
 ]
 
@@ -83,13 +87,15 @@ def params(operator: str, explicit: dict[str, Any], spl: Mapping[str, Any]) -> d
     return out
 
 
-def check_callable(operator: str, name: str, value: Any, *, optional: bool = True) -> Any:
-    """``value`` if it is callable (or None when optional), else a clear error."""
+def check_callable(operator: str, name: str, value: Any, *, optional: bool = True,
+                   example: str = "lambda t: t['price'] > 10") -> Any:
+    """``value`` if it is callable (or None when optional), else a clear error; ``example``
+    is a callable of the right kind for this parameter (a predicate by default)."""
     if value is None and optional:
         return None
     if not callable(value):
         raise OperatorParameterError(f"{operator}: {name} must be a callable of the tuple "
-                                     f"(e.g. lambda t: t['price'] > 10), got {value!r}")
+                                     f"(e.g. {example}), got {value!r}")
     return value
 
 
@@ -225,6 +231,20 @@ class ShapedOperator(Operator):
         return problems + passthrough_problems(ports) if self.passes_through else problems
 
 
+def _spl_types(schema: Schema) -> dict[str, str]:
+    """Attribute -> type without spaces (``map<a, b>`` is ``map<a,b>``)."""
+    return {n: "".join(t.split()) for n, t in schema.as_dict().items()}
+
+
+def _differences(have: dict[str, str], want: dict[str, str], whose: str) -> list[str]:
+    """What ``want`` (a declared schema's types) does differently from ``have`` (``whose``)."""
+    diffs = [f"lacks {n!r}" for n in have if n not in want]
+    diffs += [f"adds {n!r}" for n in want if n not in have]
+    diffs += [f"makes {n!r} {want[n]} ({whose} is {have[n]})"
+              for n in have if n in want and want[n] != have[n]]
+    return diffs
+
+
 def passthrough_problems(ports: PortLayout) -> list[str]:
     """For each output port whose declared schema is not input port 0's (both declared), what
     differs: an operator that sends its input's tuples on unchanged cannot add, drop or retype
@@ -233,20 +253,66 @@ def passthrough_problems(ports: PortLayout) -> list[str]:
     if given is None:
         return []
     problems = []
-    have = {n: "".join(t.split()) for n, t in given.as_dict().items()}  # (map<a, b> = map<a,b>)
+    have = _spl_types(given)
     for port, declared in enumerate(ports.output_schemas):
         if declared is None:
             continue
-        want = {n: "".join(t.split()) for n, t in declared.as_dict().items()}
+        want = _spl_types(declared)
         if want == have:
             continue
-        diffs = [f"lacks {n!r}" for n in have if n not in want]
-        diffs += [f"adds {n!r}" for n in want if n not in have]
-        diffs += [f"makes {n!r} {want[n]} (the input's is {have[n]})"
-                  for n in have if n in want and want[n] != have[n]]
         problems.append(f"output port {port} sends input port 0's tuples on unchanged, so its "
                         f"schema must be the input's {given}; the declared {declared} "
-                        + ", ".join(diffs))
+                        + ", ".join(_differences(have, want, "the input's")))
+    return problems
+
+
+def one_schema_problems(ports: PortLayout, operator: str) -> list[str]:
+    """For an operator whose every input port and output carry one schema (SPL's Pair sends
+    each input's tuples on unchanged): each declared input schema that is not the declared
+    output's (or, without one, not the first declared input's), and what differs."""
+    reference = ports.output_schema(0)
+    where = "output port 0's"
+    if reference is None:
+        first = next((p for p, s in enumerate(ports.input_schemas) if s is not None), None)
+        if first is None:
+            return []
+        reference = ports.input_schemas[first]
+        where = f"input port {first}'s"
+    assert reference is not None
+    have = _spl_types(reference)
+    problems = []
+    for port, declared in enumerate(ports.input_schemas):
+        if declared is None or declared is reference:
+            continue
+        want = _spl_types(declared)
+        if want != have:
+            problems.append(
+                f"input port {port}'s schema {declared} is not {where} {reference}: {operator} "
+                f"sends every input's tuples on unchanged, so SPL gives all its ports one "
+                f"schema; input port {port}'s " + ", ".join(_differences(have, want, where)))
+    return problems
+
+
+def subset_problems(ports: PortLayout, operator: str) -> list[str]:
+    """For an operator that cuts each input tuple to the declared output schema (SPL's Union:
+    the output's attributes are a subset of every input's, with the same types): each
+    declared input schema that lacks an output attribute or types it otherwise."""
+    out = ports.output_schema(0)
+    if out is None:
+        return []
+    want = _spl_types(out)
+    problems = []
+    for port, declared in enumerate(ports.input_schemas):
+        if declared is None:
+            continue
+        have = _spl_types(declared)
+        diffs = [f"lacks {n!r}" for n in want if n not in have]
+        diffs += [f"has {n!r} as {have[n]} (the output's is {want[n]})"
+                  for n in want if n in have and have[n] != want[n]]
+        if diffs:
+            problems.append(
+                f"input port {port}'s schema {declared} " + ", ".join(diffs) + f": {operator} "
+                f"takes each attribute of output port 0's schema {out} from every input's tuples")
     return problems
 
 
@@ -270,6 +336,40 @@ def port_shape(op: Operator, ranges: PortRanges) -> PortShape:
     if problems:
         raise ValueError(f"{name} {odef.name!r}: {problems[0]}")
     return PortShape(n_in, n_out)
+
+
+def name_failure(exc: BaseException, what: str) -> None:
+    """Say in ``exc`` which clause of the operator failed (``what``: an output attribute, a
+    sort key), in place: its type and traceback stay (the job's message finds the window
+    event from the frames). For the error path only.
+
+    Where riverbed's own code raised (comparing or adding the values), ``what`` goes in front
+    of the message: "'<' not supported ..." alone did not say what was compared. A user's
+    function that raised keeps its own text (an error port's record of it is the user's
+    exception) and ``what`` is a note, shown with its traceback; so is ``what`` on an
+    exception whose text is not its one message argument (a KeyError's is its key's repr,
+    the missing attribute's name already)."""
+    args = exc.args
+    if (_raised_by_riverbed(exc) and type(exc).__str__ is BaseException.__str__
+            and len(args) <= 1):
+        exc.args = (f"{what}: {args[0]}" if args else what,)
+    else:
+        exc.add_note(what)
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _raised_by_riverbed(exc: BaseException) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback is riverbed's (or code it generated,
+    ``<riverbed ...>``), not a user's function."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename
+    return filename.startswith(("<riverbed", _PACKAGE + os.sep))
 
 
 def declared_output(context: Any, port: int = 0) -> Schema | None:

@@ -41,6 +41,7 @@ from ._utility_support import (
     int_param,
     key_fn,
     key_out,
+    one_schema_problems,
     output_schema,
     params,
     port_shape,
@@ -213,6 +214,11 @@ class Pair(_Synchroniser):
     def __init__(self, *, partition_by: Sequence[KeyFn | str] | None = None,
                  buffer_size: int | None = None, **spl: Any) -> None:
         super().__init__(partition_by, buffer_size, spl)
+
+    def check_ports(self, ports: PortLayout) -> list[str]:
+        """`_Synchroniser`'s rules, and one schema on every port (SPL's Pair: the tuples go on
+        unchanged, so a port of another schema failed the job at its first tuple)."""
+        return super().check_ports(ports) + one_schema_problems(ports, "Pair")
 
     def setup(self) -> None:
         self._setup_ports()
