@@ -229,7 +229,7 @@ def test_the_job_wide_region_is_named_as_the_jobs_in_messages_and_logs() -> None
     with pytest.raises(JobError) as info:
         run_virtual(job.run(), job.clock)  # type: ignore[arg-type]
     assert "the job's consistent region failed 6 times in a row" in str(info.value)
-    assert {e["region"] for e in logged if e["event"] == "region reset"} == {"(job)"}
+    assert {e["region"] for e in logged if e["event"] == "region reset"} == {"job"}
 
 
 def test_two_regions_checkpoint_on_their_own_and_a_failure_resets_only_its_region() -> None:

@@ -142,8 +142,9 @@ class Region:
 
     @property
     def log_name(self) -> str:
-        """The region in log fields: "(job)" for the job-wide region, whose name is ''."""
-        return self.name or "(job)"
+        """The region in log fields: "job" for the job-wide region, whose name is '' (as the
+        status view, Prometheus and the console call it)."""
+        return self.name or "job"
 
     # ------------------------------------------------------------ restore on start
 
