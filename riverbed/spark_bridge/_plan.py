@@ -472,6 +472,10 @@ def _next_window(graph: FrozenGraph, last: str) -> OperatorDef | None:
 def _spans(inp: InputPort) -> str | None:
     """Why a partitioned window's behaviour spans its partitions (so it needs one key group)."""
     spec = inp.window
+    if isinstance(spec, TimeIntervalSpec) and spec.discard_age > 0:
+        return ("timeInterval window with discardAge: a partition first seen in a pane already "
+                "complete gets no INITIAL_FULL (SPL E18), and whether the pane was complete "
+                "depends on every partition's tuples: one key group")
     if not isinstance(spec, WindowSpec):
         return None
     if spec.partition_eviction is not None:

@@ -146,3 +146,31 @@ def test_a_parquet_source_the_groups_cannot_read_runs_in_the_feeder_with_the_run
     d.await_termination()
     assert d.plan.where("src") == "feeder" and len(d.feeders) == 1
     assert out.read_text() == ref.read_text()
+
+
+def test_a_discard_age_window_is_one_key_group_so_a_late_partition_is_judged_as_in_the_runtime(
+        spark: Any, tmp_path: Path) -> None:
+    """A key first seen in a pane already complete for other keys gets no INITIAL_FULL (SPL
+    E18), so Aggregate gives nothing for it: in key groups of their own, its group made the
+    pane itself and two rows came out that the runtime does not write."""
+    d = tmp_path / "data"
+    d.mkdir()
+    pq.write_table(pa.table({"k": [4, 4, 4, -1, 4, 4], "v": [0.0] * 6,
+                             "ts": [5001, 3940, 5010, 3897, 5020, 9000]}), d / "part-0.parquet")
+    clause = "timeInterval, intervalDuration(0.4), creationPeriod(0.2), discardAge(1.0), partitioned"
+
+    def graph(out: Path) -> Graph:
+        g = Graph("late-partition")
+        src = g.source("src", ParquetSource(d), schema=Schema(k="int64", v="float64", ts="int64"),
+                       event_time="ts", resolution="ms", lag=0.3, minimum_gap=0.0)
+        agg = g.operator("agg", Aggregate({"n": Count(), "start": IntervalStart(), "top": Max("ts")},
+                                          copy=("k",)), [src.window(clause, partition_by="k")])
+        g.sink("file", FileSink(str(out), format="csv"), [agg])
+        return g
+
+    ref, out = tmp_path / "runtime.csv", tmp_path / "spark.csv"
+    run_graph(graph(ref), clock=VirtualClock())
+    d2 = deploy(graph(out), spark, mode="keyed", groups=2, checkpoint=str(tmp_path / "ck"))
+    d2.await_termination()
+    assert d2.plan.groups == 1 and "E18" in d2.plan.notes["agg"]
+    assert "-1," not in ref.read_text() and out.read_text() == ref.read_text()
