@@ -667,7 +667,8 @@ def test_a_bad_event_time_in_a_batch_goes_to_the_error_port_and_the_rest_is_wind
     g.sink("errors", sink, [errors])
     run_graph(g, clock=VirtualClock())
     assert [e["tuple"]["v"] for e in sink.tuples] == [1]
-    assert "tuple 1 of the batch" in sink.tuples[0]["error"]
+    # the reason, not the tuple's place in a batch (hosts batch differently)
+    assert sink.tuples[0]["error"].startswith("event time 'late'"), sink.tuples[0]["error"]
     assert panes.fired == [[0, 2]]  # flushed by the maximum watermark before final
 
 

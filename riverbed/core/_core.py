@@ -1024,7 +1024,8 @@ class OperatorCore:
             except errors as exc:  # user code or a bad tuple
                 i = start + failed_at(exc)
                 self.metrics.inputs[port].errors += 1
-                self.fail_or_route(exc, port, batch[i])
+                # (reported with the tuple: not its place in this batch, which hosts cut apart)
+                self.fail_or_route(getattr(exc, "tuple_error", exc), port, batch[i])
                 start = i + 1
 
     def _handle_window_mark(self, port: int) -> None:

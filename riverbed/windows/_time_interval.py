@@ -478,6 +478,9 @@ class TimeIntervalWindow(Generic[T]):
         except WindowTupleError as exc:
             error = WindowTupleError(f"tuple {index} of the batch: {exc}")
             error.index = index  # type: ignore[attr-defined]  # hosts route the failed tuple
+            # What hosts report with the tuple itself: its place in the batch depends on how the
+            # host batched (the runtime, a parallel channel and a Spark key group differ).
+            error.tuple_error = exc  # type: ignore[attr-defined]
             raise error from None
 
     def _time_of(self, tup: T) -> Any:
