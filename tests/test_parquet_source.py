@@ -76,24 +76,47 @@ def test_a_job_reads_it_with_event_time_and_its_watermarks(tmp_path: Path) -> No
 
 
 def test_a_restore_refuses_a_file_that_changed_or_is_gone(tmp_path: Path) -> None:
+    """In restore() itself, before anything runs: the runtime takes a refusal there as
+    `RestoreRefused` (exit 2, not retried); found when reading began, the job was retried and
+    its region reset again and again (a review)."""
     d = _dataset(tmp_path)
     src = ParquetSource(d)
     items = src.generate()
     list(itertools.islice(items, 5))  # into b.parquet
     state = src.snapshot()
     assert state["file"].endswith("b.parquet") and state["row"] == 2
+    original = (d / "b.parquet").read_bytes()
     _write(d / "b.parquet", [("z", 1.0, 1)] * 9)
-    again = ParquetSource(d)
-    again.restore(state)
     with pytest.raises(ParquetSourceError, match="replaced or rewritten"):
-        list(again.generate())
+        ParquetSource(d).restore(state)
+    # the same size, another footer (values swapped: a same-size rewrite)
+    swapped = original.replace(b"k0", b"k9")
+    assert len(swapped) == len(original) and swapped != original
+    (d / "b.parquet").write_bytes(swapped)
+    with pytest.raises(ParquetSourceError, match="replaced or rewritten"):
+        ParquetSource(d).restore(state)
+    (d / "b.parquet").write_bytes(original)
+    ParquetSource(d).restore(state)  # put back: resumes
     (d / "b.parquet").unlink()
-    gone = ParquetSource(d)
-    gone.restore(state)
     with pytest.raises(ParquetSourceError, match="no longer there"):
-        list(gone.generate())
+        ParquetSource(d).restore(state)
     with pytest.raises(ParquetSourceError, match="expected the dict"):
         ParquetSource(d).restore({"offset": 3})
+
+
+def test_a_file_read_out_and_then_deleted_does_not_stop_a_restart(tmp_path: Path) -> None:
+    """Jobs that remove what they consumed: the checkpoint's file, read out (its window mark
+    sent), is gone at the restart; reading goes on with the files after it."""
+    d = _dataset(tmp_path)
+    src = ParquetSource(d)
+    items = src.generate()
+    list(itertools.islice(items, 3))  # a.parquet's two rows and its window mark
+    state = src.snapshot()
+    assert state["file"].endswith("a.parquet") and state["done"]
+    (d / "a.parquet").unlink()
+    again = ParquetSource(d)
+    again.restore(state)
+    assert list(again.generate()) == _expected(d)[3:]
 
 
 @pytest.mark.parametrize(("params", "message"), [

@@ -17,7 +17,13 @@ import pytest
 from riverbed.graph import FrozenGraph, Graph, Punct, Schema, Source, Watermark
 from riverbed.operators import Aggregate, Count, Filter, ParquetSource
 from riverbed.spark_bridge import plan
-from riverbed.spark_bridge._group_reads import GroupReader, group_read_plan, key_groups, watermark_rows
+from riverbed.spark_bridge._group_reads import (
+    GroupReader,
+    _times_crc,
+    group_read_plan,
+    key_groups,
+    watermark_rows,
+)
 from riverbed.spark_bridge._keyed import group_of
 from riverbed.spark_bridge._rows import KIND_WATERMARK, decode
 from riverbed.spark_bridge._source import CHECKED, TUPLES, generated_items
@@ -95,7 +101,7 @@ def test_each_group_gets_its_keys_rows_and_every_watermark_and_the_files_mark(
     assert key_groups(pq.read_table(path).column("k"), 3).tolist() == [group_of(k, 3) for k in keys]
     after, values = [0, 4, 5, 30, 49], [10, 20, 30, 40, 50]
     data = _encode_part(path, row_groups, 100, 50, after, values, True)
-    reader = GroupReader("src", 0, "k", labels, ("k", "v", "ts"))
+    reader = GroupReader("src", 0, "k", labels, ("k", "v", "ts"), "ts")
     seen: list[Any] = []
     for g, label in enumerate(labels):
         batch, controls, causes, last = reader.part(data, label, 0)
@@ -111,6 +117,11 @@ def test_each_group_gets_its_keys_rows_and_every_watermark_and_the_files_mark(
                 assert [r for r in batch[:i] if type(r) is dict] == [r for r in rows if r["ts"] <= j]
         seen += rows
     assert sorted(r["ts"] for r in seen) == list(range(50))
+    # the file rewritten under the query (other event times): the group says so, naming it
+    pq.write_table(pa.table({"k": pa.array(keys, key_type), "v": [0.0] * 50, "ts": [7] * 50}), path,
+                   row_group_size=7)
+    with pytest.raises(RuntimeError, match="other event times"):
+        reader.part(data, labels[0], 0)
     assert all(r == {"k": keys[r["ts"]], "v": float(r["ts"]), "ts": r["ts"]} for r in seen)
 
 
@@ -118,8 +129,9 @@ def _encode_part(path: str, row_groups: list[int], pos0: int, n: int, after: lis
                  values: list[int], ends: bool) -> bytes:
     from riverbed.spark_bridge._rows import encode
 
+    times = pq.read_table(path).column("ts").to_numpy()
     return encode([path, row_groups, pos0, n, np.asarray(after, dtype="<i8").tobytes(),
-                   np.asarray(values, dtype="<i8").tobytes(), ends])
+                   np.asarray(values, dtype="<i8").tobytes(), ends, _times_crc(times)])
 
 
 def _graph(tmp_path: Path, *, table: Any = None, schema: Schema | None = ROW, key: Any = "k",

@@ -20,7 +20,9 @@ the ones this operator gives the runtime.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import hashlib
 import operator
 import os
 import re
@@ -68,6 +70,7 @@ class ParquetSource(Source):
         self._batch: list[Any] = []
         self._it: Iterator[Any] = iter(())
         self._done = False  # the file's window mark went out
+        self._tail: str | None = None  # the digest of the file's last bytes (its footer)
         self._restored: tuple[str, int, int, bool] | None = None  # (file, rows, size, done)
 
     @staticmethod
@@ -89,11 +92,12 @@ class ParquetSource(Source):
         if self._file is None:
             if self._restored is not None:  # restored, not started: the same position again
                 file, rows, size, done = self._restored
-                return {"file": file, "row": rows, "size": size, "done": done}
+                return {"file": file, "row": rows, "size": size, "done": done, "tail": self._tail}
             return {"file": None, "row": 0, "size": -1, "done": False}
         # Rows submitted: the batch's base plus what its iterator gave (without a count per row).
         rows = self._base + len(self._batch) - operator.length_hint(self._it)
-        return {"file": self._file, "row": rows, "size": self._size, "done": self._done}
+        return {"file": self._file, "row": rows, "size": self._size, "done": self._done,
+                "tail": self._tail}
 
     def restore(self, state: Any) -> None:
         try:
@@ -103,10 +107,34 @@ class ParquetSource(Source):
                                      "snapshot() returns") from None
         self._file, self._batch, self._it, self._base = None, [], iter(()), 0
         self._restored = None if file is None else (file, int(row), int(size), bool(done))
+        self._tail = state.get("tail")
+        if self._restored is not None:
+            # Looked at now, not only when reading starts: a file changed since the checkpoint
+            # refuses the restart before anything runs (`riverbed run` exits 2); found in
+            # generate(), it failed the job, which was retried and reset again and again.
+            problem = self._unresumable(self.files())
+            if problem is not None:
+                raise ParquetSourceError(f"{_OP}: {problem}")
+
+    def _unresumable(self, files: list[str]) -> str | None:
+        """Why the restored position cannot be resumed over ``files`` (None: it can)."""
+        assert self._restored is not None
+        file, row, size, done = self._restored
+        if done:
+            return None  # read out: the files after it follow, whether it is still there or not
+        if file not in files:
+            return f"cannot resume: the checkpoint was reading {file!r}, which is no longer there"
+        now = _size(file)
+        if now != size or (self._tail is not None and _tail_digest(file) != self._tail):
+            return (f"cannot resume {file!r} at row {row}: it is not the file the checkpoint read "
+                    f"({size} bytes then, {now} now, or another footer): it was replaced or "
+                    "rewritten. Put that file back to go on, or give the job a new checkpoint "
+                    "directory")
+        return None
 
     def reset_to_initial_state(self) -> None:
         self._file, self._batch, self._it, self._base = None, [], iter(()), 0
-        self._done, self._restored = False, None
+        self._done, self._restored, self._tail = False, None, None
 
     def generate(self) -> Iterator[Any]:
         import pyarrow.parquet as pq  # type: ignore[import-untyped]
@@ -114,20 +142,17 @@ class ParquetSource(Source):
         files = self.files()
         start, skip = 0, 0
         if self._restored is not None:
-            file, skip, size, done = self._restored
-            if file not in files:
-                raise ParquetSourceError(f"{_OP}: cannot resume: the checkpoint was reading "
-                                         f"{file!r}, which is no longer there")
-            now = _size(file)
-            if now != size:
-                raise ParquetSourceError(f"{_OP}: cannot resume {file!r} at row {skip}: it held "
-                                         f"{size} bytes when checkpointed and holds {now} now: it "
-                                         "was replaced or rewritten")
-            start = files.index(file)
-            if done:  # its window mark went out: the next file, from its start
-                start, skip = start + 1, 0
+            file, skip, _size_then, done = self._restored
+            problem = self._unresumable(files)  # (again: the listing may have changed since)
+            if problem is not None:
+                raise ParquetSourceError(f"{_OP}: {problem}")
+            if done:  # its window mark went out: the first file after it, from its start
+                start, skip = bisect.bisect_right(files, file), 0
+            else:
+                start = files.index(file)
         for name in files[start:]:
             self._file, self._size, self._base, self._done = name, _size(name), 0, False
+            self._tail = _tail_digest(name)  # once a file: a restart compares the footer
             self._batch, self._it = [], iter(())
             try:
                 pf = pq.ParquetFile(name)
@@ -173,6 +198,17 @@ def parquet_files(path: str, pattern: re.Pattern[str]) -> list[str]:
     except OSError as exc:
         raise ParquetSourceError(f"{_OP}: cannot list {path!r}: {exc}") from None
     return [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
+
+
+def _tail_digest(path: str) -> str | None:
+    """A digest of the file's last 4 KiB: its Parquet footer, which describes every row group
+    (a file rewritten with the same size most likely differs there)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def _size(path: str) -> int:

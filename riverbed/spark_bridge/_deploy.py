@@ -246,11 +246,13 @@ def _same_plan(checkpoint: str, p: Plan, *, write: bool = True) -> None:
             or not set(shape["driver"]) <= set(saved.get("driver", ())):
         # (an operator gone from the driver stage leaves state no one restores: fine; one added
         # there has none to restore, and the driver stage's restore cannot start it)
+        moved = sorted(set(saved.get("reads", ())) ^ {str(name) for name in shape["reads"]})
+        why = "".join(f"; source {name!r} now: {p.notes[name]}" for name in moved if name in p.notes)
         raise TranslationError(None, f"the checkpoint {checkpoint!r} was written by another plan "
                                      f"({_shape_text(saved)}); this deployment's is "
-                                     f"{_shape_text(shape)}: its state and offsets would not fit. "
-                                     "Run the graph as it was (the same --mode), or give it a new "
-                                     "checkpoint directory")
+                                     f"{_shape_text(shape)}: its state and offsets would not fit"
+                                     f"{why}. Run the graph as it was (the same --mode, the same "
+                                     "input), or give it a new checkpoint directory")
 
 
 def _shape_text(shape: dict[str, Any]) -> str:
@@ -289,15 +291,22 @@ def refuse_checkpoint(frozen: FrozenGraph, checkpoint: str, mode: Mode) -> None:
     _same_plan(checkpoint, p, write=False)
     for i, name in enumerate(p.sources):
         if name in p.reads:
-            _refuse_changed_files(checkpoint, name, i, grouped=p.reads[name].grouped)
+            _refuse_changed_files(checkpoint, name, i, grouped=p.reads[name].grouped, graph=frozen)
 
 
-def _refuse_changed_files(checkpoint: str, source: str, index: int, *, grouped: bool = False) -> None:
+def _refuse_changed_files(checkpoint: str, source: str, index: int, *, grouped: bool = False,
+                          graph: FrozenGraph | None = None) -> None:
     """A restart reads source ``index``'s remaining parts as planned by the first run: refused
     if a file they were cut from changed since (`changed_since_planned`; ``grouped``: parts the
-    key groups read, `_group_reads.changed_since_planned`)."""
+    key groups read, `_group_reads.changed_since_planned`, which also refuses files added since
+    to the source's listing: ``graph`` has the source)."""
     directory = os.path.join(checkpoint, f"riverbed-parts-{index}")
-    problem = group_parts_changed(directory) if grouped else changed_since_planned(directory)
+    if grouped:
+        assert graph is not None
+        src: Any = graph.operator(source).operator  # (a ParquetSource: the plan made it grouped)
+        problem = group_parts_changed(directory, src.files())
+    else:
+        problem = changed_since_planned(directory)
     if problem is not None:
         raise TranslationError(source, problem)
 
@@ -401,7 +410,7 @@ def _group_parts_frame(spark: Any, graph: FrozenGraph, source: str, labels: list
     if not group_parts_published(directory):
         publish_group_parts(directory, graph, source, labels, index=0, max_rows=max_rows)
     else:
-        _refuse_changed_files(spool, source, 0, grouped=True)
+        _refuse_changed_files(spool, source, 0, grouped=True, graph=graph)
     return spark.readStream.schema(ROUTED_DDL).option("maxFilesPerTrigger", 1).parquet(directory)
 
 

@@ -74,6 +74,7 @@ class GroupReader:
     key: str
     labels: tuple[int, ...]
     columns: tuple[str, ...]
+    event_time: str
 
     def part(self, data: bytes, label: int, at: int) -> tuple[list[Any], list[int], dict[int, bytes], bytes]:
         """The items of part ``data`` for group ``label``, stamped ``at``: (batch, positions of
@@ -84,11 +85,12 @@ class GroupReader:
 
         from ..operators import ParquetSource  # (not at import: the feeder's process needs none of it)
 
-        path, row_groups, pos0, n, after, values, ends_file = decode(data)
+        path, row_groups, pos0, n, after, values, ends_file, crc = decode(data)
         table = pq.ParquetFile(path).read_row_groups(row_groups, columns=list(self.columns))
-        if table.num_rows != n:
-            raise RuntimeError(f"source {self.source!r}: {path!r} row groups {row_groups} hold "
-                               f"{table.num_rows} rows, {n} when planned: the file changed")
+        if table.num_rows != n or _times_crc(table.column(self.event_time).to_numpy()) != crc:
+            raise RuntimeError(f"source {self.source!r}: {path!r} row groups {row_groups} are not "
+                               f"what was planned ({n} rows then, {table.num_rows} now, or other "
+                               "event times): the file changed under the query")
         groups = len(self.labels)
         mine = np.flatnonzero(key_groups(table.column(self.key), groups) == self.labels.index(label)) \
             if groups > 1 else np.arange(n)
@@ -269,7 +271,9 @@ def reader_of(graph: FrozenGraph, source: str, keyed: str, labels: Sequence[int]
     cols = src.columns if src.columns is not None else pq.ParquetFile(files[0]).schema_arrow.names
     key = graph.operator(keyed).inputs[0].partition_by
     assert isinstance(key, str)
-    return GroupReader(source, 0, key, tuple(labels), tuple(cols))
+    et = graph.operator(source).event_time
+    assert et is not None
+    return GroupReader(source, 0, key, tuple(labels), tuple(cols), et.attribute)
 
 
 def parts_published(directory: str) -> bool:
@@ -317,7 +321,7 @@ def publish_group_parts(directory: str, graph: FrozenGraph, source: str, labels:
             after, values, state = watermark_rows(times.astype(np.int64), state, lag, gap)
             ends = k == len(cut) - 1
             data = encode([path, rgs, pos, n, np.asarray(after, dtype="<i8").tobytes(),
-                           np.asarray(values, dtype="<i8").tobytes(), ends])
+                           np.asarray(values, dtype="<i8").tobytes(), ends, _times_crc(times)])
             row = (source_ord(0, index, 2 * pos + 1), KIND_READ, 0, 0, data)
             if batches and filled + n <= max_rows:  # small files share a micro-batch
                 batches[-1].append(row)
@@ -349,6 +353,14 @@ def publish_group_parts(directory: str, graph: FrozenGraph, source: str, labels:
         json.dump({"batches": len(batches), "files": fingerprints}, f)
 
 
+def _times_crc(times: Any) -> int:
+    """A CRC of a part's event times as planned: a file rewritten under the query with the same
+    size and footer, but other times, would put the planned watermarks after other rows."""
+    import numpy as np
+
+    return zlib.crc32(np.ascontiguousarray(times, dtype="<i8").tobytes())
+
+
 def _tail_digest(path: str) -> str:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -356,15 +368,22 @@ def _tail_digest(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def changed_since_planned(directory: str) -> str | None:
-    """Why a file the parts under ``directory`` were planned from is not that file now (None:
-    each is, as far as its size and its footer's digest tell): a restart would read other rows
-    under the planned watermarks."""
+def changed_since_planned(directory: str, listed: Sequence[str]) -> str | None:
+    """Why the parts under ``directory`` do not fit the source's files now, ``listed`` (None:
+    they do): a planned file whose size or footer differs (a restart would read other rows
+    under the planned watermarks), or a file that was not there when the parts were planned
+    (it would never be read: the runtime, which lists the files when reading starts, would)."""
     try:
         with open(os.path.join(directory, _COMPLETE)) as f:
             files = json.load(f).get("files", {})
     except (OSError, ValueError):
         return None
+    new = [path for path in map(os.path.abspath, listed) if path not in files]
+    if new:
+        names = ", ".join(repr(p) for p in new[:3]) + (f" and {len(new) - 3} more" if len(new) > 3 else "")
+        return (f"cannot resume: {names} appeared since the checkpoint planned its reads (the files "
+                "are planned once, when the query first runs, and these would never be read). "
+                "Move them out to go on, or give the job a new checkpoint directory to read them")
     for path, entry in files.items():
         try:
             same = os.path.getsize(path) == entry["size"] and _tail_digest(path) == entry["tail"]

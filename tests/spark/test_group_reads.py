@@ -119,6 +119,18 @@ def test_a_crashed_query_resumes_from_its_checkpoint_and_refuses_a_file_changed_
         deploy(_graph(data, out, strings=False, crash=_CrashOnce(flag, 10_000)), spark,
                mode="keyed", checkpoint=ck, max_records_per_batch=700)
     (data / "part-3.parquet").write_bytes(saved)
+    # a file added since: it would never be read (the runtime, listing when it starts, would)
+    pq.write_table(pq.read_table(data / "part-3.parquet").slice(0, 5), data / "part-9.parquet")
+    with pytest.raises(TranslationError, match=r"part-9\.parquet' appeared since the checkpoint"):
+        deploy(_graph(data, out, strings=False, crash=_CrashOnce(flag, 10_000)), spark,
+               mode="keyed", checkpoint=ck, max_records_per_batch=700)
+    # one the key groups could not read (a null key): the plan changed, and the refusal says why
+    pq.write_table(pa.table({"sensor": pa.array([None], pa.int64()), "value": [0.5], "ts": [10**6]}),
+                   data / "part-9.parquet")
+    with pytest.raises(TranslationError, match=r"another plan.*may hold nulls in column 'sensor'"):
+        deploy(_graph(data, out, strings=False, crash=_CrashOnce(flag, 10_000)), spark,
+               mode="keyed", checkpoint=ck, max_records_per_batch=700)
+    (data / "part-9.parquet").unlink()
     second = deploy(_graph(data, out, strings=False, crash=_CrashOnce(flag, 10_000)), spark,
                     mode="keyed", checkpoint=ck, max_records_per_batch=700)
     second.await_termination()
