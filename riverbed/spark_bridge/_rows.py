@@ -21,6 +21,7 @@ attributes travels as one marshal string (or pickle) instead (`pack_run`, `run_t
 from __future__ import annotations
 
 import marshal
+import operator
 import pickle
 import struct
 import sys
@@ -112,7 +113,7 @@ def channels_apart(rows: list[tuple[Any, ...]], chan_at: int) -> None:
             if j - i > 1:
                 first = rows[i][chan_at]
                 if any(r[chan_at] != first for r in rows[i + 1:j]):
-                    rows[i:j] = sorted(rows[i:j], key=lambda r: r[chan_at])
+                    rows[i:j] = sorted(rows[i:j], key=operator.itemgetter(chan_at))
         i = j
 
 
