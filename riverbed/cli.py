@@ -7,14 +7,20 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .supervise import SUPERVISOR_ENV
+
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="riverbed",
+    # No abbreviations: `--restart 1` was taken as `--restarts 1`, and the supervisor, which
+    # removes `--restarts` from its child's arguments by name, started a supervisor again and
+    # again (a chain of processes without end).
+    parser = argparse.ArgumentParser(prog="riverbed", allow_abbrev=False,
                                      description="IBM Streams window semantics for Python")
     sub = parser.add_subparsers(dest="command", required=True)
-    trace = sub.add_parser("trace", help="replay window trace cases and print the events they raise")
+    trace = sub.add_parser("trace", allow_abbrev=False,
+                           help="replay window trace cases and print the events they raise")
     trace.add_argument("--flavor", choices=["java", "cpp"], default=None,
                        help="which IBM runtime to reproduce (default: each case's own "
                             "\"runtime\", java for a case of either)")
@@ -25,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--out", metavar="DIR",
                        help="write DIR/<case stem>.jsonl per case instead of printing")
     trace.add_argument("cases", nargs="+", metavar="CASE.json")
-    run = sub.add_parser("run", help="run a graph script on the asyncio runtime")
+    run = sub.add_parser("run", allow_abbrev=False,
+                           help="run a graph script on the asyncio runtime")
     run.add_argument("script", metavar="graph.py", help="a script defining build(params) or graph")
     run.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
                      help="a graph parameter for build(params); VALUE is JSON when it parses")
@@ -56,13 +63,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--console", metavar="[HOST:]PORT",
                      help="serve a live web console of the job at http://HOST:PORT/ (HOST defaults "
                           "to 127.0.0.1; PORT 0 picks a free one)")
-    graph = sub.add_parser("graph", help="draw a graph script's graph without running it")
+    graph = sub.add_parser("graph", allow_abbrev=False,
+                           help="draw a graph script's graph without running it")
     graph.add_argument("script", metavar="graph.py")
     graph.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
     graph.add_argument("--format", "-f", dest="fmt", choices=("svg", "dot", "mermaid"), default="svg",
                        help="svg (laid out by Graphviz's dot), dot or mermaid text (default: svg)")
     graph.add_argument("--output", "-o", metavar="FILE", help="write FILE instead of standard output")
-    spark = sub.add_parser("spark", help="deploy a graph script onto Spark Structured Streaming")
+    spark = sub.add_parser("spark", allow_abbrev=False,
+                           help="deploy a graph script onto Spark Structured Streaming")
     spark.add_argument("action", choices=("run", "explain"),
                        help="run: deploy and wait for the query; explain: how each operator translates")
     spark.add_argument("script", metavar="graph.py")
@@ -81,13 +90,15 @@ def _parser() -> argparse.ArgumentParser:
                             "Spark's tasks read in parallel goes in ranges of at least 4 KiB a "
                             "task, and one read whole (`riverbed spark explain` says which) in "
                             "one batch, so their batches may hold more")
-    ckpt = sub.add_parser("checkpoints", help="what a checkpoint directory holds; repair a damaged one")
+    ckpt = sub.add_parser("checkpoints", allow_abbrev=False,
+                           help="what a checkpoint directory holds; repair a damaged one")
     ckpt.add_argument("action", choices=("list", "show", "repair"),
                       help="list: every checkpoint and its status; show: one checkpoint's states; "
                            "repair: rebuild a damaged store with RocksDB's repair (stop the job first)")
     ckpt.add_argument("directory", metavar="DIR")
     ckpt.add_argument("id", nargs="?", type=int, help="checkpoint id for show (default: the newest)")
-    demo = sub.add_parser("demo", help="run an SPL window over a generated sensor stream")
+    demo = sub.add_parser("demo", allow_abbrev=False,
+                           help="run an SPL window over a generated sensor stream")
     demo.add_argument("--window", default="sliding, count(10), count(5), partitioned, partitionCount(100)",
                       help="the SPL window clause")
     demo.add_argument("--sensors", type=int, default=5)
@@ -117,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    if args.command == "run" and args.restarts:
+    if args.command == "run" and args.restarts and not os.environ.get(SUPERVISOR_ENV):
+        # (a job process its supervisor started never supervises: a second guard against a chain)
         if args.restarts < 0:
             print(f"riverbed run: --restarts {args.restarts}: expected a number >= 0", file=sys.stderr)
             return 2

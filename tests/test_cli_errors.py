@@ -239,3 +239,37 @@ def test_checkpoints_the_store_lost_are_logged_by_the_job(
 def test_a_script_without_a_graph_says_what_it_lacks(tmp_path: Path, body: str, message: str) -> None:
     code, said = _run(_script(tmp_path, body))
     assert code == EXIT_INVALID and len(said) == 1 and message in said[0], said
+
+
+@pytest.mark.parametrize("given", [["--restart", "1"], ["--rest=2"], ["--checkpoint-d", "ck"]])
+def test_a_shortened_option_is_refused_not_taken_for_the_long_one(given: list[str]) -> None:
+    """`--restart 1` was `--restarts 1`: the supervisor, which takes `--restarts` out of its
+    child's arguments by name, left it in, and each child supervised again (a chain of
+    processes without end, a review found)."""
+    from riverbed.cli import _main
+
+    with pytest.raises(SystemExit) as exit_:
+        _main(["run", "graph.py", *given])
+    assert exit_.value.code == 2
+
+
+def test_a_job_process_a_supervisor_started_never_supervises(monkeypatch: pytest.MonkeyPatch) -> None:
+    import riverbed.run
+    import riverbed.supervise as supervise
+    from riverbed.cli import _main
+
+    supervised: list[Any] = []
+    ran: list[str] = []
+    def fake_supervise(*a: Any, **k: Any) -> int:
+        supervised.append(a)
+        return 0
+
+    def fake_run(script: str, **k: Any) -> int:
+        ran.append(script)
+        return EXIT_OK
+
+    monkeypatch.setattr(supervise, "supervise", fake_supervise)
+    monkeypatch.setattr(riverbed.run, "run", fake_run)
+    monkeypatch.setenv(supervise.SUPERVISOR_ENV, "1")
+    assert _main(["run", "graph.py", "--restarts", "2"]) == EXIT_OK
+    assert supervised == [] and ran == ["graph.py"]  # it ran the job itself
