@@ -11,9 +11,11 @@ session costs seconds to start).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -47,10 +49,24 @@ def main(paths: list[str], flavor: str | None, host: str, out_dir: str | None,
             status = 2
             continue
         try:
-            files.append((path, [parse_case(case) for case in load_cases(path)]))
+            raw_cases = load_cases(path)  # (its errors name the file)
         except CaseError as exc:
             err(f"riverbed trace: {exc}")
             status = max(status, 1)
+            continue
+        try:
+            files.append((path, [parse_case(case) for case in raw_cases]))
+        except CaseError as exc:  # a file of several cases: say which file
+            err(f"riverbed trace: {path}: {exc}")
+            status = max(status, 1)
+    if out_dir is not None:  # DIR/<stem>.jsonl: two inputs of one name would write one file
+        stems: dict[str, Path] = {}
+        for path, _ in files:
+            if path.stem in stems:
+                err(f"riverbed trace: {stems[path.stem]} and {path} would both write "
+                    f"{Path(out_dir) / (path.stem + '.jsonl')}: give --out inputs of distinct names")
+                return 2
+            stems[path.stem] = path
     for path, cases in files:
         for case in cases:
             if flavor is not None and not case.applies_to(flavor):  # (asked for: said, not refused)
@@ -66,14 +82,14 @@ def main(paths: list[str], flavor: str | None, host: str, out_dir: str | None,
             err(f"riverbed trace: {exc}")
             return 1
         for path, cases in files:
-            _output(path, [(c, next(results)) for c in cases], out_dir)
+            _output(path, ((c, lambda: next(results)) for c in cases), len(cases), out_dir)
         return status
     run = _replayer(host, flavor)
     for path, cases in files:
         try:
-            _output(path, [(case, run(case)) for case in cases], out_dir)
+            _output(path, ((case, functools.partial(run, case)) for case in cases), len(cases), out_dir)
         except CaseError as exc:
-            err(f"riverbed trace: {exc}")
+            err(f"riverbed trace: {path}: {exc}")
             status = max(status, 1)
     return status
 
@@ -91,14 +107,20 @@ def _replayer(host: str, flavor: str | None) -> Callable[[Case], list[Event]]:
     return lambda case: replay(case, WindowHost(case, flavor or _own_flavor(case)))
 
 
-def _output(path: Path, results: Sequence[tuple[Case, list[Event]]], out_dir: str | None) -> None:
-    """A case file's events: to DIR/<stem>.jsonl with --out, else to stdout."""
-    records = [r for case, events in results for r in trace_records(case, events)]
-    if out_dir is not None:
-        with open(Path(out_dir) / f"{path.stem}.jsonl", "w") as fh:
-            _write(records, fh)
-    else:
-        _write(records, sys.stdout)
+def _output(path: Path, results: Iterable[tuple[Case, Callable[[], list[Event]]]], n: int,
+            out_dir: str | None) -> None:
+    """A case file's events, case by case as each is replayed (a failing case leaves those
+    before it written): to DIR/<stem>.jsonl with --out, else to stdout. A file of several cases
+    names each event's case (``"case"``), or their events ran together."""
+    with contextlib.ExitStack() as stack:
+        stream: TextIO = (stack.enter_context(open(Path(out_dir) / f"{path.stem}.jsonl", "w"))
+                          if out_dir is not None else sys.stdout)
+        for case, replayed in results:
+            records = trace_records(case, replayed())
+            if n > 1:
+                records = [{"case": case.name, **r} for r in records]
+            _write(records, stream)
+            stream.flush()
 
 
 def _write(records: list[dict[str, Any]], stream: TextIO) -> None:

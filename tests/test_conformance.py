@@ -196,3 +196,37 @@ def test_cli_exits_2_for_a_case_file_that_is_not_there(tmp_path: Path) -> None:
     result = _trace_cli(str(tmp_path / "nosuch.json"))
     assert result.returncode == 2
     assert f"riverbed trace: {tmp_path / 'nosuch.json'}: no such case file" in result.stderr
+
+
+def _case(name: str, steps: list[Any]) -> dict[str, Any]:
+    return {"name": name, "window": "tumbling, count(2)", "steps": steps, "expect": []}
+
+
+def test_cli_names_each_case_of_a_file_of_several_and_keeps_those_before_a_bad_one(
+        tmp_path: Path) -> None:
+    good = [{"tuple": {"id": "a"}}, {"tuple": {"id": "b"}}]
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps([_case("one", good), _case("two", good)]))
+    result = _trace_cli(str(path))
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {e["case"] for e in events} == {"one", "two"} and events[0]["case"] == "one"
+    bad = {**_case("two", [{"tuple": {"id": "a"}}]), "window": "tumbling, count(2), partitioned",
+           "partition_by": "k"}  # (its tuple has no key: refused when replayed)
+    path.write_text(json.dumps([_case("one", good), bad]))
+    result = _trace_cli(str(path))
+    assert result.returncode == 1
+    assert f"{path}: case two, step 0:" in result.stderr, result.stderr
+    assert result.stdout and all(json.loads(line)["case"] == "one" for line in result.stdout.splitlines())
+
+
+def test_cli_refuses_two_inputs_that_would_write_one_out_file(tmp_path: Path) -> None:
+    for d in ("d1", "d2"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "case.json").write_text(json.dumps(_case(d, [{"tuple": {"id": "a"}}])))
+    out = tmp_path / "out"
+    out.mkdir()
+    result = _trace_cli("--out", str(out), str(tmp_path / "d1" / "case.json"),
+                        str(tmp_path / "d2" / "case.json"))
+    assert result.returncode == 2
+    assert "would both write" in result.stderr and not list(out.iterdir())
