@@ -65,11 +65,15 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
         name, sep, raw = item.partition("=")
         if not sep or not name.isidentifier():
             raise ScriptError(f"--param {item!r}: expected name=value with an identifier name")
-        try:
-            params[name] = json.loads(raw)
-        except json.JSONDecodeError:
+        try:  # (NaN and Infinity are not JSON: Python's parser takes them, this one does not)
+            params[name] = json.loads(raw, parse_constant=_not_json)
+        except (json.JSONDecodeError, ValueError):
             params[name] = raw
     return params
+
+
+def _not_json(word: str) -> Any:
+    raise ValueError(f"{word} is not JSON")  # the value stays the text given
 
 
 def load_graph(script: str | Path, params: dict[str, Any],
@@ -258,7 +262,8 @@ def _build_failure(exc: Exception, params: _ReadParams) -> str:
     # name the parameter that holds it; else the last one read if the failing line read it
     # (``int(params["n"])``). A failure elsewhere (a mistyped keyword three lines on) is the
     # code's: blaming the last -p read sent the user after a value that was fine.
-    culprits = [n for n in dict.fromkeys(reversed(params.read))
+    # (a parameter merged over defaults, ``defaults | params``, can hold that value too)
+    culprits = [n for n in dict.fromkeys([*reversed(params.read), *params.merged])
                 if isinstance(dict.get(params, n), str) and repr(dict.get(params, n)) in str(exc)]
     if not culprits and params.read and isinstance(exc, ValueError | TypeError | ArithmeticError):
         last = params.read[-1]
@@ -359,6 +364,7 @@ class _EarlySignals(list[int]):
     open, which only the job's own ending closes: the loop takes the signals soon after)."""
 
     aborts = True
+    say: Callable[[str], None] | None = None  # how the command reports (JSON lines, once chosen)
 
 
 @contextlib.contextmanager
@@ -393,6 +399,7 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
         checkpoint_period: str | None = None, echo: Callable[[str], None] | None = None,
         console: str | None = None, linger: float = 0.0) -> int:
     """The ``riverbed run`` command; returns the exit code."""
+    early: _EarlySignals | None = None
     try:
         with _early_signals() as early:
             follow_supervisor()  # (its SIGTERM, if it has gone, is caught as a stop)
@@ -402,7 +409,8 @@ def run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", lo
                         checkpoint_period=checkpoint_period, echo=echo, early=early,
                         console=console, linger=linger)
     except _AbortedEarly:
-        (echo or (lambda msg: print(msg, file=sys.stderr)))(
+        say = early.say if early is not None else None  # (JSON lines with --log-format json)
+        (say or echo or (lambda msg: print(msg, file=sys.stderr)))(
             f"riverbed run: {script}: aborted by a second signal")
         return EXIT_ABORTED
 
@@ -418,7 +426,7 @@ def _run(script: str, *, params: Sequence[str] = (), log_format: str = "auto", l
     try:
         logs = configure_logging(log_format, log_level, route_stdlib=True)  # type: ignore[arg-type]
         if logs == "json" and echo is None:  # stderr stays JSON lines: the failures too
-            err = _json_lines(script)
+            err = early.say = _json_lines(script)
         if console is not None:  # before the script runs: a typo or a taken port loads nothing
             address = _console_address(console)
         if metrics_port is not None and not 0 <= metrics_port <= 65535:

@@ -273,3 +273,26 @@ def test_a_job_process_a_supervisor_started_never_supervises(monkeypatch: pytest
     monkeypatch.setenv(supervise.SUPERVISOR_ENV, "1")
     assert _main(["run", "graph.py", "--restarts", "2"]) == EXIT_OK
     assert supervised == [] and ran == ["graph.py"]  # it ran the job itself
+
+
+def test_nan_and_infinity_given_with_p_stay_text() -> None:
+    """Python's JSON parser takes NaN and Infinity (not JSON): `-p seconds=NaN` became a float
+    that no check up front refused; it failed the source at run time, exit 1."""
+    from riverbed.run import parse_params
+
+    assert parse_params(["a=NaN", "b=-Infinity", "c=[NaN]", "d=1.5", "e=[1, 2]"]) == \
+        {"a": "NaN", "b": "-Infinity", "c": "[NaN]", "d": 1.5, "e": [1, 2]}
+
+
+def test_a_bad_value_merged_over_defaults_is_named(tmp_path: Path) -> None:
+    """``defaults | params`` (the main job's and parallel_panes.py's way): a value that does not
+    convert was not traced to its -p (it was for ``params["n"]``)."""
+    script = tmp_path / "merged.py"
+    script.write_text("from riverbed import Graph\n"
+                      "def build(params):\n"
+                      "    p = {'sensors': 4, 'seconds': 1} | params\n"
+                      "    int(p['sensors'])\n"
+                      "    return Graph('g')\n")
+    lines: list[str] = []
+    assert run(str(script), params=["sensors=abc"], echo=lines.append) == EXIT_INVALID
+    assert "(parameter -p sensors='abc')" in lines[-1], lines

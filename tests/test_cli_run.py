@@ -300,9 +300,11 @@ graph = g
     assert failed["thread"] == "helper" and failed["exception"][0]["exc_type"] == "ZeroDivisionError"
 
 
-def test_a_second_signal_while_build_hangs_aborts_the_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("log_format", ["console", "json"])
+def test_a_second_signal_while_build_hangs_aborts_the_command(tmp_path: Path, log_format: str) -> None:
     """A ``build()`` waiting on a network or a database: the first signal is kept for the job
-    (it stops it as it starts), the second ends the command there and then (exit 3)."""
+    (it stops it as it starts), the second ends the command there and then (exit 3), saying
+    so as a JSON line with --log-format json (it was plain text there)."""
     script = _script(tmp_path, (
         "import sys, time\n"
         "def build(params):\n"
@@ -310,7 +312,7 @@ def test_a_second_signal_while_build_hangs_aborts_the_command(tmp_path: Path) ->
         "    time.sleep(120)\n"
         "    g = Graph('late')\n"
         "    return g\n"))
-    proc = _riverbed("run", script, "--no-status")
+    proc = _riverbed("run", script, "--no-status", "--log-format", log_format)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "building"  # in build(): no sleeping to get there
     proc.send_signal(signal.SIGINT)
@@ -318,6 +320,9 @@ def test_a_second_signal_while_build_hangs_aborts_the_command(tmp_path: Path) ->
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
     assert "aborted by a second signal" in err and "Traceback" not in err
+    if log_format == "json":
+        events = [json.loads(line) for line in err.splitlines()]  # every line is a JSON object
+        assert any("aborted by a second signal" in e.get("message", "") for e in events)
 
 
 def test_another_graphs_checkpoint_of_the_same_job_name_is_refused_in_one_line(tmp_path: Path) -> None:
