@@ -41,6 +41,7 @@ from typing import Any
 
 from ..graph import FrozenGraph, Punct, Watermark
 from ..windows import EVENT_TIME_MAX, TimeIntervalSpec
+from ._reads import write_batch_file
 from ._rows import KIND_FINAL, KIND_TIME, KIND_WATERMARK, decode, encode, source_ord
 
 __all__ = ["KIND_READ", "GroupReader", "group_read_plan", "publish_group_parts",
@@ -344,11 +345,7 @@ def publish_group_parts(directory: str, graph: FrozenGraph, source: str, labels:
             "value": pa.array([r[3] for r in copies], pa.int64()),
             "data": pa.array([r[4] for r in copies], pa.binary()),
             "grp": pa.array([r[5] for r in copies], pa.int32())})
-        path = os.path.join(directory, f"{n:012d}.parquet")
-        pq.write_table(table, f"{path}.tmp", compression="none")
-        ns = (base_ms + n) * 1_000_000  # Spark takes files in modification-time order
-        os.utime(f"{path}.tmp", ns=(ns, ns))
-        os.replace(f"{path}.tmp", path)
+        write_batch_file(directory, n, base_ms, table)
     with open(os.path.join(directory, _COMPLETE), "w") as f:
         json.dump({"batches": len(batches), "files": fingerprints}, f)
 

@@ -50,8 +50,19 @@ from typing import Any, BinaryIO
 from ..graph import FrozenGraph, OperatorDef
 from ._rows import KIND_FINAL, KIND_TUPLE, KIND_WATERMARK, KIND_WINDOW, decode, encode
 
-__all__ = ["PART_DDL", "PartReadError", "ReadPlan", "changed_since_planned", "part_reader",
-           "parts_published", "plan_parts", "publish_parts", "read_log", "read_plan"]
+__all__ = [
+    "PART_DDL",
+    "PartReadError",
+    "ReadPlan",
+    "changed_since_planned",
+    "part_reader",
+    "parts_published",
+    "plan_parts",
+    "publish_parts",
+    "read_log",
+    "read_plan",
+    "write_batch_file",
+]
 
 PART_DDL = "part LONG, kind INT, time LONG, value LONG, data BINARY"
 PART_BITS = 40  # part k's rows are numbered from k << PART_BITS
@@ -248,7 +259,6 @@ def publish_parts(directory: str, parts: list[Part], per_batch: int) -> None:
     micro-batch each). Written once: a restart from the same checkpoint reads the same files
     (its offset log names those it took)."""
     import pyarrow as pa  # type: ignore[import-untyped]
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     if os.path.exists(os.path.join(directory, _COMPLETE)):
         return
@@ -262,13 +272,22 @@ def publish_parts(directory: str, parts: list[Part], per_batch: int) -> None:
             "time": pa.array([p.time for p in chunk], pa.int64()),
             "value": pa.array([p.value for p in chunk], pa.int64()),
             "data": pa.array([encode(p.data) for p in chunk], pa.binary())})
-        path = os.path.join(directory, f"{n:012d}.parquet")
-        pq.write_table(table, f"{path}.tmp", compression="none")
-        ns = (base_ms + n) * 1_000_000  # Spark takes files in modification-time order
-        os.utime(f"{path}.tmp", ns=(ns, ns))
-        os.replace(f"{path}.tmp", path)
+        write_batch_file(directory, n, base_ms, table)
     with open(os.path.join(directory, _COMPLETE), "w") as f:
         json.dump({"parts": len(parts), "per_batch": per_batch, "files": _fingerprints(parts)}, f)
+
+
+def write_batch_file(directory: str, n: int, base_ms: int, table: Any) -> None:
+    """Micro-batch ``n``'s rows, ``table``, as ``directory``'s n-th Parquet file, whole or not
+    at all, its modification time ``base_ms + n`` ms: Spark's file source takes files in
+    modification-time order, one a micro-batch."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    path = os.path.join(directory, f"{n:012d}.parquet")
+    pq.write_table(table, f"{path}.tmp", compression="none")
+    ns = (base_ms + n) * 1_000_000
+    os.utime(f"{path}.tmp", ns=(ns, ns))
+    os.replace(f"{path}.tmp", path)
 
 
 def _fingerprints(parts: list[Part]) -> dict[str, Any]:
