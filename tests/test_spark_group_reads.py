@@ -177,6 +177,15 @@ def test_where_the_groups_cannot_read_it_the_source_stays_in_the_feeder_saying_w
                                    join=False) or "")
 
 
+def _counts(d: Path) -> FrozenGraph:
+    """Counts per key and 1 s pane of the ParquetSource of directory ``d``."""
+    g = Graph("gr")
+    src = g.source("src", ParquetSource(d), schema=ROW, event_time="ts", resolution="ms")
+    g.operator("agg", Aggregate({"n": Count()}),
+               [src.window("timeInterval, intervalDuration(1), partitioned", partition_by="k")])
+    return g.freeze()
+
+
 def test_the_published_parts_plan_the_watermarks_of_the_whole_stream(tmp_path: Path) -> None:
     from riverbed.spark_bridge._group_reads import publish_group_parts
 
@@ -191,12 +200,8 @@ def test_the_published_parts_plan_the_watermarks_of_the_whole_stream(tmp_path: P
         chunk = times[f * 300:(f + 1) * 300]
         pq.write_table(pa.table({"k": [i % 5 for i in range(300)], "v": [0.0] * 300, "ts": chunk}),
                        d / f"f{f}.parquet", row_group_size=50)
-    g = Graph("gr")
-    src = g.source("src", ParquetSource(d), schema=ROW, event_time="ts", resolution="ms")
-    g.operator("agg", Aggregate({"n": Count()}),
-               [src.window("timeInterval, intervalDuration(1), partitioned", partition_by="k")])
     out = tmp_path / "parts"
-    publish_group_parts(str(out), g.freeze(), "src", [4, 7], index=0, max_rows=120)
+    publish_group_parts(str(out), _counts(d), "src", [4, 7], index=0, max_rows=120)
     rows = pq.read_table(out).to_pylist()
     parts = [decode(r["data"]) for r in rows if r["kind"] == 7 and r["grp"] == 4]
     assert sum(p[3] for p in parts) == 900 and len(parts) == 9  # 3 files, 3 parts each
@@ -218,12 +223,8 @@ def test_small_files_share_a_micro_batch(tmp_path: Path) -> None:
     for f in range(5):
         pq.write_table(pa.table({"k": [1, 2], "v": [0.0, 1.0], "ts": [f * 10, f * 10 + 1]}),
                        d / f"f{f}.parquet")
-    g = Graph("gr")
-    src = g.source("src", ParquetSource(d), schema=ROW, event_time="ts", resolution="ms")
-    g.operator("agg", Aggregate({"n": Count()}),
-               [src.window("timeInterval, intervalDuration(1), partitioned", partition_by="k")])
     out = tmp_path / "parts"
-    publish_group_parts(str(out), g.freeze(), "src", [0, 1], index=0, max_rows=5)
+    publish_group_parts(str(out), _counts(d), "src", [0, 1], index=0, max_rows=5)
     spool = sorted(p.name for p in out.iterdir() if p.suffix == ".parquet")
     assert len(spool) == 3  # 2 + 2 rows, 2 + 2, 2 (and the end): not a micro-batch a file
     kinds = [pq.read_table(out / name).column("kind").to_pylist() for name in spool]
