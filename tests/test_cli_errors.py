@@ -242,12 +242,18 @@ def test_a_script_without_a_graph_says_what_it_lacks(tmp_path: Path, body: str, 
 
 
 @pytest.mark.parametrize("given", [["--restart", "1"], ["--rest=2"], ["--checkpoint-d", "ck"]])
-def test_a_shortened_option_is_refused_not_taken_for_the_long_one(given: list[str]) -> None:
+def test_a_shortened_option_is_refused_not_taken_for_the_long_one(
+        given: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """`--restart 1` was `--restarts 1`: the supervisor, which takes `--restarts` out of its
     child's arguments by name, left it in, and each child supervised again (a chain of
-    processes without end, a review found)."""
+    processes without end, a review found). Nothing is started here even if that comes back:
+    the supervisor and the job are stand-ins."""
+    import riverbed.run
+    import riverbed.supervise as supervise
     from riverbed.cli import _main
 
+    monkeypatch.setattr(supervise, "supervise", lambda *a, **k: pytest.fail("it supervised"))
+    monkeypatch.setattr(riverbed.run, "run", lambda *a, **k: pytest.fail("it ran the job"))
     with pytest.raises(SystemExit) as exit_:
         _main(["run", "graph.py", *given])
     assert exit_.value.code == 2
