@@ -93,3 +93,27 @@ def test_the_error_message_still_names_average() -> None:
     from riverbed.operators._aggregate_functions import FloatAverage
 
     assert repr(FloatAverage("price")) == repr(Average("price"))
+
+
+def test_an_average_of_a_declared_float_into_an_integer_output_is_refused_at_build() -> None:
+    """The other way round from `_truncated_averages`' case: a float64 average (1.5) into an
+    int64 output failed when the window first fired; whole-number values once passed as ints."""
+    from riverbed.graph import Graph, InvalidGraphError
+    from riverbed.testing import ListSink, ListSource
+
+    g = Graph("a")
+    src = g.source("src", ListSource([{"p": 1}, {"p": 2}]), schema=Schema(p="float64"))
+    agg = g.operator("agg", Aggregate({"avg": Average("p")}), [src.window("tumbling, count(2)")],
+                     [Schema(avg="int64")])
+    g.sink("out", ListSink(), [agg])
+    with pytest.raises(InvalidGraphError, match=r"'avg' is int64: declare 'avg' float64"):
+        g.freeze()
+
+
+def test_the_float_average_of_ints_is_their_exact_sum_divided_once() -> None:
+    from riverbed.operators._aggregate_math import float_average_values
+
+    big = [2**60 + 1, 2**60 + 3, 7]
+    assert float_average_values(big) == float(Fraction(sum(big), 3))
+    assert float_average_values([1, 2]) == 1.5 and type(float_average_values([4, 4])) is float
+    assert float_average_values([1, 2.5]) == 1.75  # mixed: the general path

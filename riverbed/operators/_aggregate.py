@@ -478,6 +478,14 @@ class Aggregate(Operator):
                     f"integer, truncated (SPL's Average(T) is a T), but {attr!r} is {target}: "
                     f"average a float (Average(lambda t: float(t[{obj.value!r}]))) or declare "
                     f"{attr!r} an integer")
+            elif source is not None and target is not None and source.strip() in _FLOATS \
+                    and _INTEGRAL.match(target.strip()):
+                # (the other way: SPL's Average(float64) is a float64, which an integer output
+                # refuses when the window fires; whole-number values once passed as ints)
+                problems.append(
+                    f"output {attr!r} = {obj!r}: the average of {obj.value!r} ({source}) is a "
+                    f"{source}, but {attr!r} is {target}: declare {attr!r} {source} (a Functor "
+                    f"after the Aggregate can round it)")
         return problems
 
     def _deviations_into_non_floats(self, outputs: Schema | None) -> list[str]:

@@ -366,10 +366,13 @@ def float_average_values(values: list[Any]) -> Any:
     """`average_values` of an attribute declared float (float32/float64): a float mean even
     when every value came as an int (`Numbers.float_mean`). Floats alone take the steps of
     `average_values`, so give its results; anything that is not a number fails there."""
-    if type(values[0]) is float and _only(values, float):
+    first = type(values[0])
+    if first is float and _only(values, float):
         mean = float_mean(values)  # (`average_values`' first step, its type check done)
         if mean is not None:
             return mean
+    elif first is int and _only(values, int):  # the exact sum, divided once: rounded once
+        return _divide(sum(values), len(values))
     acc = numbers_of(values)
     if acc is None:
         return average_values(values)
