@@ -66,7 +66,7 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
         if not sep or not name.isidentifier():
             raise ScriptError(f"--param {item!r}: expected name=value with an identifier name")
         try:  # (NaN and Infinity are not JSON: Python's parser takes them, this one does not)
-            params[name] = json.loads(raw, parse_constant=_not_json)
+            params[name] = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
         except (json.JSONDecodeError, ValueError):
             params[name] = raw
     return params
@@ -74,6 +74,13 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
 
 def _not_json(word: str) -> Any:
     raise ValueError(f"{word} is not JSON")  # the value stays the text given
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: an infinity, as NaN and Infinity would be
+        raise ValueError(f"{text} is beyond the float range")  # the value stays the text given
+    return value
 
 
 def load_graph(script: str | Path, params: dict[str, Any],

@@ -127,3 +127,21 @@ def test_a_file_read_out_and_then_deleted_does_not_stop_a_restart(tmp_path: Path
 def test_bad_parameters_are_refused_naming_them(tmp_path: Path, params: dict[str, Any], message: str) -> None:
     with pytest.raises(OperatorParameterError, match=message):
         ParquetSource(tmp_path, **params)
+
+
+def test_a_file_that_does_not_decode_is_named(tmp_path: Path) -> None:
+    d = _dataset(tmp_path)
+    (d / "b.parquet").write_bytes((d / "b.parquet").read_bytes()[:-100])  # cut short
+    with pytest.raises(ParquetSourceError, match=r"cannot read '.*b\.parquet'"):
+        list(ParquetSource(d).generate())
+
+
+def test_a_directory_of_directories_only_is_refused_not_read_as_empty(tmp_path: Path) -> None:
+    """A partitioned dataset (``day=a/``): its files are below the directory given, and it read
+    nothing, exit 0. An empty directory stays an empty source."""
+    (tmp_path / "day=a").mkdir()
+    _write(tmp_path / "day=a" / "x.parquet", [("x", 0.5, 10)])
+    with pytest.raises(ParquetSourceError, match="only directories"):
+        list(ParquetSource(tmp_path).generate())
+    (tmp_path / "empty").mkdir()
+    assert list(ParquetSource(tmp_path / "empty").generate()) == []

@@ -156,9 +156,10 @@ class ParquetSource(Source):
             self._batch, self._it = [], iter(())
             try:
                 pf = pq.ParquetFile(name)
-            except OSError as exc:
+                batches = pf.iter_batches(self.batch_rows, columns=self.columns)
+            except (OSError, ValueError) as exc:  # (pyarrow's ArrowInvalid is a ValueError)
                 raise ParquetSourceError(f"{_OP}: cannot read {name!r}: {exc}") from None
-            for batch in pf.iter_batches(self.batch_rows, columns=self.columns):
+            for batch in _named(batches, name):
                 n = batch.num_rows
                 if skip >= n:  # (restored: rows submitted before the checkpoint)
                     skip -= n
@@ -189,15 +190,36 @@ def _row_maker(names: tuple[str, ...]) -> Callable[[list[list[Any]]], list[dict[
     return eval(code, {"__builtins__": {"zip": zip}})  # type: ignore[no-any-return]
 
 
+def _named(batches: Iterator[Any], name: str) -> Iterator[Any]:
+    """The record batches, a failure to decode one (a file cut short, a page corrupted) naming
+    the file: pyarrow's own message does not."""
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, ValueError) as exc:
+            raise ParquetSourceError(f"{_OP}: cannot read {name!r}: {exc}") from None
+        yield batch
+
+
 def parquet_files(path: str, pattern: re.Pattern[str]) -> list[str]:
-    """``path`` if it is a file; else its files whose names ``pattern`` finds, by name."""
+    """``path`` if it is a file; else its files whose names ``pattern`` finds, by name. A
+    directory holding none, but directories, is refused: a partitioned dataset (``day=a/``)
+    read nothing, exit 0; its files are not looked for below the top."""
     if not os.path.isdir(path):
         return [path]
     try:
-        names = sorted(n for n in os.listdir(path) if pattern.search(n))
+        entries = sorted(os.listdir(path))
     except OSError as exc:
         raise ParquetSourceError(f"{_OP}: cannot list {path!r}: {exc}") from None
-    return [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
+    files = [os.path.join(path, n) for n in entries
+             if pattern.search(n) and os.path.isfile(os.path.join(path, n))]
+    if not files and any(os.path.isdir(os.path.join(path, n)) for n in entries):
+        raise ParquetSourceError(f"{_OP}: {path!r} holds no file matching {pattern.pattern!r}, only "
+                                 "directories: files are read from the directory itself, not from "
+                                 "below it (a partitioned dataset: give each partition's directory)")
+    return files
 
 
 def _tail_digest(path: str) -> str | None:
