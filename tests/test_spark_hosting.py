@@ -435,3 +435,25 @@ def test_after_a_stop_signal_a_failure_of_the_graph_still_fails() -> None:
                                    {"__module__": "pyspark.errors.exceptions.captured"})
     spark_side = StreamingQueryException("Query terminated with exception:  SQLSTATE: XXKST")
     assert _from_spark(spark_side) and not _riverbed_failure(spark_side)
+
+
+def test_a_checkpoint_keyed_in_more_groups_than_a_one_group_stage_now_takes_says_why(
+        tmp_path: Any) -> None:
+    """A partitioned timeInterval window with discardAge is one key group since stop 43 (E18):
+    the refusal of a checkpoint an older riverbed keyed in two said only '2 key groups; this
+    deployment would use 1'."""
+    from riverbed.graph import Graph, Schema
+    from riverbed.operators import Aggregate, Count
+    from riverbed.spark_bridge import TranslationError, plan
+    from riverbed.spark_bridge._deploy import _key_groups, _one_group_why
+    from riverbed.testing import ListSource
+
+    g = Graph("late")
+    src = g.source("src", ListSource([]), schema=Schema(k="int64", ts="int64"), event_time="ts")
+    g.operator("agg", Aggregate({"n": Count()}), [src.window(
+        "timeInterval, intervalDuration(1), discardAge(1), partitioned", partition_by="k")])
+    p = plan(g.freeze(), "keyed", groups=2)
+    assert p.groups == 1
+    saved = {"asked": 2, "groups": 2, "labels": [0, 1], "routing": 2}
+    with pytest.raises(TranslationError, match=r"would use 1 \('agg': keyed stage 1: .*E18"):
+        _key_groups(str(tmp_path), saved, 2, 1, list, why=_one_group_why(p))

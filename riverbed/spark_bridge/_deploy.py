@@ -332,8 +332,17 @@ def _routing_unchanged(graph: FrozenGraph, p: Plan) -> bool:
     return True
 
 
+def _one_group_why(p: Plan) -> str:
+    """Why the plan's one-group stages are one group, for a refusal of a checkpoint keyed in
+    more (an older riverbed keyed a discardAge window by its partitions)."""
+    one = "; ".join(f"{st.members[0]!r}: {p.notes[st.members[0]]}" for st in p.stages
+                    if st.groups == 1 and st.members[0] in p.notes)
+    return (f" ({one}; a checkpoint of another riverbed may have keyed it otherwise: give the job a "
+            "new checkpoint directory)") if one else ""
+
+
 def _key_groups(checkpoint: str, saved: dict[str, Any] | None, asked: int, groups: int,
-                choose: Any, *, unchanged: bool = True) -> list[int]:
+                choose: Any, *, unchanged: bool = True, why: str = "") -> list[int]:
     """The key groups' labels, kept with the checkpoint: a restart routes every key to the group
     whose stored state holds it, whatever the new session's shuffle partitions are.
     ``unchanged``: the graph's keys map to the same groups under every `ROUTING`."""
@@ -341,7 +350,7 @@ def _key_groups(checkpoint: str, saved: dict[str, Any] | None, asked: int, group
         if saved["groups"] != groups:
             raise TranslationError(None, f"the checkpoint {checkpoint!r} holds windows in "
                                          f"{saved['groups']} key groups; this deployment would use "
-                                         f"{groups}")
+                                         f"{groups}{why}")
         if saved.get("routing", 1) != ROUTING:
             if not unchanged:
                 raise TranslationError(
@@ -524,7 +533,7 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
             assert p.keyed is not None
             most = max(st.groups for st in p.stages)
             labels = _key_groups(checkpoint, saved, n_groups, most, lambda: spread_labels(spark, most),
-                                 unchanged=_routing_unchanged(frozen, p))
+                                 unchanged=_routing_unchanged(frozen, p), why=_one_group_why(p))
             hosts, stage = stage_hosts(frozen, p, labels, stage_dir(checkpoint))
             (hosted, nxt), later = hosts[0], hosts[1:]
             if p.entries:  # a Join: both sources in one stream, routed by each side's equality key
