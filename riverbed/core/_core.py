@@ -37,7 +37,7 @@ import heapq
 import itertools
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from operator import le, length_hint, lt
 from typing import Any
 
@@ -509,6 +509,13 @@ class OperatorCore:
     def on_time(self, now: int) -> None:
         """The clock is at ``now``: window timers and operator timers due by then fire in
         time order (a window's before an operator's at the same instant)."""
+        self._fire_timers(now, self._timed)
+        for w in self._timed:
+            self.guard(w.advance_time, None, now)
+
+    def _fire_timers(self, now: int, windows: Sequence[StreamWindow[Any]]) -> None:
+        """The operator's timers due by ``now`` fire, in time order; before each, ``windows``
+        move to its time (their own timers due before it fire first)."""
         timers = self._timers
         while timers:
             when, _, timer = timers[0]
@@ -517,14 +524,12 @@ class OperatorCore:
                 continue
             if when > now:
                 break
-            for w in self._timed:  # the windows' timers due before it fire first
+            for w in windows:
                 self.guard(w.advance_time, None, when)
             heapq.heappop(timers)
-            if not timer.cancelled:
+            if not timer.cancelled:  # (a window's event may have cancelled it)
                 timer.cancelled = True
                 self.guard(timer.callback)
-        for w in self._timed:
-            self.guard(w.advance_time, None, now)
 
     @property
     def live_timers(self) -> int:
@@ -640,14 +645,8 @@ class OperatorCore:
         """Every input ended: the operator's timers already due fire (what they submit comes
         before final: a timer set for now by the last tuples was dropped), then the maximum
         watermark, then final, on every output port."""
-        timers = self._timers
-        if timers:
-            now = self.host.now()
-            while timers and timers[0][0] <= now:
-                _, _, timer = heapq.heappop(timers)
-                if not timer.cancelled:
-                    timer.cancelled = True
-                    self.guard(timer.callback)
+        if self._timers:  # (not the windows: processing time does not move at final)
+            self._fire_timers(self.host.now(), ())
         if self.event_time is not None or self._generates_watermarks:
             self._send_watermark(EVENT_TIME_MAX)  # E23: max watermark right before final
             if self.odef.kind == "source":  # its own, as downstream's shows the max it heard
