@@ -163,14 +163,11 @@ def stage_hosts(graph: FrozenGraph, p: Plan, labels: list[int], state_dir: str |
 
 
 def _group_reader(graph: FrozenGraph, p: Plan, labels: list[int]) -> GroupReader | None:
-    read = p.reads.get(p.sources[0])
-    if read is None or not read.grouped:
+    read = p.group_read
+    if read is None:
         return None
     assert p.keyed is not None
     return reader_of(graph, read.source, p.keyed, labels[:p.groups])
-
-
-_NOT_READ = ReadPlan("", ("", 0), None, False, "")
 
 
 def _join_keys(graph: FrozenGraph, p: Plan) -> list[Any]:
@@ -554,7 +551,7 @@ def _deploy(frozen: FrozenGraph, spark: Any, checkpoint: str, *, temporary: bool
                           _source_frame(spark, frozen, [(p.sources[0], 0)], max_rows=max_records_per_batch,
                                         spool=checkpoint, feeders=feeders))
                 routed = source.mapInPandas(router, ROUTED_DDL)
-            elif p.reads.get(p.sources[0], _NOT_READ).grouped:  # each key group reads its share
+            elif p.group_read is not None:  # each key group reads its share
                 routed = _group_parts_frame(spark, frozen, p.sources[0], labels[:p.groups],
                                             max_rows=max_records_per_batch, spool=checkpoint)
             elif p.sources[0] in p.reads:  # Spark's tasks read the source in parts, routing as they go

@@ -72,6 +72,13 @@ class Plan:
     why_not_keyed: str | None = None
 
     @property
+    def group_read(self) -> ReadPlan | None:
+        """The source's read plan when the first stage's key groups read it themselves
+        (`_group_reads`); None otherwise."""
+        read = self.reads.get(self.sources[0]) if self.sources else None
+        return read if read is not None and read.grouped else None
+
+    @property
     def stages(self) -> list[Stage]:
         """Every keyed stage, the first included (empty in driver mode)."""
         if self.keyed is None:
