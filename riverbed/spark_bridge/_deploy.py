@@ -19,7 +19,6 @@ from ._errors import TranslationError
 from ._feeder import SourceFeeder
 from ._group_reads import GroupReader, publish_group_parts, reader_of
 from ._group_reads import changed_since_planned as group_parts_changed
-from ._group_reads import parts_published as group_parts_published
 from ._inputs import SparkInput
 from ._keyed import KEYED_OUT_DDL, ROUTED_DDL, STATE_DDL, Hosted, group_function, make_router, spread_labels
 from ._metrics import list_accumulator
@@ -413,7 +412,7 @@ def _group_parts_frame(spark: Any, graph: FrozenGraph, source: str, labels: list
     from ._keyed import ROUTED_DDL
 
     directory = os.path.join(spool, "riverbed-parts-0")
-    if not group_parts_published(directory):
+    if not parts_published(directory):
         publish_group_parts(directory, graph, source, labels, index=0, max_rows=max_rows)
     else:
         _refuse_changed_files(spool, source, 0, grouped=True, graph=graph)

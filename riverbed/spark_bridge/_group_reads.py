@@ -30,7 +30,6 @@ tuple the runtime would refuse reaches a window here).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -41,15 +40,13 @@ from typing import Any
 
 from ..graph import FrozenGraph, Punct, Watermark
 from ..windows import EVENT_TIME_MAX, TimeIntervalSpec
-from ._reads import write_batch_file
+from ._reads import _COMPLETE, _digest_before, parts_published, write_batch_file
 from ._rows import KIND_FINAL, KIND_TIME, KIND_WATERMARK, decode, encode, source_ord
 
-__all__ = ["KIND_READ", "GroupReader", "group_read_plan", "publish_group_parts",
-           "watermark_rows"]
+__all__ = ["KIND_READ", "GroupReader", "changed_since_planned", "group_read_plan", "key_groups",
+           "publish_group_parts", "reader_of", "watermark_rows"]
 
 KIND_READ = 7  # a row naming a part of a ParquetSource that the key group reads itself
-_COMPLETE = "_complete"
-_TAIL_BYTES = 4096  # a file's last bytes (its footer) whose digest a restart compares
 
 # Arrow types whose every value passes the schema check of these SPL types.
 _FITS = {"int8": {"int8", "int16", "int32", "int64"}, "int16": {"int16", "int32", "int64"},
@@ -277,10 +274,6 @@ def reader_of(graph: FrozenGraph, source: str, keyed: str, labels: Sequence[int]
     return GroupReader(source, 0, key, tuple(labels), tuple(cols), et.attribute)
 
 
-def parts_published(directory: str) -> bool:
-    return os.path.exists(os.path.join(directory, _COMPLETE))
-
-
 def publish_group_parts(directory: str, graph: FrozenGraph, source: str, labels: Sequence[int], *,
                         index: int, max_rows: int) -> None:
     """The source's parts, one spool file per micro-batch holding a row per key group for each
@@ -307,7 +300,8 @@ def publish_group_parts(directory: str, graph: FrozenGraph, source: str, labels:
     for path in map(os.path.abspath, src.files()):  # (the executors' working directory may differ)
         pf = pq.ParquetFile(path)
         md = pf.metadata
-        fingerprints[path] = {"size": os.path.getsize(path), "tail": _tail_digest(path)}
+        size = os.path.getsize(path)  # and its footer's digest: its last bytes, where it ends
+        fingerprints[path] = {"size": size, "tail": _digest_before(path, size)}
         cut: list[list[int]] = [[]]
         rows_in: list[int] = [0]
         for rg in range(md.num_row_groups):
@@ -358,13 +352,6 @@ def _times_crc(times: Any) -> int:
     return zlib.crc32(np.ascontiguousarray(times, dtype="<i8").tobytes())
 
 
-def _tail_digest(path: str) -> str:
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        f.seek(max(0, size - _TAIL_BYTES))
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 def changed_since_planned(directory: str, listed: Sequence[str]) -> str | None:
     """Why the parts under ``directory`` do not fit the source's files now, ``listed`` (None:
     they do): a planned file whose size or footer differs (a restart would read other rows
@@ -383,7 +370,8 @@ def changed_since_planned(directory: str, listed: Sequence[str]) -> str | None:
                 "Move them out to go on, or give the job a new checkpoint directory to read them")
     for path, entry in files.items():
         try:
-            same = os.path.getsize(path) == entry["size"] and _tail_digest(path) == entry["tail"]
+            size = os.path.getsize(path)
+            same = size == entry["size"] and _digest_before(path, size) == entry["tail"]
         except OSError:
             return f"cannot resume: {path!r}, planned when the checkpoint began, is gone"
         if not same:
