@@ -798,6 +798,24 @@ def test_a_file_given_as_the_directory_is_named_so(tmp_path: Path) -> None:
     assert isinstance(_map_error(Exception("IO error: File too large: While appending"), "x", "y"), StoreFull)
 
 
+def test_a_directory_of_other_files_is_refused_not_mixed_with_a_store(tmp_path: Path) -> None:
+    """RocksDB would put its files among the user's: the store refuses, naming them."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in ("notes.txt", "photo.jpg"):
+        (home / name).write_text("mine")
+    with pytest.raises(StoreIOError, match=r"home: holds files that are not a checkpoint store's "
+                                           r"\(notes\.txt, photo\.jpg\) and no store"):
+        RocksDBStore(home)
+    assert sorted(os.listdir(home)) == ["notes.txt", "photo.jpg"]  # nothing written there
+    (tmp_path / "empty").mkdir()
+    with RocksDBStore(tmp_path / "empty") as store:  # an empty directory, and a store, are fine
+        store.save(1, {"op": 1}, job="j", time_ns=1)
+    (tmp_path / "empty" / "notes.txt").write_text("mine")  # a file beside a store: still a store
+    with RocksDBStore(tmp_path / "empty") as store:
+        assert [info.id for info in store.list()] == [1]
+
+
 def test_a_checkpoint_retention_dropped_after_the_record_fell_behind_is_not_lost(tmp_path: Path) -> None:
     # The record of committed ids could not be written at save 4 (which dropped checkpoint 1):
     # the next open said checkpoint 1 was "gone ... restore the directory from a backup".

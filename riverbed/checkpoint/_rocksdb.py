@@ -82,6 +82,10 @@ _DIR_MODE: Final = 0o700
 _LEDGER_MODE: Final = 0o600
 _ENGINE_FILE = re.compile(r"^(\d+\.(sst|log)|MANIFEST-\d+)$")
 _FIRST_MANIFEST = "MANIFEST-000001"  # what RocksDB writes first when it creates a database
+# What else a store's directory can hold without CURRENT: what RocksDB (and rocksdict) write
+# around creating a database, before CURRENT, the ledger and its temporary, repair's lost/.
+_STORE_FILE = re.compile(r"^(LOCK|IDENTITY|LOG(\.old\.\d+)?|OPTIONS-\d+(\.dbtmp)?|\d+\.dbtmp"
+                         r"|rocksdict-config\.json|lost|" + re.escape(LEDGER_FILE) + r"(\.tmp)?)$")
 _TABLE_IN_MESSAGE = re.compile(r"in (\S+\.sst)\b")
 
 
@@ -289,6 +293,15 @@ class RocksDBStore(CheckpointStore):
                 "live MANIFEST, the list of table files): it was deleted or lost. Opening the store now "
                 "would start an empty one and orphan every checkpoint in those files; "
                 + _repair_advice(self._path))
+        foreign = sorted(n for n in names if not _STORE_FILE.match(n) and not _ENGINE_FILE.match(n))
+        if foreign and not self._read_only:
+            # RocksDB would create its files among the user's (and a later `rm -r` of the
+            # checkpoint directory would take theirs too).
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise StoreIOError(
+                f"{self._path}: holds files that are not a checkpoint store's ({shown}) and no store; "
+                "a checkpoint store is a directory of its own: give a path that does not exist yet, or an "
+                "empty directory")
 
     def _open(self, *, auto_compactions: bool) -> Rdict:
         options = Options(raw_mode=True)
