@@ -10,9 +10,15 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
+import re
 import runpy
+import select
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +104,46 @@ def test_demo_command_starts_a_broker_runs_the_graph_and_stops_the_broker(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert "mosquitto broker on 127.0.0.1:" in proc.stderr
     assert out.exists() and _lines(panes)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_sent_to_the_demo_alone_stops_the_job_then_the_broker(
+        tmp_path: Path, sig: signal.Signals) -> None:
+    """``kill -INT <pid>`` (a process manager, a script) reaches only the demo's process, not
+    the job it runs: the demo passes it on, and the job stops as after a Ctrl-C."""
+    if broker_mod.mosquitto_path() is None:
+        pytest.skip("mosquitto not installed (run scripts/install_broker.sh)")
+    out, panes = tmp_path / "alerts.jsonl", tmp_path / "panes.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "riverbed.mqtt.demo", "--broker", "mosquitto", "--",
+         "-p", "seconds=600", "-p", "sensors=4", "-p", "rate=10", "-p", f"out={out}",
+         "-p", f"panes={panes}", "--no-status", "--log-format", "json"],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        seen: list[str] = []
+        deadline = time.monotonic() + 60
+        while not any('"job started"' in line for line in seen):  # the job is running
+            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+            line = proc.stderr.readline() if ready else ""
+            assert line, f"the job did not start: {''.join(seen)}"
+            seen.append(line)
+        port = int(re.search(r"broker on 127\.0\.0\.1:(\d+)", "".join(seen)).group(1))  # type: ignore[union-attr]
+        os.kill(proc.pid, sig)  # the demo's process alone
+        rest = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:  # it failed: the demo stops its broker on SIGTERM
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert proc.returncode == 0, rest
+    finished = next(json.loads(line) for line in rest.splitlines() if '"job finished"' in line)
+    assert finished["stopped"] is True
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # the broker was stopped after the job
 
 
 # ------------------------------------------------------------------ event time from sensors
