@@ -349,10 +349,12 @@ def test_a_failed_flush_names_the_event_not_the_tuple_that_completed_the_window(
     from riverbed.runtime import JobError
     from riverbed.testing import run_operator
 
-    for op in (Aggregate({"s": Sum("v")}), Sort(sort_by="v")):
+    # (a KeyError's text is its key: what the operator was computing is a note after it)
+    for op, what in ((Aggregate({"s": Sum("v")}), "output 's' = Sum(value='v')"),
+                     (Sort(sort_by="v"), "Sort sort_by='v'")):
         with pytest.raises(JobError) as info:
             run_operator(op, [{"v": 1}, {"w": 2}, {"v": 3}], window="tumbling, count(3)")
         assert str(info.value).splitlines()[-1].strip() == (
-            "operator 'op', input port 0: KeyError: 'v' at EVICTION (3 tuples), set off by "
+            f"operator 'op', input port 0: KeyError: 'v' ({what}) at EVICTION (3 tuples), set off by "
             "tuple {'v': 3}")
 

@@ -162,6 +162,8 @@ def test_a_user_function_that_raises_keeps_its_text_and_gets_a_note() -> None:
         raise ValueError("poison")
 
     text = _run(Aggregate({"s": Sum(reading)}), ROWS, "tumbling, count(3)")
-    assert "ValueError: poison at EVICTION" in text
+    named = ("output 's' = Sum(value=test_a_user_function_that_raises_keeps_its_text_and_gets_a_note"
+             ".<locals>.reading)")
+    assert f"ValueError: poison ({named}) at EVICTION" in text  # the job's message shows the note
     assert "\noutput 's' = Sum(value=test_a_user_function_that_raises_keeps_its_text_and_gets_a_note" \
         ".<locals>.reading)" in text

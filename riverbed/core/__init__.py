@@ -7,7 +7,7 @@ and any future host (a worker process). A host implements `CoreHost`.
 """
 
 from ._core import HOST_ATTRIBUTES, CoreHost, FinalHold, OperatorCore, TimerHandle
-from ._errors import USER_FAILURES, JobError, OperatorError, RestoreRefused, SchemaViolation
+from ._errors import USER_FAILURES, JobError, OperatorError, RestoreRefused, SchemaViolation, with_notes
 from ._metrics import (
     Counter,
     InputPortMetrics,
@@ -50,4 +50,5 @@ __all__ = [
     "same_key",
     "split_marked",
     "state_to_restore",
+    "with_notes",
 ]

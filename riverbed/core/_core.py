@@ -60,7 +60,7 @@ from ..windows import (
     check_watermark,
 )
 from . import _state, _submit
-from ._errors import USER_FAILURES, OperatorError, SchemaViolation
+from ._errors import USER_FAILURES, OperatorError, SchemaViolation, reason_of
 from ._host import CoreHost, FinalHold, TimerHandle
 from ._loops import LoopLog
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
@@ -1171,9 +1171,8 @@ class OperatorCore:
         error_port = self.odef.error_port
         if error_port is None or not isinstance(exc, Exception):
             raise OperatorError(self.name, port, tup, exc, event=failed_event(exc)) from exc
-        reason = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
         self.outputs[error_port].buf.append(
-            {"operator": self.name, "port": port, "tuple": tup, "error": reason})
+            {"operator": self.name, "port": port, "tuple": tup, "error": reason_of(exc)})
 
 
 def _quiet_run(values: list[int], k: int, limit: int, before: list[int], times: list[int]) -> int:

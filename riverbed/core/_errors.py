@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["USER_FAILURES", "JobError", "OperatorError", "RestoreRefused", "SchemaViolation"]
+from ..windows import WindowTupleError
+
+__all__ = ["USER_FAILURES", "JobError", "OperatorError", "RestoreRefused", "SchemaViolation",
+           "reason_of", "with_notes"]
 
 # What user code raising fails its operator with: any error, and ``sys.exit()`` too, which
 # otherwise left the event loop as SystemExit and ended ``riverbed run`` with exit 0 and half
@@ -15,6 +18,23 @@ USER_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit)
 def _short(tup: Any, limit: int = 200) -> str:
     text = repr(tup)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def with_notes(text: str, exc: BaseException) -> str:
+    """``text`` with ``exc``'s notes after it: what an operator added to a user function's
+    exception, which it leaves as it is (the output or sort key that raised), a traceback
+    shows them and ``str()`` does not."""
+    notes = getattr(exc, "__notes__", None)
+    if not notes or not isinstance(notes, list):
+        return text
+    return f"{text} ({'; '.join(map(str, notes))})"
+
+
+def reason_of(exc: BaseException) -> str:
+    """What an error port's record says of ``exc``: riverbed's own tuple errors by their text,
+    anything else by its repr (its type shows), and its notes."""
+    text = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
+    return with_notes(text, exc)
 
 
 class OperatorError(Exception):
@@ -34,7 +54,7 @@ class OperatorError(Exception):
             what = f" at {event}" + (f", set off by tuple {_short(tup)}" if tup is not None else "")
         else:
             what = f" on tuple {_short(tup)}" if tup is not None else ""
-        super().__init__(f"{where}: {type(cause).__name__}: {cause}{what}")
+        super().__init__(f"{where}: {with_notes(f'{type(cause).__name__}: {cause}', cause)}{what}")
 
 
 class SchemaViolation(ValueError):

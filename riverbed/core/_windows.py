@@ -13,9 +13,8 @@ from ..windows import (
     StreamWindowEvent,
     TimeIntervalSpec,
     TimeIntervalWindow,
-    WindowTupleError,
 )
-from ._errors import OperatorError, SchemaViolation
+from ._errors import OperatorError, reason_of
 from ._output import OutputPort
 
 __all__ = ["Window", "build_window", "route_listener_errors"]
@@ -93,7 +92,7 @@ def route_listener_errors(window: Window, route: Callable[[list[Any], str], None
             raise exc
         for out, position in zip(outputs, positions, strict=True):
             out.rewind(position)
-        reason = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
+        reason = reason_of(exc)
         etype = event.type
         if etype is not EventType.INSERTION:
             reason = f"{reason} at {etype.name}"

@@ -43,7 +43,7 @@ from multiprocessing.connection import Connection, wait
 from socket import socket
 from typing import Any
 
-from ..core import OperatorCore, OperatorError, SchemaViolation, SyncGraph
+from ..core import OperatorCore, OperatorError, SchemaViolation, SyncGraph, with_notes
 from ..graph import CheckpointBarrier, FrozenGraph, Watermark
 from ..supervise import end_with_parent
 from ._parallel_split import join_marked, pack_exits
@@ -182,7 +182,7 @@ def _failure(exc: BaseException) -> tuple[Any, ...]:
     if isinstance(exc, OperatorError):
         cause = exc.cause
         return (FAILED, exc.operator, exc.port, None if exc.tuple is None else repr(exc.tuple)[:200],
-                type(cause).__name__, str(cause))
+                type(cause).__name__, with_notes(str(cause), cause))
     if isinstance(exc, SchemaViolation):
         return (FAILED, exc.operator, None, repr(exc.tuple)[:200], "SchemaViolation", str(exc))
     text = "".join(traceback.format_exception(exc)[-3:])
