@@ -28,12 +28,47 @@ this file and nothing else. What it adds to aiomqtt 2.5:
   failure may drop (dead letters); with ``drop_unsent`` what paho would
   resend after a reconnect is dropped instead, so a packet the broker refuses
   by closing the connection cannot close it again at every reconnect.
+* **Messages the broker cannot take** (`publish`): one larger than the
+  Maximum Packet Size an MQTT 5 broker announced is refused before it is
+  sent, and one in flight each time the connection closed, `MAX_LOSSES_IN_FLIGHT`
+  times running (an MQTT 3.1.1 broker closes the connection on a packet above
+  its limit, and says nothing before), is given up on: either way an
+  `MQTTPublishError`, where the sink looped on reconnects for ever.
+* **Retained messages once** (MQTT 5): subscriptions ask for Retain Handling
+  1, so a broker sends the retained messages of a filter only when the
+  subscription is new, not when a session it kept is subscribed again.
+* **No stale socket registrations.** aiomqtt registers paho's socket with the
+  event loop through ``call_soon_threadsafe``, the file descriptor read when
+  it schedules; a connection the broker closed at once (a packet it refuses)
+  was closed before the registration ran: "Bad file descriptor" tracebacks,
+  and, when the next connection reused the number, the selector dropped that
+  descriptor and the client no longer read its socket (a publish waited for
+  its PUBACK until aiomqtt's timeout). `_GuardedLoop` registers only the
+  socket paho still has. And a connection closed between its CONNACK and
+  the end of aiomqtt's ``__aenter__`` is seen as closed (aiomqtt forgets
+  that disconnect, and the client waited on a dead connection for ever).
+* **Each reconnect waits for its own CONNACK.** aiomqtt resolves a future at
+  the CONNACK and makes it new only in a graceful ``__aexit__``: after a
+  connection the broker dropped, it stayed resolved, so the next
+  ``__aenter__`` returned as soon as the socket was open, before that
+  connection's CONNACK. The session-present flag read then was the previous
+  connection's (a session the restarted broker had lost was taken as kept,
+  and nothing subscribed), and a check for a connection closed right after
+  its CONNACK saw one still connecting as closed and dropped it with the
+  messages it had brought (under CPU load, the redeliveries after a broker
+  restart then came again flagged DUP). `_await_connack` makes the future new
+  before each attempt.
+* **paho's socket errors are no errors here**: paho logs ``failed to receive on
+  socket`` at error on every broker drop, which the reconnect loop already
+  reports (``mqtt disconnected``, a warning); it goes to ``riverbed.mqtt.paho``
+  at debug instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import ssl
@@ -46,6 +81,7 @@ import aiomqtt
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 __all__ = [
     "TLS",
@@ -59,6 +95,8 @@ __all__ = [
     "Received",
     "SessionPlan",
     "check_topic_filters",
+    "plan_subscriptions",
+    "publish_packet_size",
 ]
 
 Protocol = Literal["3.1.1", "5"]
@@ -67,6 +105,83 @@ SessionPlan = tuple[Sequence[str], Sequence[tuple[str, int]]]
 
 # CONNACK reason codes (MQTT 5 numbering; paho maps 3.1.1 codes onto them) that no retry can fix.
 _FATAL_CODES = frozenset({1, 2, 4, 5, 0x84, 0x85, 0x86, 0x87, 0x8A, 0x8C})
+
+# How many connections in a row may close with one message in flight before `MQTTClient.publish`
+# gives it up: a broker closes the connection on a packet above its maximum size (MQTT 3.1.1
+# brokers do not announce it); paho resends the packet on each new connection, which closes
+# again within milliseconds (with the backoff's shortest wait in between). A broker restart loses
+# a connection once; three in a row, each time with this message unacknowledged, is a broker
+# that refuses it.
+MAX_LOSSES_IN_FLIGHT = 3
+
+# paho's messages about a socket the broker closed (logged at error on each drop), and aiomqtt's
+# when it closes a connection already lost (a warning): the reconnect loop reports the drop
+# itself, as a warning.
+_SOCKET_NOISE = ("failed to receive on socket", "timeout on socket", "Could not gracefully disconnect")
+
+
+class _PahoNoise(logging.Filter):
+    """Lowers paho's socket errors to debug (see the module doc); what the logger's level
+    leaves out is dropped here, since the handlers of a logger at INFO let a record through
+    by the level it came with."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING and str(record.msg).startswith(_SOCKET_NOISE):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+PAHO_LOGGER = logging.getLogger("riverbed.mqtt.paho")
+"""The logger of paho and aiomqtt inside riverbed (aiomqtt's default, ``mqtt``, logged every
+broker drop at error)."""
+PAHO_LOGGER.addFilter(_PahoNoise())
+
+
+class _GuardedLoop:
+    """The event loop as aiomqtt's ``Client`` sees it (its ``_loop``): the same, except that a
+    reader or writer it schedules from paho's socket callbacks is added only if the descriptor
+    is still paho's socket when the call runs, and the first one of a new socket first drops
+    what the loop still holds for an earlier socket of the same number (a writer added after
+    paho unregistered it): epoll forgot that descriptor when it was closed, so adding to the
+    stale entry failed (ENOENT) and the selector dropped the descriptor, the new socket's
+    reader with it (see the module doc)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, inner: paho.Client) -> None:
+        self._loop = loop
+        self._inner = inner
+        self._owner: dict[int, Any] = {}  # fd -> the socket its registrations are for
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loop, name)
+
+    def call_soon_threadsafe(self, callback: Callable[..., Any], *args: Any,
+                             context: Any = None) -> asyncio.Handle:
+        if args and callback in (self._loop.add_reader, self._loop.add_writer):
+            return self._loop.call_soon_threadsafe(self._add, callback, *args, context=context)
+        return self._loop.call_soon_threadsafe(callback, *args, context=context)
+
+    def _add(self, add: Callable[..., Any], fd: int, *args: Any) -> None:
+        sock = self._inner.socket()
+        if sock is None or sock.fileno() != fd:
+            return  # closed since it was scheduled: its descriptor is no socket, or another's
+        if self._owner.get(fd) is not sock:
+            self._owner[fd] = sock
+            # (a failing modify unregisters the entry before it raises: gone either way)
+            with contextlib.suppress(Exception):
+                self._loop.remove_writer(fd)
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(fd)
+        add(fd, *args)
+
+
+def publish_packet_size(topic: str, payload: bytes, qos: int, protocol: Protocol) -> int:
+    """The bytes of the PUBLISH packet carrying ``payload`` (no MQTT 5 properties), to compare
+    with a broker's Maximum Packet Size: fixed header (1), remaining length (1-4), topic
+    (2 + UTF-8), packet id (2, QoS 1/2), properties length (1, MQTT 5), payload."""
+    remaining = 2 + len(topic.encode()) + (2 if qos else 0) + (1 if protocol == "5" else 0) + len(payload)
+    length_bytes = 1 if remaining < 128 else 2 if remaining < 16_384 else 3 if remaining < 2_097_152 else 4
+    return 1 + length_bytes + remaining
 
 
 async def wall_sleep(delay: float) -> None:
@@ -112,9 +227,10 @@ class MQTTPublishError(RuntimeError):
     """One `MQTTClient.publish_once` attempt failed; ``connection_lost`` when the connection
     closed while the message was in flight (a broker closes it on a packet it refuses)."""
 
-    def __init__(self, message: str, *, connection_lost: bool = False) -> None:
+    def __init__(self, message: str, *, connection_lost: bool = False, too_large: bool = False) -> None:
         super().__init__(message)
         self.connection_lost = connection_lost
+        self.too_large = too_large  # above the Maximum Packet Size the broker announced
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +361,9 @@ class MQTTClient:
     session the broker kept makes it resend every retained message.
     ``retry_first_connect=False`` makes a failed first connection attempt
     final (`MQTTConnectError`) instead of retried with backoff.
+    ``on_state(connected)`` is called when a connection comes up (after
+    ``on_connect``) and when it is lost, so an operator's metrics show a broker
+    that is away while nothing else moves (a publisher waiting for it).
     Counters: ``connects``, ``reconnects``, ``sessions_lost``, ``last_error``.
     """
 
@@ -254,8 +373,10 @@ class MQTTClient:
                  on_connect: Callable[[ConnectInfo], None] | None = None,
                  drop_unsent: bool = False,
                  session_plan: Callable[[bool], SessionPlan] | None = None,
-                 retry_first_connect: bool = True) -> None:
+                 retry_first_connect: bool = True,
+                 on_state: Callable[[bool], None] | None = None) -> None:
         self.config = config
+        self._on_state = on_state
         self.subscriptions = list(subscriptions)
         self.session_plan = session_plan
         self.retry_first_connect = retry_first_connect
@@ -277,10 +398,17 @@ class MQTTClient:
         self._up = asyncio.Event()
         self._lost: asyncio.Future[None] | None = None  # resolved when this connection drops
         self._connack: tuple[bool, dict[str, Any]] = (False, {})
+        # A connection that got a fresh session (CONNACK: no session present) and closed before
+        # it subscribed: the broker now holds a session of ours with nothing in it, which the
+        # next CONNACK calls present. That one is taken as fresh (lost, renumbered, subscribed).
+        self._fresh_unsubscribed = False
+        self._connack_now = False  # the CONNACK of the current attempt came
+        self._awaiting_connack = False  # a reconnect waits for its CONNACK (`_await_connack`)
         self._fatal: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         self._dups: set[int] = set()  # packet ids that came with the DUP flag, not yet handed out
         self.settled = False  # the close's round trip was answered: the broker read every ack
+        self._drops = 0  # connections the broker accepted (CONNACK) and then closed
 
     # ------------------------------------------------------------ lifecycle
 
@@ -301,11 +429,13 @@ class MQTTClient:
             protocol=protocol, keepalive=c.keepalive, timeout=c.timeout,
             tls_context=c.tls.context() if c.tls is not None else None,
             tls_insecure=c.tls.insecure if c.tls is not None else None,
-            max_inflight_messages=1000, **kwargs)
+            max_inflight_messages=1000, logger=PAHO_LOGGER, **kwargs)
         client.pending_calls_threshold = 10_000  # publishers keep a window of calls in flight
+        client._loop = _GuardedLoop(client._loop, client._client)  # type: ignore[assignment]
         if self.manual_ack:
             client._client.manual_ack_set(True)
         self._hook_connack(client)
+        self._hook_disconnect(client)
         self._hook_dup(client)
         return client
 
@@ -327,6 +457,39 @@ class MQTTClient:
 
         inner.on_message = on_message
 
+    def _hook_disconnect(self, client: aiomqtt.Client) -> None:
+        """A reconnect whose connection closes before its CONNACK fails at once (see
+        `_await_connack`); aiomqtt itself ignores a disconnect before the CONNACK, and its
+        ``__aenter__`` would wait for its timeout."""
+        inner = client._client
+        forward: Any = inner.on_disconnect
+        assert forward is not None
+
+        def on_disconnect(c: paho.Client, *args: Any) -> None:
+            connected = client._connected
+            if self._awaiting_connack and not connected.done():
+                self._awaiting_connack = False
+                connected.set_exception(aiomqtt.MqttError("the connection closed before its CONNACK"))
+            forward(c, *args)
+
+        inner.on_disconnect = on_disconnect
+
+    def _await_connack(self, client: aiomqtt.Client) -> None:
+        """Before each connection attempt: aiomqtt's ``__aenter__`` waits for its ``_connected``
+        future, which it resolves at a CONNACK and makes new only in a graceful ``__aexit__`` or
+        a failed ``__aenter__``. After a connection the broker closed, it was still resolved, and
+        ``__aenter__`` returned before the new CONNACK: ``_connack`` was then the previous
+        connection's (a session the broker lost looked kept; the subscription plan subscribed
+        nothing), and paho was still connecting when `_maintain` checked that the connection
+        was up. A new future here: the reconnect waits for its CONNACK, as the first connect."""
+        self._awaiting_connack = False
+        connected = client._connected
+        if connected.done():
+            if not connected.cancelled():
+                connected.exception()  # (retrieved: a refusal's was raised by __aenter__)
+            client._connected = asyncio.get_running_loop().create_future()
+            self._awaiting_connack = True
+
     def _hook_connack(self, client: aiomqtt.Client) -> None:
         """aiomqtt keeps neither the session-present flag nor the CONNACK properties: read them
         on the way to its own handler (paho calls it on the event loop, from the socket reader)."""
@@ -336,9 +499,11 @@ class MQTTClient:
 
         def on_connect(c: paho.Client, userdata: Any, flags: paho.ConnectFlags, reason: Any,
                        properties: Properties | None) -> None:
+            self._awaiting_connack = False  # (a refusal too: aiomqtt resolves the future)
             if not getattr(reason, "is_failure", False):
                 props = properties.json() if properties is not None else {}  # type: ignore[no-untyped-call]
                 self._connack = (bool(flags.session_present), dict(props))
+                self._connack_now = True  # (this attempt's, not a stale one's)
                 if self.drop_unsent:
                     # paho resends unacknowledged QoS 1/2 publishes right after this callback,
                     # whatever the session; one the broker refused by closing the connection
@@ -369,9 +534,12 @@ class MQTTClient:
     async def __aexit__(self, *exc: object) -> None:
         await self._settle()
         task, self._task = self._task, None
+        was_up = self._up.is_set() and self._fatal is None
         self._up.clear()
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
+        if was_up:
+            self._state(False)
         if task is not None:
             task.cancel()
             # The connection ends gracefully: what paho still holds (acks) goes out before the
@@ -415,10 +583,28 @@ class MQTTClient:
         delay = lo
         loop = asyncio.get_running_loop()
         while True:
-            entered = False
+            entered = subscribed = False
+            self._connack_now = False
+            self._await_connack(client)
             try:
                 async with client:
                     entered = True
+                    if client._client.socket() is None or not client._client.is_connected():
+                        # Closed between the CONNACK (this attempt's: `_await_connack`) and
+                        # here (paho resent a packet the broker refuses): aiomqtt's __aenter__
+                        # then forgets the disconnect (it resets its `_disconnected` future after
+                        # connecting), and this client would wait on a dead connection for ever.
+                        # With manual acks, what the broker sent on it is unacknowledged: it
+                        # comes again, first, on the next connection, so the copies queued now
+                        # go (else: each twice, if that connection is taken as a fresh session).
+                        if self.manual_ack:
+                            while not client._queue.empty():
+                                client._queue.get_nowait()
+                            self._dups.clear()
+                        raise aiomqtt.MqttError("the connection closed right after the CONNACK")
+                    if self._fresh_unsubscribed:  # (see __init__)
+                        self._connack = (False, self._connack[1])
+                        self._fresh_unsubscribed = False
                     granted = []
                     drop: Sequence[str] = ()
                     subscriptions: Sequence[tuple[str, int]] = self.subscriptions
@@ -427,12 +613,20 @@ class MQTTClient:
                     if drop:
                         await client.unsubscribe(list(drop))
                     for topic, qos in subscriptions:
-                        codes = await client.subscribe(topic, qos=qos)
+                        if self.config.protocol == "5":
+                            # Retain Handling 1: retained messages only for a new subscription, not
+                            # again for one the broker's session kept (see the module doc).
+                            codes = await client.subscribe(
+                                topic, options=SubscribeOptions(qos=qos, retainHandling=1))
+                        else:
+                            codes = await client.subscribe(topic, qos=qos)
                         granted.append((topic, qos, _code(codes[0]) if codes else 0x80))
+                    subscribed = True
                     self._connected(tuple(granted))
                     delay = lo
                     self._lost = loop.create_future()
                     self._up.set()
+                    self._state(True)
                     connection = self.connects
                     async for m in client.messages:
                         payload = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
@@ -442,9 +636,16 @@ class MQTTClient:
                         self._queue.put_nowait(Received(m.topic.value, payload, m.qos, m.mid, m.retain,
                                                         self.session, dup, connection))
             except aiomqtt.MqttError as exc:
+                if entered:
+                    self._drops += 1  # (`publish` counts those with its message in flight)
+                    if not subscribed and self._connack_now and not self._connack[0]:
+                        self._fresh_unsubscribed = True  # a new session, left without its subscriptions
+                was_up = self._up.is_set()
                 self._up.clear()
                 if self._lost is not None and not self._lost.done():
                     self._lost.set_result(None)
+                if was_up:
+                    self._state(False)
                 self.last_error = str(exc)
                 first = self.connects == 0 and not self.retry_first_connect
                 hint = self._closed_hint(exc) if not entered and _closed_at_connect(exc) else None
@@ -478,6 +679,10 @@ class MQTTClient:
                 self._up.set()
                 self._queue.put_nowait(_CLOSED)
                 return
+
+    def _state(self, connected: bool) -> None:
+        if self._on_state is not None:
+            self._on_state(connected)
 
     def _closed_hint(self, exc: aiomqtt.MqttError) -> str:
         """What to check when a connect got no CONNACK: a retry cannot tell a TLS mismatch from
@@ -627,7 +832,13 @@ class MQTTClient:
 
         Raises `MQTTPublishError` once the connection task has ended (the client was closed, or
         that task cancelled, as ``asyncio.run`` does to the tasks left at its end): no reconnect
-        can come, and retrying would go on for ever."""
+        can come, and retrying would go on for ever. Also (``too_large``) for a message above
+        the Maximum Packet Size the broker announced (MQTT 5), before sending it: the broker
+        would close the connection on it, and paho resend it at each reconnect; and
+        (``connection_lost``) when the connection closed `MAX_LOSSES_IN_FLIGHT` times in a row
+        with this message unacknowledged, which is what a broker does with a packet above its
+        limit when it did not announce it (MQTT 3.1.1)."""
+        drops = self._drops  # those from now on close with this message unacknowledged
         while True:
             await self.wait_connected()
             task, client = self._task, self._client
@@ -635,12 +846,13 @@ class MQTTClient:
                 raise MQTTPublishError(f"MQTT client {self.name!r}: its connection to "
                                        f"{self.config.host}:{self.config.port} ended (closed or "
                                        f"cancelled): the message for {topic!r} was not sent")
+            self._check_size(topic, payload, qos)
             # In a task of its own, waited for with asyncio.wait: aiomqtt waits for the PUBACK
             # with asyncio.wait_for, which on Python 3.11 drops a cancellation that comes with
             # the PUBACK, and the cancelled caller would go on publishing.
             sent = asyncio.ensure_future(client.publish(topic, payload, qos=qos, retain=retain))
             try:
-                await asyncio.wait({sent})
+                await self._await_sent(sent, drops, topic, payload)
             finally:
                 if not sent.done():
                     sent.cancel()
@@ -653,6 +865,50 @@ class MQTTClient:
             self._check()
             if self._up.is_set() and not task.done():
                 await wall_sleep(self.config.backoff[0])
+
+    def _check_size(self, topic: str, payload: bytes, qos: int) -> None:
+        limit = self.max_packet_size
+        if limit is None:
+            return
+        size = publish_packet_size(topic, payload, qos, self.config.protocol)
+        if size > limit:
+            raise MQTTPublishError(
+                f"a message of {size} bytes (PUBLISH packet, payload {len(payload)} bytes) for "
+                f"{topic!r} is larger than the broker's maximum packet size of {limit} bytes "
+                f"({self.config.host}:{self.config.port}, MQTT 5 CONNACK): the broker would close "
+                "the connection on it; send smaller messages (a smaller batch) or raise the "
+                "broker's limit (mosquitto: max_packet_size)", too_large=True)
+
+    async def _await_sent(self, sent: asyncio.Future[None], drops: int, topic: str,
+                          payload: bytes) -> None:
+        """Wait for ``sent``; raises `MQTTPublishError` once `MAX_LOSSES_IN_FLIGHT` connections
+        closed (counted from ``drops``, the count when the message was first sent) without its
+        acknowledgement: paho sends it again on each new connection, so each of them had it in
+        flight. (A count, not an observation of each connection: one that comes and goes
+        within a turn of the event loop is counted too.)"""
+        while not sent.done():
+            losses = self._drops - drops
+            if losses >= MAX_LOSSES_IN_FLIGHT:
+                raise self._given_up(losses, topic, payload)
+            lost = self._lost if self._up.is_set() else None
+            if lost is None or lost.done():  # between connections: wake at the next one
+                up: asyncio.Future[Any] = asyncio.ensure_future(self._up.wait())
+                try:
+                    await asyncio.wait({sent, up}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    up.cancel()
+                self._check()  # refused for good: no connection will resend it
+                continue
+            waited: set[asyncio.Future[Any]] = {sent, lost}
+            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+
+    def _given_up(self, losses: int, topic: str, payload: bytes) -> MQTTPublishError:
+        return MQTTPublishError(
+            f"the broker at {self.config.host}:{self.config.port} closed the connection {losses} "
+            f"times in a row with the message for {topic!r} ({len(payload)} bytes) in flight "
+            f"({self.last_error}): a broker closes it on a packet larger than its maximum packet "
+            "size (mosquitto: max_packet_size; MQTT 3.1.1 brokers do not announce it), or on a "
+            "topic it refuses; the message is given up", connection_lost=True)
 
     async def publish_once(self, topic: str, payload: bytes, qos: int, timeout: float) -> None:
         """Publish with one attempt bounded by ``timeout`` s (waiting for a connection included);
@@ -687,6 +943,26 @@ class MQTTClient:
             raise MQTTPublishError(f"the connection was lost with the message in flight "
                                    f"({self.last_error})", connection_lost=True)
         raise MQTTPublishError(f"not acknowledged within {timeout} s")
+
+
+def plan_subscriptions(present: bool, recorded: Mapping[str, int] | None,
+                       wanted: Mapping[str, int]) -> SessionPlan:
+    """What to unsubscribe and subscribe on a connection to a persistent session (a
+    `MQTTClient` ``session_plan``), given the filters the session is known to hold
+    (``recorded``, filter -> QoS; None: unknown) and those ``wanted``.
+
+    Subscribing again to a filter the broker's session kept makes it send every retained
+    message of the filter again, as new (MQTT 3.1.1 always; MQTT 5 without Retain Handling 1):
+    in an exactly-once job, duplicates at every reconnect and restart. So a session present
+    with what is wanted gets nothing; one present with other filters loses those no longer
+    wanted (else it delivers messages of topics the job dropped, and, MQTT 5, a message
+    matching an old and a new filter twice) and gets the new ones, or those whose QoS changed;
+    a new session, or one whose filters are unknown, gets all."""
+    if not present or recorded is None:
+        return (), list(wanted.items())
+    gone = sorted(set(recorded) - set(wanted))
+    added = [(topic, qos) for topic, qos in wanted.items() if recorded.get(topic) != qos]
+    return gone, added
 
 
 def check_topic_filters(topics: Sequence[str]) -> list[str]:
