@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import pytest
@@ -187,6 +188,31 @@ def test_a_window_whose_events_span_partitions_is_refused_beyond_width_1(clause:
         with pytest.raises(GraphValidationError, match=why) as info:
             g.freeze()
         assert _rules(info.value) == [("w", "parallel")]
+
+
+@pytest.mark.parametrize(("clause", "why"), [
+    ("tumbling, count(4)", "its eviction policy (count(4)) goes by every key's tuples"),
+    ("sliding, time(10), count(2)", "its trigger policy (count(2)) goes by every key's tuples"),
+    ("sliding, delta(value, 5.0), time(1)", "its eviction policy (delta(value, 5.0)) goes by"),
+])
+def test_an_unpartitioned_count_or_delta_window_in_a_keyed_region_is_refused_beyond_width_1(
+        clause: str, why: str) -> None:
+    # Each channel's window holds only its keys' tuples: a count(4) window of Count and Sum gave
+    # sums 6, 22, 38 at width 1 and 6, 26, 46, 46 at width 2 (a review), accepted silently.
+    def build(width: int, key: str | None, window: str) -> Graph:
+        g, src = _graph()
+        with g.parallel(width, partition_by=key):
+            g.operator("w", _Pass(), [src.window(window)])
+        return g
+
+    with pytest.raises(GraphValidationError, match=re.escape(why)) as info:
+        build(2, "sensor", clause).freeze()
+    assert _rules(info.value) == [("w", "parallel")]
+    assert "partition it by the region's key" in str(info.value)
+    assert build(1, "sensor", clause).freeze().parallel  # width 1: the one window
+    assert build(2, None, clause).freeze().parallel  # round robin: a window per channel, as SPL's
+    for kept in ("tumbling, time(2)", "tumbling, punct()", "sliding, time(10), time(1)"):
+        assert build(2, "sensor", kept).freeze().parallel  # cut where width 1 cuts
 
 
 def test_countall_of_a_partitioned_sliding_window_is_refused_beyond_width_1() -> None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ..windows import Delta, Punct, WindowSpec, WindowType
+from ..windows import Count, Delta, Punct, WindowSpec, WindowType
 from ._errors import GraphError, GraphValidationError
 from ._names import is_name
 from ._operator import Source, own_rules
@@ -247,6 +247,16 @@ def _check_region(region: ParallelRegion, defs: Mapping[str, OperatorDef],
                 errors.append(GraphError(name, "parallel", f"input port {i} has a feedback "
                                                            f"connection: not allowed in {where}"))
             window = port.window
+            if (window is not None and not window.partitioned and not region.process
+                    and region.width > 1 and region.partition_by is not None):
+                mixed = _mixes_keys(window)
+                if mixed is not None:
+                    errors.append(GraphError(name, "parallel", f"input port {i}: the window is not "
+                                                               f"partitioned and {mixed}, so its windows "
+                                                               f"would change with the channels of {where} "
+                                                               "(each holds only its channel's keys); "
+                                                               "partition it by the region's key, or run "
+                                                               "it with width 1 or out of the region"))
             if window is None or not window.partitioned or region.process:
                 continue
             spans = _spans_partitions(port) if region.width > 1 else None
@@ -314,6 +324,18 @@ def _check_source(region: ParallelRegion, op: OperatorDef) -> list[GraphError]:
                                  f"{where} is keyed by {key!r}, which is not in the schema "
                                  f"{schema} of its replicated source"))
     return errors
+
+
+def _mixes_keys(spec: Any) -> str | None:
+    """Why an unpartitioned window in a keyed region would not hold the same tuples at every
+    width (its count or delta policy goes by every key's tuples: a channel sees only its own
+    keys), or None (time and punct windows cut where they would at width 1)."""
+    if not isinstance(spec, WindowSpec):
+        return None  # a timeInterval window: panes by event time
+    for role, policy in (("eviction", spec.eviction), ("trigger", spec.trigger)):
+        if isinstance(policy, (Count, Delta)):
+            return f"its {role} policy ({policy.clause()}) goes by every key's tuples"
+    return None
 
 
 def _spans_partitions(port: InputPort) -> str | None:
