@@ -361,6 +361,16 @@ def loop_cost(workload: str, readings: Sequence[Reading]) -> float:
     return (time.perf_counter_ns() - t) / len(readings)
 
 
+def _paired(runs: dict[Variant, list[dict[str, Any]]], a: Variant, b: Variant) -> str:
+    """The wall-time ratio of ``a`` to ``b`` in each round of the alternating runs (run k of
+    one against run k of the other, made minutes apart at most): its spread says how much of a
+    median ratio the machine's noise can move."""
+    pairs = sorted(y["wall"] / x["wall"] for x, y in zip(runs[a], runs[b], strict=True))
+    if len(pairs) < 2:
+        return ""
+    return f"; per round {pairs[0]:.2f}-{pairs[-1]:.2f}x"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=400_000, help="readings per run (default 400,000)")
@@ -436,10 +446,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             b1, b2, b4 = (bound.get((shape, w)) for w in (1, 2, 4))
             if r1 and r2 and b1 and b2:
                 print(f"  {shape}: width 2 / width 1: {r2 / r1:.2f}x wall, {b2 / b1:.2f}x CPU-bound "
-                      "(target >= 1.7x on 2 cores)")
+                      f"(target >= 1.7x on 2 cores){_paired(runs, (shape, 2), (shape, 1))}")
             if r2 and r4 and b2 and b4:
                 print(f"  {shape}: width 4 / width 2: {r4 / r2:.2f}x wall, {b4 / b2:.2f}x CPU-bound "
-                      "(target >= 1.0x)")
+                      f"(target >= 1.0x){_paired(runs, (shape, 4), (shape, 2))}")
         print(f"  per tuple: hand loop {loop_cost(workload, readings):.0f} ns; transport "
               + ", ".join(f"{k} {v:.0f} ns" for k, v in costs.items())
               + " (a 1000-reading batch through a socketpair, encoded and decoded)")
