@@ -358,7 +358,8 @@ def test_a_tuple_without_the_key_stops_the_job_naming_the_region_and_tuple() -> 
     with g.parallel(2, partition_by="k"):
         out = g.operator("pass", Pass(), [src])
     g.sink("sink", Collect(), [out])
-    with pytest.raises(JobError, match=r"operator 'pass', input port 0: KeyError: .*parallel "
+    # (the member fails on it in channel 0, as on a tuple of its own: review 47)
+    with pytest.raises(JobError, match=r"operator 'pass', input port 0: .*KeyError: .*parallel "
                                         r"region 'parallel0' splits by 'k'.*on tuple \{'v': 2"):
         run_graph(g)
 

@@ -52,10 +52,14 @@ Process groups (`Graph.process`) are hosted here too, as regions of width 1 with
 Failures: without checkpoints (`Job.drains_failures`) a member that fails ends in its worker
 as in the job's process (what it submitted first, then final; `SyncGraph.drains_failures`), the
 worker tells the job (``FAILING``), which stops its sources and drains; the channel goes on. A
-replicated source's failure, or a worker that dies, still ends the job at once.
+replicated source's failure, or a worker that dies, still ends the job at once. A tuple whose
+partition key the split cannot take (missing, unhashable; at width 1 too) is the first member's
+failure on that tuple: sent to channel 0 in its place (`TupleFailed`), where the member routes
+it to its error port or fails as above; the batch's other tuples go on.
 
 Worker processes end on every path: after final (the socket closes, the worker sees EOF),
-and on a failure, an abort or a stop (`close` kills what is still alive and reaps it).
+and on a failure, an abort or a stop (the sockets are shut down, the job waits for the workers
+without blocking its loop, then `close` kills what is still alive and reaps it).
 """
 
 from __future__ import annotations
@@ -76,7 +80,15 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from ..core import InputPortMetrics, OperatorError, RestoreRefused, describe_key, same_key
+from ..core import (
+    InputPortMetrics,
+    MarkedBatch,
+    OperatorError,
+    RestoreRefused,
+    describe_key,
+    same_key,
+    with_notes,
+)
 from ..graph import CheckpointBarrier, ParallelRegion, Punct, Watermark
 from ._clock import RealClock, TimerHandle, VirtualClock
 from ._parallel_merge import Merge
@@ -93,6 +105,7 @@ from ._parallel_wire import (
     OUT,
     STOP,
     TICK,
+    TupleFailed,
     dumps,
     frame,
     loads,
@@ -276,6 +289,7 @@ class ParallelHost:
         self._busy = asyncio.Event() if self._virtual else None
         self._task: asyncio.Task[None] | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
+        self._exiting: list[int] | None = None  # the sentinels of workers exiting (`_await_exits`)
         self._merging = 0  # answers being merged and delivered
         self._dead: set[int] = set()  # the processes (ids) whose death a channel reported
         self.done = False
@@ -529,6 +543,7 @@ class ParallelHost:
                 runner.core.finished = runner.core.metrics.finished = True
             await self._hang_up()
         finally:
+            await self._end_workers()  # (after a failure, an abort or a reset; none left after _hang_up)
             self.close()
 
     def _groups(self) -> list[list[_Channel]]:
@@ -640,12 +655,46 @@ class ParallelHost:
         try:
             parts = self._splitter.split(batch)
         except SplitFailed as exc:
-            raise OperatorError(runner.name, port, exc.tuple, type(exc.error)(
-                f"parallel region {self.name!r} splits by {self.spec.partition_by!r}: "
-                f"{exc.error!r}; every tuple entering it needs a hashable key")) from exc.error
+            await self._split_failed(runner, port, stream, batch, counted, failure=exc)
+            return
         for ch, (items, n) in zip(self.channels, parts, strict=True):
             if items:
                 await self._send(ch, [(op, out_port, item) for item in items], n, counted)
+
+    async def _split_failed(self, runner: OperatorRunner, port: int, stream: tuple[str, int],
+                            batch: list[Any], counted: InputPortMetrics, *,
+                            failure: SplitFailed) -> None:
+        """A tuple of ``batch`` has no key the split can take (``failure``): the tuples before it go
+        to their channels, it goes to channel 0 as a tuple the member fails on there
+        (`TupleFailed`: its error port, else its failure, which drains the job when the job
+        drains failures), then the rest of the batch is split in turn. Only this path pays."""
+        rest, exc = batch, failure
+        while True:
+            head, bad, rest = _cut(rest, exc.tuple)
+            if head:
+                await self._split(runner, port, stream, head, counted)  # its keys all computed
+            error = exc.error
+            error.add_note(f"parallel region {self.name!r} splits by "
+                           f"{self.spec.partition_by!r}: every tuple entering it needs a "
+                           "hashable key")
+            failed = TupleFailed(bad, error)
+            try:
+                dumps(failed)
+            except Exception:  # an error that does not pickle: its text goes instead
+                failed = TupleFailed(bad, RuntimeError(with_notes(repr(error), error)))
+            await self._send(self.channels[0], [(runner.name, port, failed)], 1, counted)
+            if not rest:
+                return
+            try:
+                parts = self._splitter.split(rest)
+            except SplitFailed as again:
+                exc = again
+                continue
+            op, out_port = stream
+            for ch, (items, n) in zip(self.channels, parts, strict=True):
+                if items:
+                    await self._send(ch, [(op, out_port, item) for item in items], n, counted)
+            return
 
     async def _send(self, ch: _Channel, entries: list[tuple[str, int, Any]], tuples: int,
                     counted: InputPortMetrics | None = None) -> None:
@@ -787,38 +836,72 @@ class ParallelHost:
             self._busy.set()
 
     async def _keepalive(self) -> None:
-        """On a virtual clock: stay runnable while a worker computes, so time does not jump."""
+        """On a virtual clock: stay runnable while a worker computes, so time does not jump;
+        and while workers exit (`_await_exits`), so the end of a region takes no virtual time
+        (the loop, idle while they did, jumped to every timer of the job: the status view's,
+        periodic checkpoints, tens of seconds in all)."""
         busy = self._busy
         assert busy is not None
         fds = [ch.fd for ch in self.channels]
         while True:
-            if not any(ch.outstanding or ch.producing for ch in self.channels):
+            exiting = self._exiting
+            if exiting is not None:
+                select.select(exiting, [], [], 0.001)
+            elif not any(ch.outstanding or ch.producing for ch in self.channels):
                 busy.clear()
                 await busy.wait()
                 continue
-            select.select(fds, [], [], 0.001)
+            else:
+                select.select(fds, [], [], 0.001)
             await asyncio.sleep(0)
 
     # ------------------------------------------------------------------ ending
 
     async def _hang_up(self) -> None:
         """Every channel finished: close the sockets (the workers see EOF and exit) and wait
-        until they exited, 5 s of wall-clock time at most (`close` kills one still alive).
+        until they exited (`_end_workers`)."""
+        await self._end_workers()
+
+    async def _end_workers(self) -> None:
+        """Close every channel's socket and wait, without blocking the loop, until the workers
+        exited: 5 s of wall-clock time at most for a process whose channels all finished (a
+        loaded machine can take seconds), 0.2 s for one that did not (it sees EOF at its next
+        message, or is busy and `close` kills it).
+
+        The sockets are shut down at once (`_close_socket`): asyncio closes a transport's
+        socket only at the loop's next turn, and a `close` that then joined the processes
+        (blocking the loop) waited its full 5 s for a finished worker that could not see EOF,
+        and killed it."""
+        for ch in self.channels:
+            self._close_socket(ch)
+        procs = self._processes()
+        unfinished = [p for p in procs if not all(ch.finished for ch in self.channels
+                                                  if ch.process is p)]
+        await self._await_exits(unfinished, 0.2)
+        await self._await_exits([p for p in procs if p not in unfinished], 5.0)
+
+    async def _await_exits(self, procs: list[BaseProcess], seconds: float) -> None:
+        """Wait until ``procs`` exited, ``seconds`` of wall-clock time at most.
 
         The wait is on each worker's sentinel, bounded by a timer thread rather than by the
         loop's time: on a `VirtualClock` a timeout of the loop moves the job's clock, and the
         50 ms polls this was made of moved it by seconds (hundreds on a loaded machine) while a
-        worker took a moment to exit."""
-        for ch in self.channels:
-            self._close_socket(ch)
-        procs = [p for p in self._processes() if p.is_alive()]
+        worker took a moment to exit. On a virtual clock the keep-alive runs meanwhile, so the
+        loop never looks idle (it would jump to the job's next timer)."""
+        procs = [p for p in procs if p.is_alive()]
         if not procs:
             return
         loop = asyncio.get_running_loop()
         gave_up: asyncio.Future[None] = loop.create_future()
-        timer = threading.Timer(5.0, _resolve_from_thread, (loop, gave_up))
+        timer = threading.Timer(seconds, _resolve_from_thread, (loop, gave_up))
         timer.daemon = True
         timer.start()
+        if self._busy is not None:
+            self._exiting = [p.sentinel for p in procs]
+            if self._keepalive_task is None or self._keepalive_task.done():
+                self._keepalive_task = loop.create_task(
+                    self._keepalive(), name=f"{self.job.name}/{self.name}/time")
+            self._kick()
         try:
             for proc in procs:
                 exited: asyncio.Future[None] = loop.create_future()
@@ -831,19 +914,27 @@ class ParallelHost:
                     break
         finally:
             timer.cancel()
+            self._exiting = None
 
     def _close_socket(self, ch: _Channel) -> None:
+        """Close the job's end of ``ch``'s socket, shut down first: the worker sees EOF now,
+        not once the loop turns (asyncio closes a transport's socket at its next turn)."""
         _PARENT_FDS.discard(ch.fd)
+        sock = ch.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         if ch.writer is not None:
             ch.writer.close()
             ch.writer = None
-        elif ch.sock is not None:
-            ch.sock.close()
+        elif sock is not None:
+            sock.close()
         ch.sock = None
 
     def close(self) -> None:
         """End every worker still alive (a failure, an abort, a stop) and reap it: no process
-        of the region outlives the job."""
+        of the region outlives the job. `_end_workers` gave them time to exit, without
+        blocking the loop; what is still alive now is killed."""
         if self._member_metrics:
             self._fold()  # the reports since the last fold
         if self._timer is not None:
@@ -852,19 +943,15 @@ class ParallelHost:
         if self._keepalive_task is not None:
             self._keepalive_task.cancel()
             self._keepalive_task = None
+        self._exiting = None
         for ch in self.channels:
             self._close_socket(ch)
         for proc in self._processes():
             group = [ch for ch in self.channels if ch.process is proc]
-            finished = all(ch.finished for ch in group)
-            if proc.is_alive():
-                # It saw EOF and exits on its own: a finished one is given time to (a loaded
-                # machine can take seconds), one that did not finish only a moment.
-                proc.join(5.0 if finished else 0.2)
             killed = proc.is_alive()  # by the job (a reset, an abort): not a kill from outside
             if killed:
                 proc.kill()
-            proc.join(2.0)
+            proc.join(2.0)  # (killed: reaped at once)
             alive = proc.is_alive()
             for ch in group:
                 ch.metrics.alive = alive
@@ -952,6 +1039,21 @@ def channel_states(state: Any) -> list[Any] | None:
         if isinstance(channels, list):
             return channels
     return None
+
+
+def _cut(batch: list[Any], bad: Any) -> tuple[list[Any], Any, list[Any]]:
+    """``batch`` around its item ``bad`` (the first that is it): what comes before it, it, and
+    what comes after it; a `MarkedBatch`'s parts are marked batches (with their marks)."""
+    at = next(i for i, item in enumerate(batch) if item is bad)
+    head, tail = batch[:at], batch[at + 1:]
+    if type(batch) is not MarkedBatch:
+        return head, bad, tail
+    return _marked(head), bad, _marked(tail)
+
+
+def _marked(items: list[Any]) -> MarkedBatch:
+    marks = [i for i, x in enumerate(items) if x is Punct.WINDOW or type(x) is Watermark]
+    return MarkedBatch(items, len(items) - len(marks), None, marks)
 
 
 def _first(exc: BaseException) -> BaseException:

@@ -87,9 +87,18 @@ class Splitter:
     def _bytes(self, run: list[Any]) -> bytes:
         """One byte per tuple: its channel."""
         width = self.width
-        if width == 1:
-            return bytes(len(run))
         key = self.key
+        if width == 1:
+            if key is not None:
+                # Every key is taken at width 1 too (~30 ns a tuple), though one channel needs
+                # none: a tuple without one fails there as at any other width, not only once
+                # the region is widened (`ParallelHost._split_failed`).
+                try:
+                    set(map(key, run))
+                except USER_FAILURES:
+                    self._failed(run)
+                    raise
+            return bytes(len(run))
         if key is None:
             n, first = len(run), self._next
             self._next = (first + n) % width
@@ -101,12 +110,19 @@ class Splitter:
         try:
             return bytes(map(self.cache.__getitem__, map(key, run)))
         except USER_FAILURES:  # (a key function's sys.exit() too)
-            for t in run:  # which tuple, and why
-                try:
-                    hash(key(t))
-                except USER_FAILURES as exc:
-                    raise SplitFailed(t, exc) from None
+            self._failed(run)
             raise
+
+    def _failed(self, run: list[Any]) -> None:
+        """A key of ``run`` could not be taken or hashed: `SplitFailed` naming the first
+        such tuple, and why."""
+        key = self.key
+        assert key is not None
+        for t in run:
+            try:
+                hash(key(t))
+            except USER_FAILURES as exc:
+                raise SplitFailed(t, exc) from None
 
     def split(self, batch: list[Any]) -> list[tuple[list[Any], int]]:
         """Each channel's wire items for ``batch`` (a list, or a `MarkedBatch`) and how many
