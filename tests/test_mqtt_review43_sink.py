@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
 
 import pytest
 
@@ -33,20 +32,12 @@ from riverbed.runtime._status import render_plain
 from riverbed.testing import ListSink
 
 from .mqtt_broker import Broker, broker, start_broker
+from .test_mqtt_sink_checkpoints import wait_until
 
 __all__ = ["broker"]  # the fixture, imported for pytest
 
 TIMEOUT = 30.0
 PADDED = Schema(seq="int64", pad="rstring")
-
-
-async def wait_until(done: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
-    """Poll ``done`` (an event of the job or an operator) until it holds, or fail naming ``what``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not done():
-        assert loop.time() < deadline, f"not within {timeout} s: {what}"
-        await asyncio.sleep(0.005)  # polling for an event, not waiting for time to pass
 
 
 def _noise(records: list[logging.LogRecord]) -> list[str]:

@@ -17,6 +17,8 @@ from riverbed.graph import Graph, Operator, Punct, Source
 from riverbed.runtime import Job, JobError, VirtualClock, run_virtual
 from riverbed.runtime._parallel_wire import channel_of
 
+from .test_parallel_runtime import Collect, Pass
+
 pytestmark = pytest.mark.usefixtures("no_worker_leftovers")
 
 
@@ -28,27 +30,6 @@ class Items(Source):
 
     def generate(self) -> Any:
         yield from self.items
-
-
-class Pass(Operator):
-    def on_tuple(self, tup: Any, port: int) -> None:
-        self.submit(tup)
-
-
-class Collect(Operator):
-    def __init__(self) -> None:
-        self.tuples: list[Any] = []
-        self.marks = 0
-        self.finals = 0
-
-    def on_tuple(self, tup: Any, port: int) -> None:
-        self.tuples.append(tup)
-
-    def on_punct(self, punct: Punct, port: int) -> None:
-        if punct is Punct.WINDOW:
-            self.marks += 1
-        else:
-            self.finals += 1
 
 
 def _items(n: int, bad_at: int, *, marks: bool = False) -> list[Any]:
