@@ -45,12 +45,14 @@ class Readings(Source):
         self.period_ns, self.rounds = int(period * NS), int(seconds / period)
         self.offset_ns = int(random.Random(seed).uniform(0, period) * NS)
         self.seed, self.round = seed, 0
+        self.origin: int | None = None  # the time of round 0: a restart goes on from it
 
     async def run(self) -> None:
         ctx: Any = self.context
-        start = ctx.now()
+        if self.origin is None:  # (a checkpoint of an older riverbed held the round alone)
+            self.origin = ctx.now() - self.round * self.period_ns
         while self.round < self.rounds and not ctx.stopping:
-            now = start + self.offset_ns + self.round * self.period_ns
+            now = self.origin + self.offset_ns + self.round * self.period_ns
             await ctx.sleep_until(now)
             rng = random.Random(self.seed * 1_000_003 + self.round)
             for r in range(self.rooms):
@@ -59,10 +61,15 @@ class Readings(Source):
             self.round += 1
 
     def snapshot(self) -> Any:
-        return self.round
+        """The round to produce next and when round 0 was: a restart stamps the next round
+        where an uninterrupted run would."""
+        return {"round": self.round, "origin": self.origin}
 
     def restore(self, state: Any) -> None:
-        self.round = state or 0
+        if isinstance(state, dict):
+            self.round, self.origin = state["round"], state["origin"]
+        else:  # a checkpoint of an older riverbed: the round alone
+            self.round = state or 0
 
 
 def heat_index(t: dict[str, Any]) -> float:

@@ -66,16 +66,17 @@ class SiteSensors(Source):
         self.sites, self.sensors = sites, sites * per_site
         self.rate, self.seconds, self.seed = rate, seconds, seed
         self.round = 0
+        self.origin: int | None = None  # the time of round 0: a restart goes on from it
 
     async def run(self) -> None:
         ctx: Any = self.context
         names = [f"sensor-{i:04d}" for i in range(self.sensors)]
         sites = [f"site-{i % self.sites:02d}" for i in range(self.sensors)]
-        start = ctx.now()
         step = int(NS / self.rate)
-        first = self.round
+        if self.origin is None:  # (a checkpoint of an older riverbed held the round alone)
+            self.origin = ctx.now() - self.round * step
         while self.round < int(self.seconds * self.rate) and not ctx.stopping:
-            now = start + (self.round - first) * step
+            now = self.origin + self.round * step
             await ctx.sleep_until(now)
             rng = random.Random(self.seed * 1_000_003 + self.round)  # replayable from any round
             for i, name in enumerate(names):
@@ -84,10 +85,16 @@ class SiteSensors(Source):
             self.round += 1
 
     def snapshot(self) -> Any:
-        return self.round
+        """The round to produce next and when round 0 was: a restart stamps the next round
+        where an uninterrupted run would (the restored clock is the checkpoint's time, which
+        the last round produced had already taken)."""
+        return {"round": self.round, "origin": self.origin}
 
     def restore(self, state: Any) -> None:
-        self.round = state or 0
+        if isinstance(state, dict):
+            self.round, self.origin = state["round"], state["origin"]
+        else:  # a checkpoint of an older riverbed: the round alone
+            self.round = state or 0
 
 
 def build(params: dict[str, Any]) -> Graph:

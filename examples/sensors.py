@@ -38,6 +38,7 @@ class Sensors(Source):
         self.sensors, self.rate, self.seconds, self.seed = sensors, rate, seconds, seed
 
         self.round = 0
+        self.origin: int | None = None  # the time of round 0: a restart goes on from it
         self.rng = random.Random(seed)
         self.temps = [20.0 + self.rng.uniform(-2, 2) for _ in range(sensors)]
 
@@ -45,14 +46,14 @@ class Sensors(Source):
         rng, temps = self.rng, self.temps
         names = [f"sensor-{i:04d}" for i in range(self.sensors)]
         ctx: Any = self.context
-        start = ctx.now()
         step = int(NS / self.rate)
+        if self.origin is None:  # (a checkpoint without it, of an older riverbed: from now)
+            self.origin = ctx.now() - self.round * step
         rounds = int(self.seconds * self.rate)
-        first = self.round
         while self.round < rounds:
             if ctx.stopping:
                 return
-            now = start + (self.round - first) * step
+            now = self.origin + self.round * step
             await ctx.sleep_until(now)
             for i, name in enumerate(names):
                 temps[i] += rng.gauss(0, 0.05) + (rng.choice((-3, 3)) if rng.random() < 0.002 else 0)
@@ -60,15 +61,18 @@ class Sensors(Source):
             self.round += 1
 
     def snapshot(self) -> Any:
-        """Replayable: the round to produce next, the temperatures and the generator's state."""
+        """Replayable: the round to produce next, when round 0 was (so that a restart stamps
+        the next round where an uninterrupted run would), the temperatures and the generator's
+        state."""
         version, internal, gauss = self.rng.getstate()
-        return {"round": self.round, "temps": self.temps,
+        return {"round": self.round, "origin": self.origin, "temps": self.temps,
                 "rng": [version, list(internal), gauss]}
 
     def restore(self, state: Any) -> None:
         if state is None:
             return
         self.round = state["round"]
+        self.origin = state.get("origin")
         self.temps = list(state["temps"])
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))

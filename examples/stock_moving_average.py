@@ -45,13 +45,15 @@ class Quotes(Source):
         self.rng = random.Random(seed)
         self.prices = [100.0 + 10 * i for i in range(symbols)]
         self.count = 0
+        self.origin: int | None = None  # when the run began: a restart keeps the quotes' pace
 
     async def run(self) -> None:
         ctx: Any = self.context
-        start, step, total = ctx.now(), int(NS / self.rate), int(self.seconds * self.rate)
-        first = self.count
+        step, total = int(NS / self.rate), int(self.seconds * self.rate)
+        if self.origin is None:  # (a checkpoint of an older riverbed: from now)
+            self.origin = ctx.now() - self.count * step
         while self.count < total and not ctx.stopping:
-            await ctx.sleep_until(start + (self.count - first + 1) * step)
+            await ctx.sleep_until(self.origin + (self.count + 1) * step)
             i = self.rng.randrange(len(self.names))
             self.prices[i] = round(max(1.0, self.prices[i] * (1 + self.rng.gauss(0, 0.002))), 2)
             self.submit({"sym": self.names[i], "price": self.prices[i],
@@ -60,11 +62,13 @@ class Quotes(Source):
 
     def snapshot(self) -> Any:
         version, internal, gauss = self.rng.getstate()
-        return {"count": self.count, "prices": self.prices, "rng": [version, list(internal), gauss]}
+        return {"count": self.count, "origin": self.origin, "prices": self.prices,
+                "rng": [version, list(internal), gauss]}
 
     def restore(self, state: Any) -> None:
         if state is not None:
             self.count, self.prices = state["count"], list(state["prices"])
+            self.origin = state.get("origin")
             version, internal, gauss = state["rng"]
             self.rng.setstate((version, tuple(internal), gauss))
 
