@@ -357,8 +357,7 @@ class MQTTClient:
     restored from a checkpoint). ``drop_unsent``: see `publish_once`.
     ``session_plan(session_present)``, if given, decides per connection what
     to unsubscribe and subscribe, as ``(topic filters, [(topic filter, QoS)])``
-    (default: nothing, and all of ``subscriptions``): subscribing again in a
-    session the broker kept makes it resend every retained message.
+    (default: nothing, and all of ``subscriptions``; `plan_subscriptions`).
     ``retry_first_connect=False`` makes a failed first connection attempt
     final (`MQTTConnectError`) instead of retried with backoff.
     ``on_state(connected)`` is called when a connection comes up (after
@@ -481,14 +480,17 @@ class MQTTClient:
         ``__aenter__`` returned before the new CONNACK: ``_connack`` was then the previous
         connection's (a session the broker lost looked kept; the subscription plan subscribed
         nothing), and paho was still connecting when `_maintain` checked that the connection
-        was up. A new future here: the reconnect waits for its CONNACK, as the first connect."""
-        self._awaiting_connack = False
+        was up. A new future here: the reconnect waits for its CONNACK, as the first connect.
+        Every attempt then fails at once when its connection closes before the CONNACK
+        (`_hook_disconnect`), the first and those after a failed attempt too (aiomqtt had made
+        that future new already: only the first attempt after a drop failed fast, the others
+        waited aiomqtt's 10 s timeout)."""
         connected = client._connected
         if connected.done():
             if not connected.cancelled():
                 connected.exception()  # (retrieved: a refusal's was raised by __aenter__)
             client._connected = asyncio.get_running_loop().create_future()
-            self._awaiting_connack = True
+        self._awaiting_connack = True
 
     def _hook_connack(self, client: aiomqtt.Client) -> None:
         """aiomqtt keeps neither the session-present flag nor the CONNACK properties: read them
@@ -951,18 +953,18 @@ def plan_subscriptions(present: bool, recorded: Mapping[str, int] | None,
     `MQTTClient` ``session_plan``), given the filters the session is known to hold
     (``recorded``, filter -> QoS; None: unknown) and those ``wanted``.
 
-    Subscribing again to a filter the broker's session kept makes it send every retained
-    message of the filter again, as new (MQTT 3.1.1 always; MQTT 5 without Retain Handling 1):
-    in an exactly-once job, duplicates at every reconnect and restart. So a session present
-    with what is wanted gets nothing; one present with other filters loses those no longer
-    wanted (else it delivers messages of topics the job dropped, and, MQTT 5, a message
-    matching an old and a new filter twice) and gets the new ones, or those whose QoS changed;
-    a new session, or one whose filters are unknown, gets all."""
+    Every wanted filter is subscribed at every connection: what the session holds is only
+    ever a belief (a broker restored from an older save holds the filters of then; a stop in
+    receive mode unsubscribed after its checkpoint recorded them), and a filter believed held
+    and not subscribed is a topic read no more, silently. Subscribing again makes an MQTT 3.1.1
+    broker send the filter's retained messages again, as new (a duplicate in an exactly-once
+    job unless ``dedup_key`` drops it); MQTT 5 subscriptions ask for Retain Handling 1, which
+    sends them only for a subscription the session did not have. A session present with
+    filters no longer wanted loses them (else it delivers messages of topics the job dropped,
+    and, MQTT 5, a message matching an old and a new filter twice)."""
     if not present or recorded is None:
         return (), list(wanted.items())
-    gone = sorted(set(recorded) - set(wanted))
-    added = [(topic, qos) for topic, qos in wanted.items() if recorded.get(topic) != qos]
-    return gone, added
+    return sorted(set(recorded) - set(wanted)), list(wanted.items())
 
 
 def check_topic_filters(topics: Sequence[str]) -> list[str]:

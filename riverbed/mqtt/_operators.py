@@ -67,14 +67,17 @@ Delivery guarantees (which one a graph has):
   many ms); ``messages_replayed`` counts them.
 
 Subscriptions of a persistent session: the broker keeps them with the session,
-and subscribing again makes it send every retained message as new (a
-duplicate in an exactly-once job at each reconnect, region reset and
-restart). So the source subscribes only what the session lacks
-(`plan_subscriptions`): the filters it holds are known after the first
-connection, and across restarts from the checkpoint (``topics``); filters no
-longer in ``topics`` are unsubscribed (``mqtt subscriptions changed``).
-A checkpoint without them (older versions) subscribes all, as before. MQTT 5
-subscriptions also ask for Retain Handling 1.
+but what it holds is only ever a belief here (a broker restored from an older
+save holds the filters of then; a stop in receive mode unsubscribes after its
+checkpoint recorded them), and a filter believed held and not subscribed is a
+topic read no more, silently. So every filter of ``topics`` is subscribed at
+every connection (`plan_subscriptions`). MQTT 5 subscriptions ask for Retain
+Handling 1, so a retained message comes only for a subscription the session
+lacked; an MQTT 3.1.1 broker sends a filter's retained messages again at each
+subscribe, as new (``dedup_key`` drops them in an exactly-once job). Filters
+no longer in ``topics`` are unsubscribed when the session's are known: after
+the first connection, and across restarts from the checkpoint (``topics``;
+``mqtt subscriptions changed``).
 
 Bad payloads never stop the graph. A source has one output stream
 (`Graph.source`), so instead of an error port each refused payload or record
@@ -432,10 +435,12 @@ class MQTTSource(Source):
     def _plan(self, present: bool) -> SessionPlan:
         """What this connection subscribes (`plan_subscriptions`: see the module doc)."""
         wanted = dict.fromkeys(self.topics, self.qos)
-        drop, subscribe = plan_subscriptions(present, self._filters, wanted)
-        if self._filters is not None and present and (drop or subscribe):
+        held = self._filters
+        drop, subscribe = plan_subscriptions(present, held, wanted)
+        added = [t for t, qos in subscribe if held is not None and held.get(t) != qos]
+        if held is not None and present and (drop or added):
             self._logger.warning("mqtt subscriptions changed", client_id=self.config.client_id,
-                                 unsubscribed=list(drop), subscribed=[t for t, _ in subscribe],
+                                 unsubscribed=list(drop), subscribed=added,
                                  detail="the broker's session held other topic filters than "
                                         "topics= (a restart with other topics): those no longer "
                                         "wanted are unsubscribed")
