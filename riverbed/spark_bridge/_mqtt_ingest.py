@@ -33,8 +33,12 @@ runtime and Spark share one client, its checks and its errors:
   own that never holds up the spool). The Spark tasks decode the spooled
   messages again with the same decoder and take the valid records only.
 * The broker's session is kept across restarts (``<spool>.session`` records
-  its subscription, so a restart does not subscribe again and have the
-  broker resend its retained messages), and what the client can observe of
+  its subscription, so that topics dropped since are unsubscribed). Every
+  topic is subscribed at every connection all the same: a broker restored
+  from an older save holds the session's filters of then, and a topic
+  believed held and not subscribed would be read no more, silently. MQTT 5
+  asks for Retain Handling 1 (retained messages only for a new
+  subscription); an MQTT 3.1.1 broker sends them again. What the client can observe of
   the broker is checked at each connect (`connect_warnings`): a refused or
   downgraded subscription fails the query, a lost session is logged.
 * ``<spool>.status`` (JSON, rewritten when it changes) holds the counters, so
@@ -363,12 +367,11 @@ class SpoolFeeder:
         self._pump = asyncio.get_running_loop().create_task(self._run(client), name=f"{FORMAT}/pump")
 
     def _plan(self, present: bool) -> tuple[Sequence[str], Sequence[tuple[str, int]]]:
-        """Subscribe only when the broker's session lacks this subscription (see module doc)."""
+        """Every topic subscribed at every connection; those the session recorded and no
+        longer wanted unsubscribed (see module doc)."""
         o = self.options
         subscriptions = [(t, o.qos) for t in o.topics]
         recorded = read_session(o.spool)
-        if present and recorded == session_key(o):
-            return (), ()
         if present and recorded is not None and recorded.get("clientId") == o.client_id:
             return sorted(set(recorded.get("topics", [])) - set(o.topics)), subscriptions
         return (), subscriptions

@@ -10,6 +10,8 @@ duplicate at worst, never a loss).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from riverbed.mqtt import Received
 from riverbed.spark_bridge._mqtt_ingest import Unacked
 
@@ -102,3 +104,25 @@ def test_qos_0_and_2_are_never_taken_for_repeats_and_a_lost_session_forgets_all(
     assert not u.is_repeat(_msg(0, b"a", 1, qos=0))
     u.clear()
     assert not u.is_repeat(_msg(1, b"a", 1, dup=True))
+
+
+def test_the_spooling_client_subscribes_every_topic_at_every_connection(tmp_path: Path) -> None:
+    """A session recorded as holding the topics was not subscribed again: a broker restored
+    from an older save (its session without a topic added since) left that topic unread,
+    silently (review 47). Topics recorded and no longer wanted are still unsubscribed."""
+    import json
+    from types import SimpleNamespace
+
+    from riverbed.spark_bridge._mqtt_ingest import SpoolFeeder, session_key
+
+    spool = str(tmp_path / "spool")
+    options = SimpleNamespace(spool=spool, topics=["a/#", "b"], qos=1, client_id="c47")
+    feeder = SpoolFeeder.__new__(SpoolFeeder)
+    feeder.options = options  # type: ignore[assignment]
+    with open(spool + ".session", "w", encoding="utf-8") as f:
+        json.dump(session_key(options), f)  # type: ignore[arg-type]
+    assert feeder._plan(True) == ([], [("a/#", 1), ("b", 1)])
+    assert feeder._plan(False) == ((), [("a/#", 1), ("b", 1)])
+    with open(spool + ".session", "w", encoding="utf-8") as f:
+        json.dump({"clientId": "c47", "topics": ["a/#", "old"], "qos": 1}, f)
+    assert feeder._plan(True) == (["old"], [("a/#", 1), ("b", 1)])
