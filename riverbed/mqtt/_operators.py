@@ -366,8 +366,9 @@ class MQTTSource(Source):
             stack.callback(self._stop_confirming)
             self.subscribed.set()
             # counters for the status view and Prometheus (only those that can move)
-            counts: list[tuple[str, Callable[[], int]]] = [("reconnects", lambda: client.reconnects),
-                                                           ("connected", lambda: int(client.connected))]
+            # (``connected`` is set by the client's state changes, `on_state`: at once, also
+            # while no message comes)
+            counts: list[tuple[str, Callable[[], int]]] = [("reconnects", lambda: client.reconnects)]
             if manual:
                 counts.append(("replayed", lambda: self.messages_replayed))
             if self.dedup is not None:
