@@ -94,6 +94,19 @@ class Inbox:
             finally:
                 self._getter = None
 
+    def feedback_left(self) -> int:
+        """The tuples queued on loop connections and never read: what came round a loop after
+        the operator's other inputs ended (it is not waited for, as on SPL's control ports)."""
+        left = 0
+        for connection, entry in self._items:
+            if connection in self.feedback:
+                kind = type(entry)
+                if kind is list:
+                    left += len(entry)
+                elif hasattr(entry, "tuples") and isinstance(entry.tuples, int):  # a MarkedBatch
+                    left += entry.tuples
+        return left
+
     def clear(self) -> None:
         """Drop every entry (a consistent region resets); producers waiting for room go on."""
         self._items.clear()
