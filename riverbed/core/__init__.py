@@ -7,7 +7,15 @@ and any future host (a worker process). A host implements `CoreHost`.
 """
 
 from ._core import HOST_ATTRIBUTES, CoreHost, FinalHold, OperatorCore, TimerHandle
-from ._errors import USER_FAILURES, JobError, OperatorError, RestoreRefused, SchemaViolation, with_notes
+from ._errors import (
+    USER_FAILURES,
+    JobError,
+    OperatorError,
+    RestoreRefused,
+    SchemaViolation,
+    TupleFailed,
+    with_notes,
+)
 from ._metrics import (
     Counter,
     InputPortMetrics,
@@ -44,6 +52,7 @@ __all__ = [
     "StampClock",
     "SyncGraph",
     "TimerHandle",
+    "TupleFailed",
     "describe_key",
     "detached_state",
     "reusable_state",

@@ -60,7 +60,7 @@ from ..windows import (
     check_watermark,
 )
 from . import _state, _submit
-from ._errors import USER_FAILURES, OperatorError, SchemaViolation, reason_of
+from ._errors import USER_FAILURES, OperatorError, SchemaViolation, TupleFailed, reason_of
 from ._host import CoreHost, FinalHold, TimerHandle
 from ._loops import LoopLog
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
@@ -488,6 +488,10 @@ class OperatorCore:
         elif isinstance(item, CheckpointBarrier):
             if item.region == self.region:  # another region's barrier ends at its border
                 self._on_barrier(conn, item.id)
+        elif type(item) is TupleFailed:  # a tuple that could not reach this operator
+            port = self.conn_port[conn]
+            self.metrics.inputs[port].errors += 1
+            self.fail_or_route(item.error, port, item.tuple)
         else:
             raise TypeError(f"operator {self.name!r}: a host delivered {item!r}: expected a batch "
                             "(list), Punct, Watermark or CheckpointBarrier")

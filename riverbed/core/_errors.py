@@ -7,7 +7,7 @@ from typing import Any
 from ..windows import WindowTupleError
 
 __all__ = ["USER_FAILURES", "JobError", "OperatorError", "RestoreRefused", "SchemaViolation",
-           "reason_of", "with_notes"]
+           "TupleFailed", "reason_of", "with_notes"]
 
 # What user code raising fails its operator with: any error, and ``sys.exit()`` too, which
 # otherwise left the event loop as SystemExit and ended ``riverbed run`` with exit 0 and half
@@ -35,6 +35,23 @@ def reason_of(exc: BaseException) -> str:
     anything else by its repr (its type shows), and its notes."""
     text = str(exc) if isinstance(exc, (WindowTupleError, SchemaViolation)) else repr(exc)
     return with_notes(text, exc)
+
+
+class TupleFailed:
+    """An item a host delivers in a tuple's place: ``tuple`` could not reach the operator
+    (``error``: why; a parallel region's split found no partition key for it). The operator
+    fails on it as on a tuple of its own (`OperatorCore.fail_or_route`: its error port, else
+    its failure), in the tuple's place among its input: after the barriers before it, held
+    with the rest while a checkpoint aligns."""
+
+    __slots__ = ("error", "tuple")
+
+    def __init__(self, tup: Any, error: BaseException) -> None:
+        self.tuple = tup
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return TupleFailed, (self.tuple, self.error)
 
 
 class OperatorError(Exception):

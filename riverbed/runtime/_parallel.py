@@ -54,8 +54,9 @@ as in the job's process (what it submitted first, then final; `SyncGraph.drains_
 worker tells the job (``FAILING``), which stops its sources and drains; the channel goes on. A
 replicated source's failure, or a worker that dies, still ends the job at once. A tuple whose
 partition key the split cannot take (missing, unhashable; at width 1 too) is the first member's
-failure on that tuple: sent to channel 0 in its place (`TupleFailed`), where the member routes
-it to its error port or fails as above; the batch's other tuples go on.
+failure on that tuple: sent to channel 0 in its place in the stream (`riverbed.core.TupleFailed`),
+where each member taking the stream routes it to its error port or fails as above; the batch's
+other tuples go on.
 
 Worker processes end on every path: after final (the socket closes, the worker sees EOF),
 and on a failure, an abort or a stop (the sockets are shut down, the job waits for the workers
@@ -85,6 +86,7 @@ from ..core import (
     MarkedBatch,
     OperatorError,
     RestoreRefused,
+    TupleFailed,
     describe_key,
     same_key,
     with_notes,
@@ -105,7 +107,6 @@ from ._parallel_wire import (
     OUT,
     STOP,
     TICK,
-    TupleFailed,
     dumps,
     frame,
     loads,
@@ -665,10 +666,13 @@ class ParallelHost:
                             batch: list[Any], counted: InputPortMetrics, *,
                             failure: SplitFailed) -> None:
         """A tuple of ``batch`` has no key the split can take (``failure``): the tuples before it go
-        to their channels, it goes to channel 0 as a tuple the member fails on there
-        (`TupleFailed`: its error port, else its failure, which drains the job when the job
-        drains failures), then the rest of the batch is split in turn. Only this path pays."""
+        to their channels, it goes to channel 0 as a `TupleFailed` in the stream, which every
+        member taking the stream there fails on as on a tuple of its own (its error port, else
+        its failure, which drains the job when the job drains failures), in its place among the
+        stream's items (a checkpoint aligning holds it as it would hold the tuple), then the
+        rest of the batch is split in turn. Only this path pays."""
         rest, exc = batch, failure
+        op, out_port = stream
         while True:
             head, bad, rest = _cut(rest, exc.tuple)
             if head:
@@ -679,10 +683,10 @@ class ParallelHost:
                            "hashable key")
             failed = TupleFailed(bad, error)
             try:
-                dumps(failed)
-            except Exception:  # an error that does not pickle: its text goes instead
+                loads(dumps(failed))
+            except Exception:  # an error that does not pickle, or not back: its text goes instead
                 failed = TupleFailed(bad, RuntimeError(with_notes(repr(error), error)))
-            await self._send(self.channels[0], [(runner.name, port, failed)], 1, counted)
+            await self._send(self.channels[0], [(op, out_port, failed)], 1, counted)
             if not rest:
                 return
             try:
@@ -690,7 +694,6 @@ class ParallelHost:
             except SplitFailed as again:
                 exc = again
                 continue
-            op, out_port = stream
             for ch, (items, n) in zip(self.channels, parts, strict=True):
                 if items:
                     await self._send(ch, [(op, out_port, item) for item in items], n, counted)
@@ -846,7 +849,10 @@ class ParallelHost:
         while True:
             exiting = self._exiting
             if exiting is not None:
-                select.select(exiting, [], [], 0.001)
+                # (a worker that exited leaves its sentinel readable: off the list, or this
+                # loop would spin until the others exit)
+                for fd in select.select(exiting, [], [], 0.001)[0]:
+                    exiting.remove(fd)
             elif not any(ch.outstanding or ch.producing for ch in self.channels):
                 busy.clear()
                 await busy.wait()

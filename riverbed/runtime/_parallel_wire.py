@@ -16,9 +16,9 @@ their next batch (no credit); ``(METRICS,)``; ``(STOP, suspend)``, the job was a
 replicated sources end, with final punctuation, or (``suspend``: the stop suspends the job at
 a checkpoint) without it, once they served the stop's barrier (no answer of its own). A barrier entry
 ``(operator, -1, barrier)`` goes to the member itself (its inputs ended: no barrier reaches it).
-A `TupleFailed` entry ``(member, port, TupleFailed(tuple, error))`` is a tuple whose partition key
-the split could not compute: the member fails on it there, as on a tuple of its own (its error
-port, or its failure), in its place among the channel's items.
+An entry's item may be a `riverbed.core.TupleFailed` (a tuple whose partition key the split could
+not compute): fed as the stream's items are, each member taking the stream fails on it there as
+on a tuple of its own (its error port, or its failure), in its place among the channel's items.
 Worker -> job, one reply per FEED, TICK, COMMIT or CHECKPOINT: ``(OUT, fed, exits, deadline, finished,
 metrics, reports, finals, cpu, writes)``, ``reports`` the states ``(checkpoint_id, operator,
 state)`` its operators took at barriers, ``finals`` ``(operator, state)`` of those that ended,
@@ -50,28 +50,13 @@ from decimal import Decimal
 from typing import Any
 
 __all__ = ["CHECKPOINT", "COMMIT", "EMIT", "FAILED", "FAILING", "FEED", "METRICS", "METRICS_OUT", "OUT",
-           "STOP", "TICK", "TupleFailed",
+           "STOP", "TICK",
            "channel_of", "dumps", "frame", "key_bytes", "loads"]
 
 FEED, TICK, METRICS, OUT, METRICS_OUT, FAILED, COMMIT, EMIT, STOP, CHECKPOINT, FAILING = range(11)
 
 _HEADER = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
-
-
-class TupleFailed:
-    """A FEED entry's item: ``tuple`` entered the region and its partition key could not be
-    computed (``error``, what the key raised); the member it was read for fails on it in the
-    channel it was sent to."""
-
-    __slots__ = ("error", "tuple")
-
-    def __init__(self, tup: Any, error: BaseException) -> None:
-        self.tuple = tup
-        self.error = error
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return TupleFailed, (self.tuple, self.error)
 
 
 def dumps(message: Any) -> bytes:

@@ -59,7 +59,6 @@ from ._parallel_wire import (
     OUT,
     STOP,
     TICK,
-    TupleFailed,
     dumps,
     frame,
     loads,
@@ -156,15 +155,6 @@ def _handle_barrier(barrier: CheckpointBarrier) -> Callable[[OperatorCore], None
     def handle(core: OperatorCore) -> None:
         core.handle(-1, barrier)
     return handle
-
-
-def _fail_tuple(port: int, failed: TupleFailed) -> Callable[[OperatorCore], None]:
-    """The member fails on a tuple the region's split found no key for, as on a tuple of its
-    own input: counted, then to its error port or its failure (`OperatorCore.fail_or_route`)."""
-    def fail(core: OperatorCore) -> None:
-        core.metrics.inputs[port].errors += 1
-        core.fail_or_route(failed.error, port, failed.tuple)
-    return fail
 
 
 def _deadline(sync: SyncGraph) -> int | None:
@@ -367,9 +357,6 @@ class _Served:
                     else:
                         feed(operator, port, item)
                     sync.barrier(item)
-                elif type(item) is TupleFailed:  # a tuple the split found no key for
-                    if not sync.core(operator).finished:  # (failed already: dropped, as its input)
-                        sync.call(operator, _fail_tuple(port, item))
                 else:
                     feed(operator, port, item)
             self.answer(OUT, msg[3])  # a place in the queue back, if the message took one
