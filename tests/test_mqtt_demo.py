@@ -106,11 +106,16 @@ def test_demo_command_starts_a_broker_runs_the_graph_and_stops_the_broker(tmp_pa
     assert out.exists() and _lines(panes)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_signal_sent_to_the_demo_alone_stops_the_job_then_the_broker(
-        tmp_path: Path, sig: signal.Signals) -> None:
-    """``kill -INT <pid>`` (a process manager, a script) reaches only the demo's process, not
-    the job it runs: the demo passes it on, and the job stops as after a Ctrl-C."""
+@pytest.mark.parametrize(("sig", "group"), [(signal.SIGINT, False), (signal.SIGTERM, False),
+                                           (signal.SIGHUP, False), (signal.SIGINT, True),
+                                           (signal.SIGTERM, True)])
+def test_a_stop_signal_sent_to_the_demo_stops_the_job_once_then_the_broker(
+        tmp_path: Path, sig: signal.Signals, group: bool) -> None:
+    """``kill -INT <pid>`` (a process manager, a script) reached only the demo's process, not
+    the job it runs, and was ignored; ``kill -INT -<pgid>`` (systemd, ``timeout``) reached both,
+    and the demo passing it on made it the job's second signal, which aborts. The job runs in a
+    group of its own now: each signal reaches it once, a hangup as SIGTERM (a SIGHUP ended it
+    without draining), and it stops as after a Ctrl-C."""
     if broker_mod.mosquitto_path() is None:
         pytest.skip("mosquitto not installed (run scripts/install_broker.sh)")
     out, panes = tmp_path / "alerts.jsonl", tmp_path / "panes.jsonl"
@@ -129,7 +134,10 @@ def test_a_stop_signal_sent_to_the_demo_alone_stops_the_job_then_the_broker(
             assert line, f"the job did not start: {''.join(seen)}"
             seen.append(line)
         port = int(re.search(r"broker on 127\.0\.0\.1:(\d+)", "".join(seen)).group(1))  # type: ignore[union-attr]
-        os.kill(proc.pid, sig)  # the demo's process alone
+        if group:
+            os.killpg(proc.pid, sig)  # the demo's process group (it leads a session of its own)
+        else:
+            os.kill(proc.pid, sig)  # the demo's process alone
         rest = proc.communicate(timeout=60)[1]
     finally:
         if proc.poll() is None:  # it failed: the demo stops its broker on SIGTERM

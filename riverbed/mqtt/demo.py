@@ -10,8 +10,10 @@ Arguments after the options go to ``riverbed run``::
     python -m riverbed.mqtt.demo --broker amqtt
 
 Ctrl-C reaches ``riverbed run`` (it drains the graph; a second one aborts);
-this process waits for it, then stops the broker. SIGINT, SIGTERM and SIGHUP sent to
-this process alone are passed on to ``riverbed run``. The exit code is
+this process waits for it, then stops the broker. ``riverbed run`` runs in a
+process group of its own, and this process passes it SIGINT, SIGTERM and
+SIGHUP (as SIGTERM) once each, whoever sent them (a terminal, ``kill`` of
+this process or of its group). The exit code is
 ``riverbed run``'s, or 2 when no broker can be started.
 """
 
@@ -56,42 +58,41 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         cmd = [sys.executable, "-m", "riverbed", "run", args.script,
                "-p", f"host={broker.host}", "-p", f"port={broker.port}", *extra]
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # until the child is waited on
-        try:
-            child = subprocess.Popen(cmd)
-            rc = _wait_passing_signals(child)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-    return rc
+        return _run_passing_signals(cmd)
 
 
-_PASSED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-_FROM_THE_TERMINAL = 0x80  # si_code SI_KERNEL: a tty's Ctrl-C (or hangup) to its foreground group
+# What this process passes on, as what: a hangup (the terminal closed) is a stop, as SIGTERM
+# (`riverbed run` drains on SIGINT and SIGTERM; a SIGHUP would end it without draining).
+_PASSED = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM,
+           signal.SIGHUP: signal.SIGTERM}
 
 
-def _wait_passing_signals(child: subprocess.Popen[bytes]) -> int:
-    """Wait for ``child``, passing it the stop signals this process gets. A Ctrl-C at a
-    terminal reaches both processes already (one process group): passed on, it would be the
-    child's second, which aborts. So a SIGINT is passed only when it was sent to this process
-    alone (``kill -INT``, a process manager): the signal's origin (``si_code``) tells which.
-    The signals are blocked and taken with `signal.sigtimedwait`, which gives that origin, a
-    Python handler does not; SIGCHLD wakes the wait when the child ends."""
-    waited = _PASSED | {signal.SIGCHLD}
-    signal.pthread_sigmask(signal.SIG_BLOCK, waited)
-    handlers = {s: signal.signal(s, signal.default_int_handler) for s in _PASSED}  # none ignored:
-    try:  # an ignored signal is dropped even while blocked
-        while child.poll() is None:
-            info = signal.sigtimedwait(waited, 1.0)  # (the timeout: a SIGCHLD missed is not waited on)
-            if info is None or info.si_signo == signal.SIGCHLD:
-                continue
-            if info.si_code == _FROM_THE_TERMINAL and info.si_signo != signal.SIGTERM:
-                continue  # the child had it from the terminal too
-            child.send_signal(info.si_signo)
-        return child.returncode
+def _run_passing_signals(cmd: list[str]) -> int:
+    """Run ``cmd`` and wait for it, passing it each stop signal this process gets, once. It
+    runs in a process group of its own, so nothing reaches it but what is passed here: a
+    terminal's Ctrl-C (sent to the foreground group, this process's), a ``kill -INT`` of this
+    process and a ``kill -INT -PGID`` of its group each reach it exactly once (a second signal
+    aborts the job: passing on a signal the child also had made one Ctrl-C two). A signal that
+    comes before the child exists is passed on once it does."""
+    child: subprocess.Popen[bytes] | None = None
+    early: list[signal.Signals] = []
+
+    def pass_on(signum: int, frame: object) -> None:
+        passed = _PASSED[signal.Signals(signum)]
+        if child is None:
+            early.append(passed)
+        elif child.poll() is None:
+            child.send_signal(passed)
+
+    previous = {s: signal.signal(s, pass_on) for s in _PASSED}
+    try:
+        child = subprocess.Popen(cmd, process_group=0)
+        for passed in early:
+            child.send_signal(passed)
+        return child.wait()  # (a handler runs between the waits; PEP 475 resumes the wait)
     finally:
-        for s, handler in handlers.items():
+        for s, handler in previous.items():
             signal.signal(s, handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, waited)
 
 
 if __name__ == "__main__":
