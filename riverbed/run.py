@@ -649,6 +649,16 @@ def _layout_mismatch(directory: Path, regions: list[str]) -> str | None:
     from .checkpoint import RocksDBStore
 
     kind, found = RocksDBStore.layout(directory)
+    if kind == "none" and regions:
+        # Each declared region's store goes in a directory of its own in it: a directory of the
+        # user's would get them among its files (and lose them all to an `rm -r` of the
+        # checkpoints).
+        names = os.listdir(directory) if os.path.isdir(directory) else []
+        foreign = RocksDBStore.foreign(n for n in names if n not in regions)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            return (f"it holds files that are not checkpoints ({shown}): the checkpoint directory "
+                    "is the job's own: give a path that does not exist yet, or an empty directory")
     if kind == "store" and regions:
         return (f"it holds the checkpoints of the job's own region, and this graph declares "
                 f"region(s) {', '.join(map(repr, regions))}: run the graph as it was, or give it "

@@ -808,6 +808,8 @@ def test_a_directory_of_other_files_is_refused_not_mixed_with_a_store(tmp_path: 
                                            r"\(notes\.txt, photo\.jpg\) and no store"):
         RocksDBStore(home)
     assert sorted(os.listdir(home)) == ["notes.txt", "photo.jpg"]  # nothing written there
+    (tmp_path / "volume" / "lost+found").mkdir(parents=True)  # a file system's root: its own
+    RocksDBStore(tmp_path / "volume").close()
     (tmp_path / "empty").mkdir()
     with RocksDBStore(tmp_path / "empty") as store:  # an empty directory, and a store, are fine
         store.save(1, {"op": 1}, job="j", time_ns=1)

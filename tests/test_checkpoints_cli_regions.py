@@ -80,3 +80,24 @@ def test_the_regions_stores_and_the_directories_above_them_are_owner_only(tmp_pa
     ck = _run_with_regions(tmp_path)
     for directory in (tmp_path / "ck", ck, ck / "main"):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+
+
+def test_a_directory_of_the_users_files_is_refused_for_declared_regions_too(tmp_path: Path) -> None:
+    # Refused for a graph without regions (the store itself refuses), but a graph with regions
+    # made DIR/<region> among the user's files (a review): an `rm -r` of the checkpoints would
+    # take them too.
+    script = tmp_path / "cr.py"
+    script.write_text(GRAPH)
+    data = tmp_path / "in.csv"
+    data.write_text("".join(f"s{i % 3},{20 + i % 7}.5\n" for i in range(30)))
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.txt").write_text("mine")
+    said: list[str] = []
+    code = run(str(script), params=[f"input={data}", f"out={tmp_path / 'out.csv'}"], status=False,
+               virtual_clock=True, checkpoint_dir=str(home), echo=said.append)
+    assert code == 2 and sorted(p.name for p in home.iterdir()) == ["thesis.txt"]
+    assert any("holds files that are not checkpoints (thesis.txt)" in line for line in said), said
+    (tmp_path / "volume" / "lost+found").mkdir(parents=True)  # a file system's own: accepted
+    assert run(str(script), params=[f"input={data}", f"out={tmp_path / 'out2.csv'}"], status=False,
+               virtual_clock=True, checkpoint_dir=str(tmp_path / "volume"), echo=said.append) == 0

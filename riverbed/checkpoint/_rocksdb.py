@@ -48,6 +48,7 @@ import builtins
 import contextlib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -84,8 +85,10 @@ _ENGINE_FILE = re.compile(r"^(\d+\.(sst|log)|MANIFEST-\d+)$")
 _FIRST_MANIFEST = "MANIFEST-000001"  # what RocksDB writes first when it creates a database
 # What else a store's directory can hold without CURRENT: what RocksDB (and rocksdict) write
 # around creating a database, before CURRENT, the ledger and its temporary, repair's lost/.
+# (and lost+found, which the root of a file system's own volume holds and no one can empty)
 _STORE_FILE = re.compile(r"^(LOCK|IDENTITY|LOG(\.old\.\d+)?|OPTIONS-\d+(\.dbtmp)?|\d+\.dbtmp"
-                         r"|rocksdict-config\.json|lost|" + re.escape(LEDGER_FILE) + r"(\.tmp)?)$")
+                         r"|rocksdict-config\.json|lost|lost\+found|" + re.escape(LEDGER_FILE)
+                         + r"(\.tmp)?)$")
 _TABLE_IN_MESSAGE = re.compile(r"in (\S+\.sst)\b")
 
 
@@ -215,6 +218,12 @@ class RocksDBStore(CheckpointStore):
                          and RocksDBStore.layout(os.path.join(path, n))[0] == "store")
         return ("regions", regions) if regions else ("none", [])
 
+    @staticmethod
+    def foreign(names: Iterable[str]) -> builtins.list[str]:
+        """Which of ``names`` (a directory's entries) neither a store nor its making leaves:
+        a directory holding them is the user's, not a checkpoint directory."""
+        return sorted(n for n in names if not _STORE_FILE.match(n) and not _ENGINE_FILE.match(n))
+
     @classmethod
     def repair(cls, path: str | os.PathLike[str]) -> RepairReport:
         """Rebuild a damaged store with RocksDB's repair; what it held before and after.
@@ -293,7 +302,7 @@ class RocksDBStore(CheckpointStore):
                 "live MANIFEST, the list of table files): it was deleted or lost. Opening the store now "
                 "would start an empty one and orphan every checkpoint in those files; "
                 + _repair_advice(self._path))
-        foreign = sorted(n for n in names if not _STORE_FILE.match(n) and not _ENGINE_FILE.match(n))
+        foreign = RocksDBStore.foreign(names)
         if foreign and not self._read_only:
             # RocksDB would create its files among the user's (and a later `rm -r` of the
             # checkpoint directory would take theirs too).
