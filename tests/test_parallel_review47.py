@@ -289,6 +289,7 @@ def test_a_key_error_that_does_not_unpickle_is_still_the_members_tuple_failure(w
     assert len(sink.tuples) == 60
     (record,) = failed.tuples
     assert record["tuple"] == {"v": -1} and "_BadReading('-1: no sensor')" in record["error"]
+    assert "splits by _sensor: every tuple" in record["error"]  # (not its repr, an address)
 
 
 def test_a_keyless_tuple_is_failed_by_every_member_taking_the_stream() -> None:

@@ -678,9 +678,11 @@ class ParallelHost:
             if head:
                 await self._split(runner, port, stream, head, counted)  # its keys all computed
             error = exc.error
-            error.add_note(f"parallel region {self.name!r} splits by "
-                           f"{self.spec.partition_by!r}: every tuple entering it needs a "
-                           "hashable key")
+            key = self.spec.partition_by  # (a function by its name: its repr holds an address)
+            shown = repr(key) if isinstance(key, (str, tuple, list)) else getattr(
+                key, "__qualname__", type(key).__qualname__)
+            error.add_note(f"parallel region {self.name!r} splits by {shown}: every tuple "
+                           "entering it needs a hashable key")
             failed = TupleFailed(bad, error)
             try:
                 loads(dumps(failed))
