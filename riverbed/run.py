@@ -655,9 +655,8 @@ def _layout_mismatch(directory: Path, regions: list[str]) -> str | None:
         # checkpoints).
         names = os.listdir(directory) if os.path.isdir(directory) else []
         foreign = RocksDBStore.foreign(n for n in names if n not in regions)
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            return (f"it holds files that are not checkpoints ({shown}): the checkpoint directory "
+        if foreign is not None:
+            return (f"it holds files that are not checkpoints ({foreign}): the checkpoint directory "
                     "is the job's own: give a path that does not exist yet, or an empty directory")
     if kind == "store" and regions:
         return (f"it holds the checkpoints of the job's own region, and this graph declares "

@@ -219,10 +219,14 @@ class RocksDBStore(CheckpointStore):
         return ("regions", regions) if regions else ("none", [])
 
     @staticmethod
-    def foreign(names: Iterable[str]) -> builtins.list[str]:
-        """Which of ``names`` (a directory's entries) neither a store nor its making leaves:
-        a directory holding them is the user's, not a checkpoint directory."""
-        return sorted(n for n in names if not _STORE_FILE.match(n) and not _ENGINE_FILE.match(n))
+    def foreign(names: Iterable[str]) -> str | None:
+        """Those of ``names`` (a directory's entries) that neither a store nor its making
+        leaves, as a message lists them (the first five, then how many more), or None: a
+        directory holding them is the user's, not a checkpoint directory."""
+        found = sorted(n for n in names if not _STORE_FILE.match(n) and not _ENGINE_FILE.match(n))
+        if not found:
+            return None
+        return ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
 
     @classmethod
     def repair(cls, path: str | os.PathLike[str]) -> RepairReport:
@@ -303,12 +307,11 @@ class RocksDBStore(CheckpointStore):
                 "would start an empty one and orphan every checkpoint in those files; "
                 + _repair_advice(self._path))
         foreign = RocksDBStore.foreign(names)
-        if foreign and not self._read_only:
+        if foreign is not None and not self._read_only:
             # RocksDB would create its files among the user's (and a later `rm -r` of the
             # checkpoint directory would take theirs too).
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise StoreIOError(
-                f"{self._path}: holds files that are not a checkpoint store's ({shown}) and no store; "
+                f"{self._path}: holds files that are not a checkpoint store's ({foreign}) and no store; "
                 "a checkpoint store is a directory of its own: give a path that does not exist yet, or an "
                 "empty directory")
 

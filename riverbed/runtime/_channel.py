@@ -19,6 +19,8 @@ import asyncio
 from collections import deque
 from typing import Any
 
+from ..core import MarkedBatch
+
 __all__ = ["Inbox"]
 
 
@@ -100,10 +102,9 @@ class Inbox:
         left = 0
         for connection, entry in self._items:
             if connection in self.feedback:
-                kind = type(entry)
-                if kind is list:
+                if type(entry) is list:
                     left += len(entry)
-                elif hasattr(entry, "tuples") and isinstance(entry.tuples, int):  # a MarkedBatch
+                elif type(entry) is MarkedBatch:
                     left += entry.tuples
         return left
 

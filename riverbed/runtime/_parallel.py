@@ -652,12 +652,17 @@ class ParallelHost:
     async def _split(self, runner: OperatorRunner, port: int, stream: tuple[str, int],
                      batch: list[Any], counted: InputPortMetrics) -> None:
         """Each channel its part of ``batch`` (marks and watermarks to every channel, in place)."""
-        op, out_port = stream
         try:
             parts = self._splitter.split(batch)
         except SplitFailed as exc:
             await self._split_failed(runner, port, stream, batch, counted, failure=exc)
             return
+        await self._send_parts(stream, parts, counted)
+
+    async def _send_parts(self, stream: tuple[str, int], parts: list[tuple[list[Any], int]],
+                          counted: InputPortMetrics) -> None:
+        """Each channel its part (`Splitter.split`) of a batch of ``stream``."""
+        op, out_port = stream
         for ch, (items, n) in zip(self.channels, parts, strict=True):
             if items:
                 await self._send(ch, [(op, out_port, item) for item in items], n, counted)
@@ -696,9 +701,7 @@ class ParallelHost:
             except SplitFailed as again:
                 exc = again
                 continue
-            for ch, (items, n) in zip(self.channels, parts, strict=True):
-                if items:
-                    await self._send(ch, [(op, out_port, item) for item in items], n, counted)
+            await self._send_parts(stream, parts, counted)
             return
 
     async def _send(self, ch: _Channel, entries: list[tuple[str, int, Any]], tuples: int,
