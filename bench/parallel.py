@@ -368,7 +368,29 @@ def _paired(runs: dict[Variant, list[dict[str, Any]]], a: Variant, b: Variant) -
     pairs = sorted(y["wall"] / x["wall"] for x, y in zip(runs[a], runs[b], strict=True))
     if len(pairs) < 2:
         return ""
-    return f"; per round {pairs[0]:.2f}-{pairs[-1]:.2f}x"
+    text = f"; per round {pairs[0]:.2f}-{pairs[-1]:.2f}x"
+    if len(pairs) >= 5:
+        mean, low, high = _geometric_interval(pairs)
+        text += f", geometric mean {mean:.3f}x (95 % interval {low:.3f}-{high:.3f}x)"
+    return text
+
+
+# Student's t at 97.5 % for 4 to 30 degrees of freedom (then the normal's 1.96).
+_T975 = (2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052,
+         2.048, 2.045, 2.042)
+
+
+def _geometric_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """The geometric mean of per-round ratios and its 95 % confidence interval (t on the logs):
+    whether a target such as "no slower" (1.0x) is met or only within the noise."""
+    import math
+
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    mean = statistics.fmean(logs)
+    half = (_T975[n - 5] if n - 5 < len(_T975) else 1.96) * statistics.stdev(logs) / math.sqrt(n)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
