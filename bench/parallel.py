@@ -31,7 +31,9 @@ of its own, as before channels were grouped).
 Variants alternate, each ``--repeat`` times (default 3); the table gives the median tuples/s,
 and the ratios width 2 / width 1, width 4 / width 2, and each width / no region. Every run's
 results (an order-independent digest of every record) must equal the no-region run's: the
-script fails otherwise.
+script fails otherwise. Each target ratio is also given per round (run k of one width against
+run k of the other) and, from 5 rounds on, as their geometric mean with a 95 % interval: on a
+shared machine a single median can land either side of a target met by a few percent.
 
 The table shows the CPU seconds per tuple of the job's process (``process_time``) and of the
 workers (their rusage), and "CPU-bound/s": the rate those CPU seconds allow on idle cores (the
