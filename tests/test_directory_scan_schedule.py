@@ -111,35 +111,6 @@ def test_a_reset_before_the_first_checkpoint_keeps_the_startup_listing(tmp_path:
     assert run(2, tmp_path / "reset") == reference
 
 
-def test_a_process_restart_before_the_first_checkpoint_keeps_the_startup_listing(
-        tmp_path: Path) -> None:
-    # A crash before the first periodic checkpoint left nothing stored: the restart listed the
-    # directory again and took the file that came after the first start for an existing one,
-    # never reporting it. The checkpoint a region takes as it starts holds the first listing.
-    (tmp_path / "old.csv").write_text("x\n")  # there at the first start: never reported
-    store = MemoryStore(keep_last=100)
-
-    def graph(out: Seen) -> Graph:
-        g = Graph("ignore")
-        files = g.source("files", DirectoryScan(str(tmp_path), sleep_time=0.5, scans=8,
-                                                ignore_existing_files_at_startup=True))
-        g.sink("out", out, [files])
-        return g
-
-    def arrives(job: Job) -> None:
-        (tmp_path / "new.csv").write_text("y\n")
-
-    first = Seen()
-    job = Job(graph(first), clock=VirtualClock(), checkpoints=store, checkpoint_period=10.0)
-    assert not run_until_crash(job, round(1.2 * S), [(0.7, arrives)])
-    assert [name for name, _ in first.rows] == ["new.csv"]  # reported, then the crash
-    again = Seen()
-    job = Job(graph(again), clock=VirtualClock(), checkpoints=store, checkpoint_period=10.0)
-    assert run_until_crash(job, None)
-    assert [name for name, _ in again.rows] == ["new.csv"]
-    assert job.restored_from == 1  # the checkpoint taken at the first start, at time 0
-
-
 def test_a_restart_after_the_last_scan_ends_and_a_new_sleep_time_is_kept(tmp_path: Path) -> None:
     # Restored with every scan done, it waited a whole sleep_time (an hour) before ending; and a
     # shorter sleep_time given at the restart waited out the old one first (a review).

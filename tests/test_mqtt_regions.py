@@ -281,18 +281,13 @@ def _replays_logged(events: list[dict[str, Any]]) -> None:
 
 def test_resets_before_any_checkpoint_replay_everything_from_the_initial_state(broker: Broker,
                                                                               spy: AckSpy) -> None:
-    # (the only checkpoint is the one taken as the job starts: it holds what the source had at
-    # its first flush, a message or none, which it acknowledges)
     async def main() -> None:
         run = Run(broker, "initial", spy, fail_on={60, 130})
         await run.start()
         await publish(broker.port, range(200))
         await run.reached(200, resets=2)
-        first = sorted(spy.acked)
-        assert run.region.last_committed == 1 and first == list(range(len(first))) and len(first) < 60
-        assert spy.early == []
-        # what it had received at each reset, after the checkpoint
-        assert run.source.messages_replayed >= 61 + 131 - 2 * len(first)
+        assert run.region.last_committed is None and spy.acked == [] and spy.early == []
+        assert run.source.messages_replayed >= 61 + 131  # what it had received at each reset
         assert await run.checkpoint()
         assert sorted(spy.acked) == list(range(200))  # at the commit, each once
         await run.stop()
@@ -301,8 +296,8 @@ def test_resets_before_any_checkpoint_replay_everything_from_the_initial_state(b
 
     events = _run(main)
     first, second = _resets(events)
-    assert first["to_checkpoint"] == 1 and first["replay"] >= 60 and first["acks_pending"] == 0
-    assert second["to_checkpoint"] == 1 and second["replay"] >= 130
+    assert first["to_checkpoint"] is None and first["replay"] >= 61 and first["acks_pending"] == 0
+    assert second["to_checkpoint"] is None and second["replay"] >= 131
     _replays_logged(events)
 
 
@@ -331,7 +326,7 @@ def test_resets_between_checkpoints_replay_what_followed_the_last_one(broker: Br
     events = _run(main)
     resets = _resets(events)
     _replays_logged(events)
-    assert [e["to_checkpoint"] for e in resets] == [2, 3, 3]  # (1: the one taken at start)
+    assert [e["to_checkpoint"] for e in resets] == [1, 2, 2]
     assert [e["replay"] >= n for e, n in zip(resets, (51, 31, 81), strict=True)] == [True] * 3
 
 
@@ -345,7 +340,7 @@ def test_a_reset_during_a_checkpoint_acknowledges_none_of_it(broker: Broker, spy
         await publish(broker.port, range(100, 200))
         await run.reached(200)
         run.check.fail_snapshot = True  # the source has taken its part of checkpoint 2: 100..199
-        assert not await run.checkpoint()  # reset to the one before instead
+        assert not await run.checkpoint()  # reset to checkpoint 1 instead
         await run.reached(200, resets=1)
         assert sorted(spy.acked) == list(range(100)) and spy.early == []
         assert await run.checkpoint()
@@ -356,7 +351,7 @@ def test_a_reset_during_a_checkpoint_acknowledges_none_of_it(broker: Broker, spy
     events = _run(main)
     _replays_logged(events)
     (reset,) = _resets(events)
-    assert reset["to_checkpoint"] == 2 and reset["replay"] == 100  # (1: the one at start)
+    assert reset["to_checkpoint"] == 1 and reset["replay"] == 100
 
 
 def test_faults_at_random_readings_under_a_short_period_lose_and_repeat_nothing(broker: Broker,

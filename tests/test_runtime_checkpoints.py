@@ -232,8 +232,8 @@ def test_a_stop_takes_a_checkpoint_and_none_after_it() -> None:
     job = Job(build(600, Output()), clock=VirtualClock(), checkpoints=store, checkpoint_period=1.0)
     assert run_until_crash(job, None, [(2.5, Job.stop)])
     ids = [info.id for info in store.list()]
-    assert ids == [1, 2, 3, 4]  # at the start, at 1 s and 2 s, then the stop's at 2.5 s
-    assert 240 <= store.load(4).states["readings"]["operator"] <= 250  # the offset at the stop
+    assert ids == [1, 2, 3]  # at 1 s and 2 s, then the stop's at 2.5 s
+    assert 240 <= store.load(3).states["readings"]["operator"] <= 250  # the offset at the stop
 
 
 def _generating_holder_graph(holder: Operator, out: Output) -> Graph:

@@ -211,9 +211,6 @@ class Job:
                 for host in self.parallel:
                     host.start()
                 for region in self.regions:
-                    if region.restored_from is None:
-                        region.start_checkpoint()  # the initial checkpoint (see `Region`)
-                for region in self.regions:
                     if region.period is not None or region.spec is not None:
                         self.spawn(region.periodic(), f"{self.name}/{region.name or 'job'}/checkpoints")
         except* Exception as group:  # (after failures a drain had: they come first)

@@ -85,13 +85,7 @@ class _Pending:
 
 class Region:
     """One consistent region of a running job (``spec`` None: the one over the whole job that
-    ``--checkpoint-dir`` makes when the graph declares none).
-
-    A region that restored nothing takes a checkpoint as the job starts (`Job.run`), before the
-    first period: some initial state cannot be made again by a later start, such as the files
-    a DirectoryScan found there at startup (those that came after would be taken for them) or
-    a paced source's schedule origin, and a process that crashed before its first periodic
-    checkpoint restarted from a state it never had."""
+    ``--checkpoint-dir`` makes when the graph declares none)."""
 
     def __init__(self, job: Job, name: str, spec: ConsistentRegion | None,
                  members: list[OperatorRunner], store: CheckpointSink) -> None:
