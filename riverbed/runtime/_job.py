@@ -408,6 +408,14 @@ class _RunnerHost:
         if region is None:
             raise RuntimeError(f"operator {core.name!r} is in no consistent region: make_consistent "
                                "needs one (Graph.consistent_region, trigger='operator_driven')")
+        pending = region.pending
+        while pending is not None and self._runner.name in pending.states:
+            # Its part of the checkpoint under way (another operator asked for it) was taken
+            # before what it submitted since: True for that one would acknowledge what no
+            # checkpoint holds. It waits for that one to end, then asks for its own.
+            if not await region.request_consistent() or self._job.stopping:
+                return False  # the region was reset instead, or that was the stop's checkpoint
+            pending = region.pending
         committed = region.request_consistent()
         await self._runner.flush()  # the source's barrier goes out now, after what it submitted
         return await committed
