@@ -362,7 +362,7 @@ class MQTTSource(Source):
         async with contextlib.AsyncExitStack() as stack:
             if letters is not None:
                 await stack.enter_async_context(letters)
-            await stack.enter_async_context(client)
+            await self._connect(stack, client)
             stack.callback(self._stop_confirming)
             self.subscribed.set()
             # counters for the status view and Prometheus (only those that can move)
@@ -400,6 +400,23 @@ class MQTTSource(Source):
                 await letters.settle()
             for counter, value in counters:
                 counter.value = value()
+
+    async def _connect(self, stack: contextlib.AsyncExitStack, client: MQTTClient) -> None:
+        """Enter ``client`` (its first connection), taking part in checkpoints meanwhile: a
+        broker away when the job started held a checkpoint's barrier until it came, and past
+        ``drain_timeout`` the region reset, or the job failed (``ack="receive"``), as did a
+        stop meant to suspend it. Nothing is submitted before the connection, so a barrier
+        served here holds the state the source started with."""
+        ctx: Any = self.context
+        entering = asyncio.ensure_future(stack.enter_async_context(client))
+        try:
+            while not (await asyncio.wait({entering}, timeout=self.idle_flush))[0]:
+                await ctx.flush()  # a pending checkpoint is taken here
+        finally:
+            if not entering.done():  # cancelled (an abort, a reset): the client gives up too
+                entering.cancel()
+                await asyncio.wait({entering})
+        entering.result()
 
     async def _confirm(self, client: MQTTClient) -> None:
         """Forget the acks the broker has read: it answered a request sent after them."""
