@@ -35,6 +35,7 @@ from ._client import (
     Received,
     SessionPlan,
     check_topic_filters,
+    plan_subscriptions,
 )
 from ._codec import FORMATS, BadRecord, Codec, Format
 from ._deadletter import DEFAULT_MAX_BYTES as DEAD_LETTER_MAX_BYTES
@@ -74,4 +75,5 @@ __all__ = [
     "check_topic_filters",
     "connect_warnings",
     "dead_letter_envelope",
+    "plan_subscriptions",
 ]

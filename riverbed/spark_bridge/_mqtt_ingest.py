@@ -58,7 +58,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +71,9 @@ from ..mqtt import (
     MQTTClient,
     MQTTConnectError,
     Received,
+    SessionPlan,
     connect_warnings,
+    plan_subscriptions,
 )
 from ._mqtt_options import MqttOptions, decoder_options
 from ._spool import FORMAT, Spool, read_spool
@@ -366,15 +368,14 @@ class SpoolFeeder:
         self._write_status()
         self._pump = asyncio.get_running_loop().create_task(self._run(client), name=f"{FORMAT}/pump")
 
-    def _plan(self, present: bool) -> tuple[Sequence[str], Sequence[tuple[str, int]]]:
-        """Every topic subscribed at every connection; those the session recorded and no
-        longer wanted unsubscribed (see module doc)."""
+    def _plan(self, present: bool) -> SessionPlan:
+        """Every topic subscribed at every connection; those the session recorded (for this
+        client id) and no longer wanted unsubscribed (`plan_subscriptions`, see module doc)."""
         o = self.options
-        subscriptions = [(t, o.qos) for t in o.topics]
         recorded = read_session(o.spool)
-        if present and recorded is not None and recorded.get("clientId") == o.client_id:
-            return sorted(set(recorded.get("topics", [])) - set(o.topics)), subscriptions
-        return (), subscriptions
+        held = (dict.fromkeys(recorded.get("topics", []), o.qos)
+                if recorded is not None and recorded.get("clientId") == o.client_id else None)
+        return plan_subscriptions(present, held, dict.fromkeys(o.topics, o.qos))
 
     def _on_connect(self, info: ConnectInfo) -> None:
         o = self.options
