@@ -24,7 +24,7 @@ from ._metrics import (
     OutputPortMetrics,
     RegionMetrics,
 )
-from ._output import MarkedBatch, OutputPort, split_marked
+from ._output import MarkedBatch, OutputPort, control_positions, split_marked
 from ._reuse import detached_state, reusable_state, state_to_restore
 from ._state import describe_key, same_key
 from ._submit import ManualWatermark
@@ -53,6 +53,7 @@ __all__ = [
     "SyncGraph",
     "TimerHandle",
     "TupleFailed",
+    "control_positions",
     "describe_key",
     "detached_state",
     "reusable_state",

@@ -64,7 +64,7 @@ from ._errors import USER_FAILURES, OperatorError, SchemaViolation, TupleFailed,
 from ._host import CoreHost, FinalHold, TimerHandle
 from ._loops import LoopLog
 from ._metrics import Counter, InputPortMetrics, OperatorMetrics, OutputPortMetrics
-from ._output import MarkedBatch, OutputPort
+from ._output import MarkedBatch, OutputPort, control_positions
 from ._windows import Window, build_window, failed_event, route_listener_errors
 
 __all__ = ["HOST_ATTRIBUTES", "CoreHost", "FinalHold", "OperatorCore", "TimerHandle"]
@@ -853,7 +853,7 @@ class OperatorCore:
         and the watermark they had then."""
         controls = batch.controls
         if controls is None:
-            controls = [i for i, x in enumerate(batch) if x is Punct.WINDOW or type(x) is Watermark]
+            controls = control_positions(batch)
         # The tuples apart, and how many come before each control item.
         tuples: list[Any] = []
         before: list[int] = []

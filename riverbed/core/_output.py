@@ -23,7 +23,7 @@ from typing import Any
 from ..graph import Punct, Schema, Watermark
 from ._metrics import OutputPortMetrics
 
-__all__ = ["MarkedBatch", "OutputPort", "split_marked"]
+__all__ = ["MarkedBatch", "OutputPort", "control_positions", "split_marked"]
 
 
 class MarkedBatch(list[Any]):
@@ -42,6 +42,12 @@ class MarkedBatch(list[Any]):
         self.window_marks = (sum(1 for item in items if item is Punct.WINDOW)
                              if window_marks is None else window_marks)
         self.controls = controls
+
+
+def control_positions(items: list[Any]) -> list[int]:
+    """The indices of the window marks and watermarks among ``items``, found by a walk: a
+    marked batch's ``controls`` when it came without them."""
+    return [i for i, x in enumerate(items) if x is Punct.WINDOW or type(x) is Watermark]
 
 
 def split_marked(batch: MarkedBatch) -> list[Any]:

@@ -87,6 +87,7 @@ from ..core import (
     OperatorError,
     RestoreRefused,
     TupleFailed,
+    control_positions,
     describe_key,
     same_key,
     with_notes,
@@ -1063,7 +1064,7 @@ def _cut(batch: list[Any], bad: Any) -> tuple[list[Any], Any, list[Any]]:
 
 
 def _marked(items: list[Any]) -> MarkedBatch:
-    marks = [i for i, x in enumerate(items) if x is Punct.WINDOW or type(x) is Watermark]
+    marks = control_positions(items)
     return MarkedBatch(items, len(items) - len(marks), None, marks)
 
 

@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ..core import USER_FAILURES, MarkedBatch
+from ..core import USER_FAILURES, MarkedBatch, control_positions
 from ..graph import Punct, Watermark
 from ._parallel_wire import channel_of
 
@@ -237,7 +237,7 @@ def _unmark(batch: MarkedBatch, tuples: list[Any], marks: list[tuple[int, Any]])
     dense, one filtering pass beats a slice between every two."""
     controls = batch.controls
     if controls is None:
-        controls = [i for i, x in enumerate(batch) if x is Punct.WINDOW or type(x) is Watermark]
+        controls = control_positions(batch)
     base = len(tuples)
     marks += [(base + i - j, m if (m := batch[i]) is _WINDOW else m.value)
               for j, i in enumerate(controls)]
